@@ -1,0 +1,36 @@
+# durable-tools: `make demo` and `make test` install what they need themselves.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install format lint typecheck test demo bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+format: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: $(STAMP)
+	$(PY) -m pyright
+
+test: lint typecheck
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) -m worker.demo
+
+bench: $(STAMP)
+	$(PY) bench/validation.py
+	$(PY) bench/history_growth.py

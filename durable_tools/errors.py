@@ -1,0 +1,97 @@
+"""Errors raised to developers by durable-tools.
+
+Anything a *model* sends (unknown tool names, bad JSON, schema violations, tools
+that raise or hang) never raises: it becomes a `Failure` value the model sees.
+The exceptions here are for *developer* mistakes and are raised at construction
+time, with a message that says how to fix the problem.
+
+```
+DurableToolsError
+├── ConfigurationError            bad tool / toolkit / worker configuration
+│   ├── InvalidToolName           name fails ^[a-zA-Z0-9_-]{1,64}$
+│   ├── DuplicateToolName         two tools with one name in a toolkit
+│   ├── InvalidSchema             a JSON Schema that is not valid draft 2020-12
+│   └── StrictModeError           a schema breaks an OpenAI strict-mode rule
+├── ToolNotFound                  `Toolkit.get` / `with_run` on a missing name
+└── DecisionRejected              an approval or answer that fails its checks
+```
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "DecisionRejected",
+    "DuplicateToolName",
+    "DurableToolsError",
+    "InvalidSchema",
+    "InvalidToolName",
+    "StrictModeError",
+    "ToolNotFound",
+]
+
+
+class DurableToolsError(Exception):
+    """Base class of every exception durable-tools raises on purpose."""
+
+
+class ConfigurationError(DurableToolsError):
+    """A tool, toolkit or worker was configured in a way that cannot work."""
+
+
+class InvalidToolName(ConfigurationError):
+    """A tool name does not match `^[a-zA-Z0-9_-]{1,64}$`.
+
+    That pattern is the intersection of what OpenAI, Anthropic and Gemini accept
+    for function names; a name outside it is rejected by the provider at request
+    time, so durable-tools rejects it when the tool is built.
+    """
+
+
+class DuplicateToolName(ConfigurationError):
+    """Two tools share one name inside a toolkit.
+
+    Attributes:
+        name: The colliding tool name.
+        sources: Where each colliding tool came from (toolkit labels), in order.
+    """
+
+    def __init__(self, name: str, sources: tuple[str, ...]) -> None:
+        self.name = name
+        self.sources = sources
+        where = " and ".join(repr(s) for s in sources)
+        super().__init__(
+            f"duplicate tool name {name!r} (from {where}); rename one of the tools or "
+            f"namespace a toolkit with Toolkit.namespace(prefix) so it becomes prefix__{name}"
+        )
+
+
+class InvalidSchema(ConfigurationError):
+    """A raw JSON Schema given for parameters, output or answers is not valid.
+
+    The schema is checked with `jsonschema.Draft202012Validator.check_schema`.
+    """
+
+
+class StrictModeError(ConfigurationError):
+    """A schema breaks a rule of OpenAI's strict mode (structured outputs).
+
+    durable-tools never rewrites a schema silently; the message names the rule
+    and the JSON path where it is broken.
+    """
+
+
+class ToolNotFound(DurableToolsError, KeyError):
+    """A toolkit lookup by name found no tool."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "tool not found"
+
+
+class DecisionRejected(DurableToolsError):
+    """An approval decision or an interaction answer failed its checks.
+
+    Raised by update validators (unknown call id, second decision, argument hash
+    mismatch, answer not matching the answer schema). Signals that fail the same
+    checks are recorded as rejected instead of raising.
+    """

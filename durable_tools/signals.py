@@ -1,0 +1,211 @@
+"""Signal tools: tools the agent loop interprets, and the actions they produce.
+
+A signal tool's handler maps the parsed input to a `SignalAction`. The durable
+loop carries it out inside workflow code, so handlers must be deterministic
+(no I/O, no clocks, no randomness). Built-in signal tools:
+
+| tool | action | what the durable loop does |
+|---|---|---|
+| `sleep` | `Sleep` | a durable timer ("check again in 3 days"), no worker needed meanwhile |
+| `pause` | `Pause` | waits for a `resume` message |
+| `handoff` | `Handoff` | continues under another agent configuration |
+| `finish` | `Finish` | ends the conversation with a structured final output |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from durable_tools.tools import SignalTool, signal_tool
+
+__all__ = [
+    "Finish",
+    "Handoff",
+    "Pause",
+    "Reply",
+    "SignalAction",
+    "Sleep",
+    "finish_tool",
+    "handoff_tool",
+    "pause_tool",
+    "sleep_tool",
+]
+
+_MAX_SLEEP_SECONDS = 366 * 24 * 3600
+
+
+class Sleep(BaseModel):
+    """Wait durably, then answer the call and continue.
+
+    Attributes:
+        seconds: How long, in seconds (> 0).
+        reason: Why, for people reading the history.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    action: Literal["sleep"] = "sleep"
+    seconds: float = Field(gt=0)
+    reason: str = ""
+
+
+class Pause(BaseModel):
+    """Wait until someone sends `resume`; the resume message answers the call.
+
+    Attributes:
+        reason: Why, shown in the `pending` query.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    action: Literal["pause"] = "pause"
+    reason: str = ""
+
+
+class Handoff(BaseModel):
+    """Continue the conversation under another agent configuration.
+
+    Attributes:
+        agent: Name of an agent configuration the conversation knows.
+        reason: Why, for the next agent and for people.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    action: Literal["handoff"] = "handoff"
+    agent: str
+    reason: str = ""
+
+
+class Finish(BaseModel):
+    """End the conversation with a final output.
+
+    Attributes:
+        output: JSON-compatible final output (the conversation's result).
+    """
+
+    model_config = ConfigDict(frozen=True)
+    action: Literal["finish"] = "finish"
+    output: Any = None
+
+
+class Reply(BaseModel):
+    """Answer the call with a value and continue (custom signal tools).
+
+    Attributes:
+        value: JSON-compatible value the model receives as the tool output.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    action: Literal["reply"] = "reply"
+    value: Any = None
+
+
+SignalAction = Annotated[Sleep | Pause | Handoff | Finish | Reply, Field(discriminator="action")]
+"""What a signal tool asks the loop to do, discriminated by `action`."""
+
+
+def sleep_tool(name: str = "sleep", *, max_seconds: float = _MAX_SLEEP_SECONDS) -> SignalTool:
+    """The built-in `sleep` signal tool: "check again in N seconds".
+
+    Args:
+        name: Tool name (default `"sleep"`).
+        max_seconds: Longest sleep the model may ask for (default 366 days).
+
+    Returns:
+        A `SignalTool` whose handler returns `Sleep`.
+    """
+    schema = {
+        "type": "object",
+        "properties": {
+            "seconds": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": max_seconds,
+                "description": "How long to wait, in seconds.",
+            },
+            "reason": {"type": "string", "description": "Why you are waiting."},
+        },
+        "required": ["seconds"],
+        "additionalProperties": False,
+    }
+    return signal_tool(
+        name,
+        description="Wait durably for a while, then continue (e.g. check again in 3 days).",
+        parameters=schema,
+        handler=lambda args: Sleep(seconds=args["seconds"], reason=args.get("reason", "")),
+    )
+
+
+def pause_tool(name: str = "pause") -> SignalTool:
+    """The built-in `pause` signal tool: wait until a person resumes the conversation.
+
+    Returns:
+        A `SignalTool` whose handler returns `Pause`.
+    """
+    schema = {
+        "type": "object",
+        "properties": {"reason": {"type": "string", "description": "What you are waiting for."}},
+        "additionalProperties": False,
+    }
+    return signal_tool(
+        name,
+        description="Pause until a person resumes the conversation.",
+        parameters=schema,
+        handler=lambda args: Pause(reason=args.get("reason", "")),
+    )
+
+
+def handoff_tool(agents: Sequence[str] | Mapping[str, str], name: str = "handoff") -> SignalTool:
+    """The built-in `handoff` signal tool.
+
+    Args:
+        agents: Agent configuration names the model may hand off to, or a
+            mapping of name to a description of when to pick it.
+        name: Tool name (default `"handoff"`).
+
+    Returns:
+        A `SignalTool` whose handler returns `Handoff`.
+    """
+    names = list(agents)
+    described = "; ".join(f"{k}: {v}" for k, v in agents.items()) if isinstance(agents, Mapping) else ""
+    schema = {
+        "type": "object",
+        "properties": {
+            "agent": {"type": "string", "enum": names, "description": described or "Agent name."},
+            "reason": {"type": "string", "description": "Why you hand off."},
+        },
+        "required": ["agent"],
+        "additionalProperties": False,
+    }
+    return signal_tool(
+        name,
+        description="Hand the conversation off to another agent.",
+        parameters=schema,
+        handler=lambda args: Handoff(agent=args["agent"], reason=args.get("reason", "")),
+    )
+
+
+def finish_tool(output: Mapping[str, Any] | None = None, name: str = "finish") -> SignalTool:
+    """The built-in `finish` signal tool: end with a structured final output.
+
+    Args:
+        output: JSON Schema of the final output (default: any JSON value).
+        name: Tool name (default `"finish"`).
+
+    Returns:
+        A `SignalTool` with parameters `{"output": <output schema>}` whose
+        handler returns `Finish`.
+    """
+    schema = {
+        "type": "object",
+        "properties": {"output": dict(output) if output is not None else {}},
+        "required": ["output"],
+        "additionalProperties": False,
+    }
+    return signal_tool(
+        name,
+        description="Finish the conversation with its final output.",
+        parameters=schema,
+        handler=lambda args: Finish(output=args["output"]),
+    )

@@ -1,0 +1,235 @@
+"""A provider-neutral transcript: messages, tool calls and tool call outputs.
+
+The transcript is a list of `TranscriptItem`s. An assistant message may carry
+tool calls; each call must be answered by exactly one `ToolCallOutput` before
+the next model request (a *reconciled* transcript). Provider adapters in
+`durable_tools.providers` render it to their wire formats.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
+
+from durable_tools.results import Failure, Ok, ToolCall, cancelled
+
+__all__ = [
+    "AssistantMessage",
+    "ToolCallOutput",
+    "TranscriptItem",
+    "UserMessage",
+    "append_turn",
+    "cancel_all_pending",
+    "find_unanswered_calls",
+    "is_reconciled",
+    "to_tool_call_output",
+]
+
+
+class UserMessage(BaseModel):
+    """A message from the user.
+
+    Attributes:
+        text: The message text.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["user"] = "user"
+    text: str
+
+
+class AssistantMessage(BaseModel):
+    """One model turn: text and/or tool calls.
+
+    Attributes:
+        text: Text the model produced (may be empty when it only calls tools).
+        tool_calls: The tool calls of this turn, in the model's order.
+        provider_items: Provider-executed tool activity inside the turn (web
+            search results, code execution output), kept verbatim so it can be
+            sent back to the same provider.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["assistant"] = "assistant"
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    provider_items: tuple[dict[str, Any], ...] = ()
+
+
+class ToolCallOutput(BaseModel):
+    """The output of one tool call, shaped for the wire.
+
+    Attributes:
+        call_id: The call this answers.
+        tool: The tool name of the call.
+        content: The text the model reads: the JSON of an `Ok` value (strings
+            as they are) or the JSON of a failure `{"error": kind, "reason": …}`.
+        is_error: True for failures (Anthropic's `is_error`).
+        failure_kind: The failure kind, `None` on success.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["tool"] = "tool"
+    call_id: str
+    tool: str
+    content: str
+    is_error: bool = False
+    failure_kind: str | None = None
+
+
+TranscriptItem = Annotated[
+    UserMessage | AssistantMessage | ToolCallOutput, Field(discriminator="role")
+]
+"""One transcript entry, discriminated by `role` (`user`, `assistant`, `tool`)."""
+
+
+def to_tool_call_output(result: Ok | Failure) -> ToolCallOutput:
+    """Convert a structured tool result into its wire-shaped output.
+
+    This is the single conversion used everywhere (executor, durable loop,
+    provider adapters), so every provider sees the same text for a result.
+
+    Args:
+        result: An `Ok` or a `Failure`.
+
+    Returns:
+        A `ToolCallOutput`: for `Ok`, `content` is the value itself when it is
+        a string, else its compact JSON; for `Failure`, `content` is
+        `{"error": kind, "reason": reason}` as JSON and `is_error` is True.
+    """
+    if isinstance(result, Ok):
+        value = result.value
+        content = (
+            value
+            if isinstance(value, str)
+            else json.dumps(to_jsonable_python(value), ensure_ascii=False, separators=(",", ":"))
+        )
+        return ToolCallOutput(call_id=result.call_id, tool=result.tool, content=content)
+    content = json.dumps({"error": result.kind, "reason": result.reason}, ensure_ascii=False)
+    return ToolCallOutput(
+        call_id=result.call_id,
+        tool=result.tool,
+        content=content,
+        is_error=True,
+        failure_kind=result.kind,
+    )
+
+
+def _answered_ids(history: Iterable[TranscriptItem]) -> set[str]:
+    return {item.call_id for item in history if isinstance(item, ToolCallOutput)}
+
+
+def find_unanswered_calls(history: Sequence[TranscriptItem]) -> list[ToolCall]:
+    """List the tool calls in `history` that have no output yet.
+
+    Args:
+        history: The transcript.
+
+    Returns:
+        The unanswered calls, in transcript order.
+    """
+    answered = _answered_ids(history)
+    return [
+        call
+        for item in history
+        if isinstance(item, AssistantMessage)
+        for call in item.tool_calls
+        if call.call_id not in answered
+    ]
+
+
+def is_reconciled(history: Sequence[TranscriptItem]) -> bool:
+    """Whether every tool call has exactly one output and every output a call.
+
+    Args:
+        history: The transcript.
+
+    Returns:
+        True when the transcript can be sent to a model as it is.
+    """
+    call_ids: list[str] = [
+        call.call_id
+        for item in history
+        if isinstance(item, AssistantMessage)
+        for call in item.tool_calls
+    ]
+    output_ids = [item.call_id for item in history if isinstance(item, ToolCallOutput)]
+    return (
+        len(set(call_ids)) == len(call_ids)
+        and len(set(output_ids)) == len(output_ids)
+        and set(call_ids) == set(output_ids)
+    )
+
+
+def cancel_all_pending(
+    history: Sequence[TranscriptItem], reason: str = "cancelled before it started"
+) -> list[TranscriptItem]:
+    """Answer every unanswered call with a `cancelled` failure.
+
+    Each synthesized output is placed right after the outputs already given for
+    its turn, so the transcript stays in the order providers require (outputs
+    follow their assistant message, before the next user message).
+
+    Args:
+        history: The transcript (not modified).
+        reason: The reason recorded in each `cancelled` failure.
+
+    Returns:
+        A new, reconciled transcript.
+    """
+    answered = _answered_ids(history)
+    result: list[TranscriptItem] = []
+    pending: list[ToolCall] = []
+
+    def flush() -> None:
+        result.extend(to_tool_call_output(cancelled(call, reason)) for call in pending)
+        pending.clear()
+
+    for item in history:
+        if not isinstance(item, ToolCallOutput):
+            flush()
+        result.append(item)
+        if isinstance(item, AssistantMessage):
+            pending.extend(c for c in item.tool_calls if c.call_id not in answered)
+    flush()
+    return result
+
+
+def append_turn(
+    history: Sequence[TranscriptItem],
+    turn: AssistantMessage,
+    outputs: Iterable[Ok | Failure | ToolCallOutput],
+) -> list[TranscriptItem]:
+    """Append a model turn and the outputs of its tool calls.
+
+    Args:
+        history: The transcript so far (not modified).
+        turn: The assistant message of the turn.
+        outputs: Results or wire outputs for the turn's calls, in any order;
+            they are appended in the order of the turn's calls.
+
+    Returns:
+        The new transcript.
+
+    Raises:
+        ValueError: An output answers no call of `turn`, or answers one twice.
+    """
+    by_id: dict[str, ToolCallOutput] = {}
+    for output in outputs:
+        wire = output if isinstance(output, ToolCallOutput) else to_tool_call_output(output)
+        if wire.call_id in by_id:
+            raise ValueError(f"two outputs for tool call {wire.call_id!r}")
+        by_id[wire.call_id] = wire
+    ids = {c.call_id for c in turn.tool_calls}
+    stray = sorted(set(by_id) - ids)
+    if stray:
+        raise ValueError(f"outputs answer no call of this turn: {stray}")
+    ordered = [by_id[c.call_id] for c in turn.tool_calls if c.call_id in by_id]
+    return [*history, turn, *ordered]
