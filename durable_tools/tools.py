@@ -52,6 +52,7 @@ __all__ = [
     "dynamic_tool",
     "interaction_tool",
     "is_dynamic",
+    "normalize_run",
     "provider_tool",
     "signal_tool",
     "tool",
@@ -164,10 +165,16 @@ class ToolFailure(Exception):
 def check_tool_name(name: str) -> str:
     """Return `name` if it is a valid tool name.
 
+    Args:
+        name: The candidate name.
+
+    Returns:
+        `name`, unchanged.
+
     Raises:
         InvalidToolName: With a suggestion of a valid name.
     """
-    if not TOOL_NAME_PATTERN.match(name):
+    if not TOOL_NAME_PATTERN.fullmatch(name):
         suggestion = re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:64] or "tool"
         raise InvalidToolName(
             f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-' "
@@ -235,7 +242,17 @@ class _BaseTool:
         return self.parameters.validate(parse_arguments(arguments, max_bytes=max_bytes))
 
     def renamed(self, name: str) -> Self:
-        """A copy of this tool under another name (checked like any name)."""
+        """A copy of this tool under another name.
+
+        Args:
+            name: The new name, checked like any tool name.
+
+        Returns:
+            A tool of the same kind and fields, named `name`.
+
+        Raises:
+            InvalidToolName: `name` is not a valid tool name.
+        """
         return dataclasses.replace(self, name=name)
 
 
@@ -258,6 +275,9 @@ class Tool(_BaseTool):
         retry: Retry policy for exceptions raised by the run.
         failure_mode: See `FailureMode` (default `"return"`).
         dynamic: True when built by `dynamic_tool` (see `is_dynamic`).
+        approval_deadline: Seconds a call may wait for an approval decision
+            before it expires; `None` uses the conversation's deadline
+            (default 7 days).
     """
 
     kind: ClassVar[ToolKind] = "local"
@@ -270,6 +290,7 @@ class Tool(_BaseTool):
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     failure_mode: FailureMode = "return"
     dynamic: bool = False
+    approval_deadline: float | None = None
 
     def requires_approval(self, parsed_input: Any, context: ApprovalContext) -> bool:
         """Evaluate `needs_approval` for one call.
@@ -287,6 +308,12 @@ class Tool(_BaseTool):
 
     def encode_output(self, value: Any) -> Any:
         """Validate and encode a run's output to JSON-compatible data.
+
+        Args:
+            value: What the run returned.
+
+        Returns:
+            JSON-compatible data: encoded by the success schema if there is one.
 
         Raises:
             SchemaViolation: The output does not satisfy the success schema, or
@@ -327,8 +354,10 @@ class ProviderTool(_BaseTool):
     config: dict[str, Any] = field(default_factory=dict[str, Any])
 
     def descriptor(self) -> ToolDescriptor:  # noqa: D102 - documented on the base
-        return super().descriptor().model_copy(
-            update={"provider": self.provider, "provider_config": dict(self.config)}
+        return (
+            super()
+            .descriptor()
+            .model_copy(update={"provider": self.provider, "provider_config": dict(self.config)})
         )
 
 
@@ -383,23 +412,38 @@ def is_dynamic(value: object) -> TypeGuard[Tool]:
     return isinstance(value, Tool) and value.dynamic
 
 
-def _normalize_run(fn: Callable[..., Any]) -> ToolRun:
-    """Turn `fn(input)`, `fn(input, emit)` or `fn(input, emit, ctx)` into a `ToolRun`."""
+def normalize_run(fn: Callable[..., Any]) -> ToolRun:
+    """Turn a run of any accepted shape into a `ToolRun`.
+
+    Accepted shapes: `fn()`, `fn(input)`, `fn(input, emit)` and
+    `fn(input, emit, ctx)`, sync or async; the number of positional parameters
+    decides what is passed. Sync functions run in a worker thread
+    (`asyncio.to_thread`); an awaitable they return is awaited.
+
+    Args:
+        fn: The function.
+
+    Returns:
+        `run(input, emit, ctx)`.
+    """
     try:
-        params = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-        arity = min(len(params), 3)
-    except (TypeError, ValueError):
+        params = inspect.signature(fn).parameters.values()
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            arity = 3
+        else:
+            positional = (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            )
+            arity = min(sum(1 for p in params if p.kind in positional), 3)
+    except (TypeError, ValueError):  # builtins without a signature
         arity = 3
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)
+        type(fn).__call__  # objects with an `async def __call__`
     )
 
     async def run(parsed: Any, emit: Emit, ctx: ToolContext) -> Any:
-        args = (parsed, emit, ctx)[: max(arity, 1)]
+        args = (parsed, emit, ctx)[:arity]
         if is_async:
             return await fn(*args)
         result = await asyncio.to_thread(fn, *args)
@@ -408,6 +452,9 @@ def _normalize_run(fn: Callable[..., Any]) -> ToolRun:
         return result
 
     return run
+
+
+_normalize_run = normalize_run  # the name other modules imported first
 
 
 def _retry_policy(retry: RetryPolicy | int | None) -> RetryPolicy:
@@ -483,7 +530,7 @@ def dynamic_tool(
         parameters=params,
         strict=strict,
         annotations=_annotations(annotations),
-        run=_normalize_run(run),
+        run=normalize_run(run),
         output=compile_schema(output, what=f"output schema of tool {name!r}")
         if output is not None
         else None,
@@ -494,7 +541,6 @@ def dynamic_tool(
         failure_mode=failure_mode,
         dynamic=True,
     )
-
 
 
 def _function_tool(
@@ -514,18 +560,25 @@ def _function_tool(
     tool_name = check_tool_name(name or fn.__name__)
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
     param_docs = {p.arg_name: p.description or "" for p in doc.params}
-    hints = get_type_hints(fn, include_extras=True)
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+    except NameError as exc:
+        raise ConfigurationError(
+            f"@tool {tool_name!r}: cannot resolve a type hint ({exc}); define the types it "
+            "uses at module level, before the function"
+        ) from None
     signature = inspect.signature(fn)
     fields: dict[str, Any] = {}
-    ctx_param: str | None = None
-    emit_param: str | None = None
+    # How to fill each parameter: (its name, positional-only?, "ctx" | "emit" | field name).
+    plan: list[tuple[str, bool, str]] = []
     for param in signature.parameters.values():
         hint = hints.get(param.name, param.annotation)
+        positional_only = param.kind is param.POSITIONAL_ONLY
         if hint is ToolContext:
-            ctx_param = param.name
+            plan.append((param.name, positional_only, "ctx"))
             continue
         if hint == Emit or (param.name == "emit" and hint is inspect.Parameter.empty):
-            emit_param = param.name
+            plan.append((param.name, positional_only, "emit"))
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(
@@ -538,14 +591,20 @@ def _function_tool(
                 "(the hint becomes its JSON Schema)"
             )
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (hint, Field(default, description=param_docs.get(param.name) or None))
+        # Fields get neutral names and the parameter name as alias, so parameters
+        # such as `copy`, `schema` or `model_config` cannot clash with BaseModel.
+        internal = f"p{len(fields)}"
+        fields[internal] = (
+            hint,
+            Field(default, alias=param.name, description=param_docs.get(param.name) or None),
+        )
+        plan.append((param.name, positional_only, internal))
     model_name = "".join(part.capitalize() for part in re.split(r"[_-]", tool_name)) + "Arguments"
     model: type[BaseModel] = create_model(
         model_name, __config__=ConfigDict(extra="forbid"), **fields
     )
     schema = compile_schema(model, what=f"parameters of tool {tool_name!r}")
     schema.json_schema.pop("title", None)
-    field_names = tuple(fields)
     text = description
     if text is None:
         text = "\n\n".join(s for s in (doc.short_description, doc.long_description) if s)
@@ -558,14 +617,22 @@ def _function_tool(
     is_async = inspect.iscoroutinefunction(fn)
 
     async def run(parsed: Any, emit: Emit, ctx: ToolContext) -> Any:
-        kwargs = {n: getattr(parsed, n) for n in field_names}
-        if ctx_param:
-            kwargs[ctx_param] = ctx
-        if emit_param:
-            kwargs[emit_param] = emit
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for param_name, positional_only, source in plan:
+            if source == "ctx":
+                value = ctx
+            elif source == "emit":
+                value = emit
+            else:
+                value = getattr(parsed, source)
+            if positional_only:
+                args.append(value)
+            else:
+                kwargs[param_name] = value
         if is_async:
-            return await fn(**kwargs)
-        return await asyncio.to_thread(functools.partial(fn, **kwargs))
+            return await fn(*args, **kwargs)
+        return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
 
     return Tool(
         name=tool_name,
@@ -627,18 +694,6 @@ def tool(
     callback; neither is shown to the model. A return annotation becomes the
     success schema unless `output` is given. Sync functions run in a thread.
 
-    Example:
-        ```python
-        @tool(timeout=10, retry=5)
-        async def get_weather(city: str, unit: Literal["C", "F"] = "C") -> Weather:
-            '''Current weather for a city.
-
-            Args:
-                city: City name, e.g. "Paris".
-                unit: Temperature unit.
-            '''
-        ```
-
     Args:
         fn: The function (when used as `@tool` without parentheses).
         name: Tool name (default: the function name).
@@ -660,7 +715,19 @@ def tool(
         InvalidToolName: The name is not a valid tool name.
         ConfigurationError: A parameter lacks a type hint or is `*args`/`**kwargs`.
         StrictModeError: `strict=True` and a parameter is optional.
-    """
+
+    Example:
+        ```python
+        @tool(timeout=10, retry=5)
+        async def get_weather(city: str, unit: Literal["C", "F"] = "C") -> Weather:
+            '''Current weather for a city.
+
+            Args:
+                city: City name, e.g. "Paris".
+                unit: Temperature unit.
+            '''
+        ```
+    """  # noqa: D214 - the example's own docstring has an indented "Args:"
 
     def build(f: Callable[..., Any]) -> Tool:
         return _function_tool(
@@ -703,7 +770,9 @@ def provider_tool(
     return ProviderTool(
         name=name,
         description=description,
-        parameters=compile_schema(parameters if parameters is not None else dict(_EMPTY_PARAMETERS)),
+        parameters=compile_schema(
+            parameters if parameters is not None else dict(_EMPTY_PARAMETERS)
+        ),
         provider=provider,
         config=dict(config or {}),
     )
@@ -733,7 +802,9 @@ def signal_tool(
     return SignalTool(
         name=name,
         description=description,
-        parameters=compile_schema(parameters if parameters is not None else dict(_EMPTY_PARAMETERS)),
+        parameters=compile_schema(
+            parameters if parameters is not None else dict(_EMPTY_PARAMETERS)
+        ),
         handler=handler,
         annotations=_annotations(annotations),
     )
@@ -763,11 +834,11 @@ def interaction_tool(
     return InteractionTool(
         name=name,
         description=description,
-        parameters=compile_schema(parameters if parameters is not None else dict(_EMPTY_PARAMETERS)),
+        parameters=compile_schema(
+            parameters if parameters is not None else dict(_EMPTY_PARAMETERS)
+        ),
         answer=compile_schema(answer, what=f"answer schema of tool {name!r}")
         if answer is not None
         else None,
         annotations=_annotations(annotations),
     )
-
-

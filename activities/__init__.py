@@ -1,0 +1,14 @@
+"""Activities of the durable loop: model calls and tool calls. All I/O lives here."""
+
+from __future__ import annotations
+
+from activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX, AgentActivities
+from activities.planning import plan_calls, summarize_call
+
+__all__ = [
+    "MODEL_TURN_ACTIVITY",
+    "TOOL_ACTIVITY_PREFIX",
+    "AgentActivities",
+    "plan_calls",
+    "summarize_call",
+]

@@ -1,0 +1,224 @@
+"""The model activity and the tool activity of the durable loop.
+
+* `model.turn` reads the transcript through a query to the workflow (so the
+  transcript is never recorded as activity input: history grows linearly),
+  calls the model adapter, and plans the turn's calls (`planning.py`).
+* `tool.<name>` (one dynamic activity) runs one tool call. Its activity type
+  names the tool, so `temporal workflow show` reads like the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from pydantic_core import to_json
+from temporalio import activity
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+from activities.planning import plan_calls
+from durable_tools.conversation import (
+    ModelRequest,
+    ModelTurn,
+    ModelTurnRequest,
+    ToolActivityInput,
+    ToolActivityResult,
+    TranscriptSlice,
+)
+from durable_tools.descriptor import descriptors_digest
+from durable_tools.executor import encode_result, prepare_call
+from durable_tools.results import Failure, ToolCall, failed
+from durable_tools.testing import ModelAdapter
+from durable_tools.toolkit import Toolkit
+from durable_tools.tools import ToolContext, ToolFailure
+from durable_tools.transcript import AssistantMessage, TranscriptItem
+
+__all__ = ["MODEL_TURN_ACTIVITY", "TOOL_ACTIVITY_PREFIX", "AgentActivities"]
+
+MODEL_TURN_ACTIVITY: Final[str] = "model.turn"
+"""Activity type of the model request."""
+
+TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
+"""Tool activities are named `tool.<tool name>`."""
+
+TRANSCRIPT_QUERY: Final[str] = "transcript_slice"
+
+# Temporal rejects payloads over 2 MiB; stay well below for the whole turn.
+_MAX_TURN_ARGUMENT_BYTES: Final[int] = 1_500_000
+
+
+class AgentActivities:
+    """Activities bound to the toolkits and model adapters of one worker.
+
+    Args:
+        toolkits: Toolkits by the name conversations refer to.
+        models: Model adapters by name.
+    """
+
+    def __init__(self, toolkits: Mapping[str, Toolkit], models: Mapping[str, ModelAdapter]) -> None:
+        self.toolkits = dict(toolkits)
+        self.models = dict(models)
+
+    def _toolkit(self, name: str) -> Toolkit:
+        try:
+            return self.toolkits[name]
+        except KeyError:
+            raise ApplicationError(
+                f"no toolkit named {name!r} on this worker (registered: {sorted(self.toolkits)})",
+                type="ConfigurationError",
+                non_retryable=True,
+            ) from None
+
+    async def _transcript(self, request: ModelTurnRequest) -> list[TranscriptItem]:
+        if request.transcript is not None:
+            return request.transcript
+        handle = activity.client().get_workflow_handle(request.workflow_id, run_id=request.run_id)
+        items: list[TranscriptItem] = await handle.query(
+            TRANSCRIPT_QUERY, TranscriptSlice(upto=request.upto), result_type=list[TranscriptItem]
+        )
+        return items
+
+    @activity.defn(name=MODEL_TURN_ACTIVITY)
+    async def model_turn(self, request: ModelTurnRequest) -> ModelTurn:
+        """Call the model for one turn and plan its tool calls.
+
+        Raises:
+            ApplicationError: Non-retryable, when the toolkit or model named by
+                the agent configuration is not registered on this worker.
+        """
+        toolkit = self._toolkit(request.agent.toolkit)
+        model = self.models.get(request.agent.model)
+        if model is None:
+            raise ApplicationError(
+                f"no model named {request.agent.model!r} on this worker "
+                f"(registered: {sorted(self.models)})",
+                type="ConfigurationError",
+                non_retryable=True,
+            )
+        transcript = await self._transcript(request)
+        descriptors = toolkit.descriptors()
+        digest = descriptors_digest(descriptors)
+        message = await model(
+            ModelRequest(
+                model=request.agent.model,
+                instructions=request.agent.instructions,
+                transcript=transcript,
+                tools=descriptors,
+                turn=request.turn,
+                workflow_id=request.workflow_id,
+            )
+        )
+        message = _unique_call_ids(message, transcript)
+        message = _bound_arguments(message)
+        plans = plan_calls(toolkit, message.tool_calls, [*transcript, message])
+        return ModelTurn(
+            message=message,
+            plans=plans,
+            descriptors=None if digest == request.known_digest else descriptors,
+            digest=digest,
+        )
+
+    @activity.defn(dynamic=True)
+    async def tool_call(self, args: Sequence[RawValue]) -> ToolActivityResult:
+        """Run one tool call (activity type `tool.<name>`).
+
+        Exceptions raised by the run propagate so Temporal retries them with
+        the tool's retry policy; the workflow turns exhausted retries into a
+        Failure. Input validation failures, `ToolFailure`s and oversized
+        results are returned as Failures and never retried.
+        """
+        info = activity.info()
+        if not info.activity_type.startswith(TOOL_ACTIVITY_PREFIX):
+            raise ApplicationError(
+                f"unknown activity type {info.activity_type!r}",
+                type="ConfigurationError",
+                non_retryable=True,
+            )
+        request = activity.payload_converter().from_payload(args[0].payload, ToolActivityInput)
+        call = request.call
+        prepared = prepare_call(self._toolkit(request.toolkit), call)
+        if isinstance(prepared, Failure):
+            return ToolActivityResult(result=prepared)
+        context = ToolContext(
+            call_id=call.call_id,
+            tool=call.name,
+            idempotency_key=request.idempotency_key,
+            attempt=info.attempt,
+        )
+        try:
+            value = await prepared.tool.run(prepared.input, _heartbeat_emitter(), context)
+        except ToolFailure as exc:
+            if exc.retryable:
+                raise ApplicationError(exc.reason, type=exc.kind) from exc
+            return ToolActivityResult(result=failed(call, exc.kind, exc.reason))
+        result = encode_result(prepared, value)
+        size = len(to_json(result.model_dump(mode="json")))
+        if size > request.max_result_bytes:
+            result = failed(
+                call,
+                "output_too_large",
+                f"the result is {size} bytes, over the limit of {request.max_result_bytes} bytes "
+                "(Temporal's payload limit is 2 MiB); ask for less data, e.g. a page or a summary",
+            )
+        return ToolActivityResult(result=result)
+
+
+def _heartbeat_emitter() -> Any:
+    """Progress events become activity heartbeats (visible in `describe`)."""
+    loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
+
+    def emit(event: Any) -> None:
+        if threading.get_ident() == loop_thread:
+            activity.heartbeat(event)
+        else:
+            loop.call_soon_threadsafe(activity.heartbeat, event)
+
+    return emit
+
+
+def _unique_call_ids(message: AssistantMessage, transcript: Sequence[TranscriptItem]) -> AssistantMessage:
+    """Rename call ids the conversation already used, so each id has one output."""
+    seen = {
+        c.call_id
+        for item in transcript
+        if isinstance(item, AssistantMessage)
+        for c in item.tool_calls
+    }
+    calls: list[ToolCall] = []
+    changed = False
+    for c in message.tool_calls:
+        call_id, n = c.call_id or "call", 1
+        while call_id in seen:
+            n += 1
+            call_id = f"{c.call_id}~{n}"
+        seen.add(call_id)
+        changed |= call_id != c.call_id
+        calls.append(c if call_id == c.call_id else c.model_copy(update={"call_id": call_id}))
+    return message.model_copy(update={"tool_calls": tuple(calls)}) if changed else message
+
+
+def _bound_arguments(message: AssistantMessage) -> AssistantMessage:
+    """Keep a turn under Temporal's payload limit by blanking the largest arguments.
+
+    A blanked call keeps its id and name; its arguments become a JSON string
+    the executor rejects as `input_validation_error` with the original size.
+    """
+    sizes = sorted(
+        ((len(c.arguments.encode()), i) for i, c in enumerate(message.tool_calls)), reverse=True
+    )
+    total = sum(s for s, _ in sizes)
+    if total <= _MAX_TURN_ARGUMENT_BYTES:
+        return message
+    calls = list(message.tool_calls)
+    for size, i in sizes:
+        if total <= _MAX_TURN_ARGUMENT_BYTES:
+            break
+        marker = json.dumps(f"arguments of {size} bytes dropped: over the turn limit")
+        calls[i] = calls[i].model_copy(update={"arguments": marker})
+        total -= size
+    return message.model_copy(update={"tool_calls": tuple(calls)})

@@ -1,0 +1,133 @@
+"""Planning a model turn's tool calls on the worker.
+
+Planning needs the toolkit's code (pydantic decoders, `needs_approval`
+functions, signal-tool handlers), so it runs inside the model activity and its
+result is recorded in workflow history: replay never re-runs application code,
+and a toolkit changed between runs cannot make an old history diverge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from durable_tools.approvals import arguments_hash
+from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES, ArgumentsError, parse_arguments
+from durable_tools.conversation import PlannedCall
+from durable_tools.executor import prepare_call
+from durable_tools.results import Failure, ToolCall, failed
+from durable_tools.schema import SchemaViolation
+from durable_tools.signals import SignalAction
+from durable_tools.toolkit import Toolkit
+from durable_tools.tools import ApprovalContext, InteractionTool, SignalTool
+from durable_tools.transcript import TranscriptItem
+
+__all__ = ["plan_calls", "summarize_call"]
+
+_SUMMARY_LIMIT = 120
+_ACTION = TypeAdapter[Any](SignalAction)
+
+
+def summarize_call(call: ToolCall, limit: int = _SUMMARY_LIMIT) -> str:
+    """A readable one-line summary `name(arg=…, …)`, truncated to `limit` characters.
+
+    Args:
+        call: The call.
+        limit: Maximum length in characters (default 120).
+
+    Returns:
+        E.g. `get_weather(city='Paris')`; unparseable arguments are shown raw.
+    """
+    try:
+        args = parse_arguments(call.arguments)
+        inner = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    except ArgumentsError:
+        inner = call.arguments
+    text = f"{call.name}({inner})"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def plan_calls(
+    toolkit: Toolkit,
+    calls: Sequence[ToolCall],
+    transcript: Sequence[TranscriptItem],
+    *,
+    max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+) -> list[PlannedCall]:
+    """Plan each call of a turn: kind, early failure, approval, options.
+
+    Never raises for model input: unknown tools, invalid arguments and
+    exceptions in `needs_approval` or signal handlers become failures.
+
+    Args:
+        toolkit: The toolkit the model saw.
+        calls: The turn's calls.
+        transcript: The transcript the model saw (for `needs_approval`).
+        max_argument_bytes: Size limit of argument text (default 1 MiB).
+
+    Returns:
+        One `PlannedCall` per call, in order.
+    """
+    history = tuple(transcript)
+    return [_plan(toolkit, call, history, max_argument_bytes) for call in calls]
+
+
+def _plan(
+    toolkit: Toolkit, call: ToolCall, history: tuple[Any, ...], max_argument_bytes: int
+) -> PlannedCall:
+    base: dict[str, Any] = {
+        "call": call,
+        "arguments_hash": arguments_hash(call.arguments),
+        "summary": summarize_call(call),
+    }
+    found = toolkit.tools.get(call.name)
+    if isinstance(found, SignalTool | InteractionTool):
+        try:
+            parsed = found.decode(call.arguments, max_bytes=max_argument_bytes)
+        except (ArgumentsError, SchemaViolation) as exc:
+            reason = f"invalid arguments for {call.name}: {exc}"
+            return PlannedCall(
+                **base, kind=found.kind, failure=failed(call, "input_validation_error", reason)
+            )
+        if isinstance(found, InteractionTool):
+            answer = found.answer.json_schema if found.answer is not None else None
+            return PlannedCall(**base, kind="interaction", answer_schema=answer)
+        if found.handler is None:
+            reason = f"signal tool {call.name!r} has no handler on this worker"
+            return PlannedCall(**base, kind="signal", failure=failed(call, "execution_error", reason))
+        try:
+            action = _ACTION.validate_python(found.handler(parsed))
+        except Exception as exc:
+            reason = f"{call.name} could not be interpreted: {type(exc).__name__}: {exc}"
+            return PlannedCall(**base, kind="signal", failure=failed(call, "execution_error", reason))
+        return PlannedCall(**base, kind="signal", action=action)
+
+    prepared = prepare_call(toolkit, call, max_argument_bytes=max_argument_bytes)
+    if isinstance(prepared, Failure):
+        kind = "unknown" if found is None else found.kind
+        return PlannedCall(**base, kind=kind, failure=prepared)
+    tool = prepared.tool
+    try:
+        gated = tool.requires_approval(
+            prepared.input,
+            ApprovalContext(call_id=call.call_id, tool=call.name, transcript=history),
+        )
+    except Exception as exc:
+        reason = f"needs_approval raised {type(exc).__name__}: {exc}"
+        return PlannedCall(**base, kind="local", failure=failed(call, "execution_error", reason))
+    retry = tool.retry
+    return PlannedCall(
+        **base,
+        kind="local",
+        needs_approval=gated,
+        approval_deadline=tool.approval_deadline,
+        timeout=tool.timeout,
+        heartbeat_timeout=tool.heartbeat_timeout,
+        max_attempts=retry.max_attempts,
+        initial_interval=retry.initial_interval,
+        backoff_coefficient=retry.backoff_coefficient,
+        maximum_interval=retry.maximum_interval,
+        non_retryable_error_types=list(retry.non_retryable_error_types),
+    )

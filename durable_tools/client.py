@@ -1,0 +1,274 @@
+"""Client API: start conversations, decide, answer, send, inspect, by workflow id.
+
+Every method takes the workflow id (and call id), never a handle, so a
+stateless web backend can serve a UI with it. Decisions and answers go as
+signals by default (durable: the server stores them even when no worker runs);
+`wait=True` sends the validated update instead and raises `DecisionRejected`
+at once when it fails its checks.
+
+Example:
+    ```python
+    client = await Client.connect("localhost:7233", plugins=[DurableToolsPlugin(...)])
+    conversations = Conversations(client, task_queue="agents")
+    await conversations.start("ticket-42", agent=AgentConfig(model="gpt", toolkit="support"),
+                              message="Refund order 1234")
+    for approval in (await conversations.pending("ticket-42")).approvals:
+        await conversations.approve("ticket-42", approval.call_id,
+                                    arguments_hash=approval.arguments_hash, decided_by="ana")
+    ```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+
+from durable_tools.approvals import Decision
+from durable_tools.conversation import (
+    AgentConfig,
+    Answer,
+    ConversationInput,
+    ConversationOptions,
+    ConversationResult,
+    ConversationStatus,
+    DecisionReceipt,
+    PendingState,
+    Resume,
+    SendMessage,
+)
+from durable_tools.errors import ConfigurationError, DecisionRejected
+from durable_tools.transcript import TranscriptItem
+
+__all__ = ["WORKFLOW_TYPE", "Conversations"]
+
+WORKFLOW_TYPE = "AgentWorkflow"
+"""Workflow type name of a conversation."""
+
+
+class Conversations:
+    """Conversations on one Temporal namespace and task queue.
+
+    Args:
+        client: A connected Temporal client. It must use the pydantic data
+            converter (connect with `DurableToolsPlugin`, or pass
+            `data_converter=pydantic_data_converter`).
+        task_queue: Task queue the durable-tools worker polls.
+    """
+
+    def __init__(self, client: Client, *, task_queue: str) -> None:
+        self.client = client
+        self.task_queue = task_queue
+
+    def _handle(self, workflow_id: str) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(workflow_id)
+
+    async def start(
+        self,
+        workflow_id: str,
+        *,
+        agent: AgentConfig,
+        message: str | None = None,
+        handoffs: Sequence[AgentConfig] = (),
+        options: ConversationOptions | None = None,
+        summary: str | None = None,
+    ) -> WorkflowHandle[Any, ConversationResult]:
+        """Start a conversation, or return the running one with the same id.
+
+        Starting twice with the same id is safe: the second call attaches to
+        the running conversation (`WorkflowIDConflictPolicy.USE_EXISTING`) and
+        its `message` is NOT sent again; use `send` for further messages.
+
+        Args:
+            workflow_id: Caller-chosen id (e.g. `"ticket-42"`).
+            agent: The agent configuration to start with.
+            message: The first user message (optional: the conversation can
+                start idle and wait for `send`).
+            handoffs: Other agent configurations `handoff` may switch to.
+            options: Limits and deadlines (defaults: `ConversationOptions()`).
+            summary: Shown in the Temporal UI and `temporal workflow describe`.
+
+        Returns:
+            The workflow handle.
+
+        Raises:
+            ConfigurationError: Two agent configurations share a name.
+        """
+        agents: dict[str, AgentConfig] = {}
+        for config in (agent, *handoffs):
+            if config.name in agents:
+                raise ConfigurationError(f"two agent configurations are named {config.name!r}")
+            agents[config.name] = config
+        conversation = ConversationInput(
+            agents=agents,
+            agent=agent.name,
+            messages=[message] if message else [],
+            options=options or ConversationOptions(),
+        )
+        return await self.client.start_workflow(
+            WORKFLOW_TYPE,
+            conversation,
+            id=workflow_id,
+            task_queue=self.task_queue,
+            result_type=ConversationResult,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=summary or f"conversation with {agent.name} ({agent.model})",
+        )
+
+    async def send(self, workflow_id: str, text: str, *, sent_by: str = "") -> None:
+        """Send a user message (signal; durable even with no worker running)."""
+        await self._handle(workflow_id).signal("send", SendMessage(text=text, sent_by=sent_by))
+
+    async def resume(
+        self, workflow_id: str, message: str = "resumed", *, resumed_by: str = ""
+    ) -> None:
+        """Resume a conversation paused by the `pause` signal tool."""
+        await self._handle(workflow_id).signal(
+            "resume", Resume(message=message, resumed_by=resumed_by)
+        )
+
+    async def _hash_for(self, workflow_id: str, call_id: str, *, interaction: bool) -> str:
+        pending = await self.pending(workflow_id)
+        items = pending.interactions if interaction else pending.approvals
+        for item in items:
+            if item.call_id == call_id:
+                return item.arguments_hash
+        what = "an answer" if interaction else "a decision"
+        raise DecisionRejected(f"call {call_id!r} of {workflow_id!r} is not waiting for {what}")
+
+    async def decide(
+        self,
+        workflow_id: str,
+        call_id: str,
+        *,
+        approved: bool,
+        arguments_hash: str | None = None,
+        decided_by: str = "",
+        reason: str = "",
+        wait: bool = False,
+    ) -> DecisionReceipt | None:
+        """Send a decision on an approval-gated call.
+
+        Args:
+            workflow_id: The conversation.
+            call_id: The call.
+            approved: Run it (True) or deny it (False).
+            arguments_hash: The `arguments_hash` of the arguments the decider
+                saw (from `pending`). `None` looks it up now with the `pending`
+                query, which needs a running worker; pass it explicitly to
+                decide while no worker runs.
+            decided_by: Who decided.
+            reason: Why (a denial's reason reaches the model).
+            wait: Send the `decide_now` update and wait for its acceptance
+                instead of the `decide` signal.
+
+        Returns:
+            The receipt with `wait=True`, else `None`.
+
+        Raises:
+            DecisionRejected: With `wait=True` (or when looking up the hash),
+                the call is unknown, already decided, or the hash does not match.
+        """
+        digest = arguments_hash or await self._hash_for(workflow_id, call_id, interaction=False)
+        decision = Decision(
+            call_id=call_id,
+            approved=approved,
+            arguments_hash=digest,
+            decided_by=decided_by,
+            decided_at=datetime.now(UTC),
+            reason=reason,
+        )
+        handle = self._handle(workflow_id)
+        if not wait:
+            await handle.signal("decide", decision)
+            return None
+        return await _update(handle, "decide_now", decision)
+
+    async def approve(
+        self, workflow_id: str, call_id: str, **kwargs: Any
+    ) -> DecisionReceipt | None:
+        """`decide(..., approved=True)`; see `decide` for the keyword arguments."""
+        return await self.decide(workflow_id, call_id, approved=True, **kwargs)
+
+    async def deny(self, workflow_id: str, call_id: str, **kwargs: Any) -> DecisionReceipt | None:
+        """`decide(..., approved=False)`; see `decide` for the keyword arguments."""
+        return await self.decide(workflow_id, call_id, approved=False, **kwargs)
+
+    async def answer(
+        self,
+        workflow_id: str,
+        call_id: str,
+        value: Any,
+        *,
+        arguments_hash: str | None = None,
+        answered_by: str = "",
+        wait: bool = False,
+    ) -> DecisionReceipt | None:
+        """Answer an interaction tool call.
+
+        Args:
+            workflow_id: The conversation.
+            call_id: The call.
+            value: The answer (JSON), checked against the tool's answer schema.
+            arguments_hash: As in `decide`.
+            answered_by: Who answered.
+            wait: Use the validated `answer_now` update.
+
+        Returns:
+            The receipt with `wait=True`, else `None`.
+
+        Raises:
+            DecisionRejected: With `wait=True`, an unknown call, a second
+                answer, a hash mismatch or an answer violating the schema.
+        """
+        digest = arguments_hash or await self._hash_for(workflow_id, call_id, interaction=True)
+        answer = Answer(
+            call_id=call_id,
+            value=value,
+            arguments_hash=digest,
+            answered_by=answered_by,
+            answered_at=datetime.now(UTC),
+        )
+        handle = self._handle(workflow_id)
+        if not wait:
+            await handle.signal("answer", answer)
+            return None
+        return await _update(handle, "answer_now", answer)
+
+    async def pending(self, workflow_id: str) -> PendingState:
+        """What the conversation waits for (query; needs a running worker)."""
+        return await self._handle(workflow_id).query("pending", result_type=PendingState)
+
+    async def history(self, workflow_id: str) -> list[TranscriptItem]:
+        """The transcript (query; needs a running worker)."""
+        return await self._handle(workflow_id).query("history", result_type=list[TranscriptItem])
+
+    async def status(self, workflow_id: str) -> ConversationStatus:
+        """What the loop is doing (query; needs a running worker)."""
+        return await self._handle(workflow_id).query("status", result_type=ConversationStatus)
+
+    async def result(self, workflow_id: str) -> ConversationResult:
+        """Wait for the conversation to end and return its result.
+
+        Follows continue-as-new runs to the final one.
+        """
+        handle = self.client.get_workflow_handle(workflow_id, result_type=ConversationResult)
+        return await handle.result()
+
+    async def cancel(self, workflow_id: str) -> None:
+        """Cancel the conversation; open calls are answered `cancelled` or `interrupted`."""
+        await self._handle(workflow_id).cancel()
+
+
+async def _update(handle: WorkflowHandle[Any, Any], name: str, arg: Any) -> DecisionReceipt:
+    try:
+        return await handle.execute_update(name, arg, result_type=DecisionReceipt)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == "DecisionRejected":
+            raise DecisionRejected(cause.message) from exc
+        raise

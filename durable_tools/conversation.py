@@ -1,0 +1,473 @@
+"""The data a durable conversation exchanges: inputs, decisions, answers, queries.
+
+Every workflow input, signal, update and query of `AgentWorkflow` takes one of
+these pydantic models and returns one, so fields can be added without breaking
+recorded histories (Temporal's samples-python habit). They are shared by the
+workflow, the activities and `durable_tools.client`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from durable_tools.approvals import Decision
+from durable_tools.descriptor import ToolDescriptor
+from durable_tools.results import Failure, ToolCall, ToolResult
+from durable_tools.signals import SignalAction
+from durable_tools.transcript import AssistantMessage, TranscriptItem
+
+__all__ = [
+    "DEFAULT_APPROVAL_DEADLINE",
+    "DEFAULT_IDLE_TIMEOUT",
+    "AgentConfig",
+    "Answer",
+    "CarriedState",
+    "ConversationInput",
+    "ConversationOptions",
+    "ConversationResult",
+    "ConversationStatus",
+    "DecisionReceipt",
+    "ModelRequest",
+    "ModelTurn",
+    "ModelTurnRequest",
+    "PendingApproval",
+    "PendingInteraction",
+    "PendingState",
+    "PlannedCall",
+    "RejectedDecision",
+    "Resume",
+    "SendMessage",
+    "ToolActivityInput",
+    "ToolActivityResult",
+    "TranscriptSlice",
+]
+
+DEFAULT_APPROVAL_DEADLINE: float = 7 * 24 * 3600.0
+"""Seconds an approval or interaction may wait before it expires (7 days)."""
+
+DEFAULT_IDLE_TIMEOUT: float = 7 * 24 * 3600.0
+"""Seconds a conversation waits for the next user message before it ends (7 days)."""
+
+
+class AgentConfig(BaseModel):
+    """One agent configuration a conversation can run under.
+
+    Attributes:
+        name: The configuration's name (what `handoff` refers to).
+        instructions: System instructions for the model.
+        model: Name of a model adapter registered on the worker.
+        toolkit: Name of a toolkit registered on the worker.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = "default"
+    instructions: str = ""
+    model: str
+    toolkit: str
+
+
+class ConversationOptions(BaseModel):
+    """Limits and deadlines of one conversation.
+
+    Attributes:
+        approval_deadline: Seconds an approval or interaction waits before it
+            expires, unless the tool sets its own (default 7 days).
+        idle_timeout: Seconds to wait for the next user message before the
+            conversation completes (default 7 days).
+        max_concurrent_tool_calls: Most tool activities pending at once
+            (default 100; Temporal wedges a workflow at 2,000 pending
+            activities and recommends at most 500).
+        max_model_turns: Model requests before the conversation stops with
+            status `turn_limit` (default 1,000), a guard against loops.
+        continue_as_new_after_turns: Continue-as-new after this many model
+            turns in one run even if Temporal does not suggest it yet (`None`:
+            only when `is_continue_as_new_suggested()`).
+        model_timeout: Start-to-close seconds of one model request (default 300).
+        search_attributes: Upsert the `DurableToolsPendingCount` /
+            `DurableToolsPendingKinds` search attributes (they must be
+            registered on the namespace; see docs/operations.md).
+        transcript_in_activity_input: Pass the whole transcript as the model
+            activity's input instead of reading it through a query. History
+            then grows with the square of the conversation: only for
+            comparison (bench/history_growth.py).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    approval_deadline: float = DEFAULT_APPROVAL_DEADLINE
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    max_concurrent_tool_calls: int = Field(default=100, ge=1, le=1000)
+    max_model_turns: int = Field(default=1000, ge=1)
+    continue_as_new_after_turns: int | None = Field(default=None, ge=1)
+    model_timeout: float = 300.0
+    search_attributes: bool = True
+    transcript_in_activity_input: bool = False
+
+
+class PendingApproval(BaseModel):
+    """A tool call waiting for a person's decision.
+
+    Attributes:
+        call_id: The call.
+        tool: Its tool name.
+        arguments: The raw argument text, as the model sent it.
+        arguments_hash: What a decision must carry (`arguments_hash`).
+        summary: `tool(arg=…)`, truncated, for a UI.
+        requested_at: When the call started waiting (workflow time, UTC).
+        deadline: When it expires.
+    """
+
+    call_id: str
+    tool: str
+    arguments: str
+    arguments_hash: str
+    summary: str
+    requested_at: datetime
+    deadline: datetime
+
+
+class PendingInteraction(BaseModel):
+    """A call of an interaction tool waiting for an answer.
+
+    Attributes:
+        call_id: The call.
+        tool: Its tool name.
+        arguments: The raw argument text (the question).
+        arguments_hash: What an answer must carry.
+        answer_schema: JSON Schema the answer must satisfy (`None`: any).
+        requested_at: When the call started waiting.
+        deadline: When it expires.
+    """
+
+    call_id: str
+    tool: str
+    arguments: str
+    arguments_hash: str
+    answer_schema: dict[str, Any] | None = None
+    requested_at: datetime
+    deadline: datetime
+
+
+class RejectedDecision(BaseModel):
+    """A decision or answer that failed its checks (recorded, never applied).
+
+    Attributes:
+        call_id: The call it named.
+        reason: Why it was rejected.
+        decided_by: Who sent it.
+        received_at: When the workflow received it.
+    """
+
+    call_id: str
+    reason: str
+    decided_by: str = ""
+    received_at: datetime
+
+
+class PendingState(BaseModel):
+    """What a conversation waits for (the `pending` query).
+
+    Attributes:
+        approvals: Calls waiting for a decision.
+        interactions: Calls waiting for an answer.
+        paused: The reason, when a `pause` signal tool waits for `resume`.
+        rejected: Decisions and answers that failed their checks (latest 100).
+    """
+
+    approvals: list[PendingApproval] = Field(default_factory=list[PendingApproval])
+    interactions: list[PendingInteraction] = Field(default_factory=list[PendingInteraction])
+    paused: str | None = None
+    rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
+
+
+class Answer(BaseModel):
+    """An answer to an interaction tool call.
+
+    Attributes:
+        call_id: The call answered.
+        value: The answer (JSON), validated against the tool's answer schema.
+        arguments_hash: `arguments_hash` of the question the answerer saw.
+        answered_by: Who answered.
+        answered_at: When, as the answerer's clock says.
+    """
+
+    call_id: str
+    value: Any = None
+    arguments_hash: str
+    answered_by: str = ""
+    answered_at: datetime | None = None
+
+
+class SendMessage(BaseModel):
+    """A user message for the conversation (the `send` signal).
+
+    Attributes:
+        text: The message.
+        sent_by: Who sent it.
+    """
+
+    text: str
+    sent_by: str = ""
+
+
+class Resume(BaseModel):
+    """Resume a conversation paused by the `pause` signal tool.
+
+    Attributes:
+        message: Given to the model as the output of the `pause` call.
+        resumed_by: Who resumed it.
+    """
+
+    message: str = "resumed"
+    resumed_by: str = ""
+
+
+class DecisionReceipt(BaseModel):
+    """What the `decide` / `answer_now` updates return.
+
+    Attributes:
+        call_id: The call.
+        accepted: Always True (a rejected update raises instead).
+        state: `"queued"`: the call will run or be answered on the next
+            workflow task.
+    """
+
+    call_id: str
+    accepted: bool = True
+    state: str = "queued"
+
+
+class PlannedCall(BaseModel):
+    """One call of a model turn, planned on the worker (recorded in history).
+
+    Attributes:
+        call: The call.
+        kind: The tool's kind, or `"unknown"`.
+        failure: Set when the call is answered before it runs (unknown tool,
+            invalid arguments, provider tool).
+        needs_approval: Whether it waits for a decision.
+        approval_deadline: Seconds it may wait (tool override), or `None`.
+        arguments_hash: `arguments_hash(call.arguments)`.
+        summary: `tool(arg=…)`, truncated, shown as the activity summary.
+        timeout: Start-to-close seconds of one attempt (local tools).
+        heartbeat_timeout: Heartbeat timeout in seconds (local tools).
+        max_attempts: Attempts including the first (local tools).
+        initial_interval: Seconds before the first retry.
+        backoff_coefficient: Multiplier between retries.
+        maximum_interval: Cap on the retry interval, seconds.
+        non_retryable_error_types: Error type names never retried.
+        action: The decoded action of a signal tool.
+        answer_schema: The answer schema of an interaction tool.
+    """
+
+    call: ToolCall
+    kind: Literal["local", "provider", "signal", "interaction", "unknown"]
+    failure: Failure | None = None
+    needs_approval: bool = False
+    approval_deadline: float | None = None
+    arguments_hash: str
+    summary: str
+    timeout: float | None = None
+    heartbeat_timeout: float | None = None
+    max_attempts: int = 1
+    initial_interval: float = 1.0
+    backoff_coefficient: float = 2.0
+    maximum_interval: float = 60.0
+    non_retryable_error_types: list[str] = Field(default_factory=list[str])
+    action: SignalAction | None = None
+    answer_schema: dict[str, Any] | None = None
+
+
+class TranscriptSlice(BaseModel):
+    """Argument of the `transcript_slice` query the model activity uses.
+
+    Attributes:
+        upto: Number of transcript items to return (from the start).
+    """
+
+    upto: int
+
+
+class ModelTurnRequest(BaseModel):
+    """Input of the model activity (small: it never holds the transcript).
+
+    Attributes:
+        workflow_id: The conversation's workflow id.
+        run_id: The run whose transcript to read.
+        turn: The model turn number in the conversation (from 1).
+        upto: How many transcript items the model sees.
+        agent: The agent configuration of this turn.
+        known_digest: Digest of the descriptors the workflow already recorded;
+            the activity returns descriptors only when they differ.
+        transcript: The whole transcript, only when
+            `ConversationOptions.transcript_in_activity_input` is set.
+    """
+
+    workflow_id: str
+    run_id: str
+    turn: int
+    upto: int
+    agent: AgentConfig
+    known_digest: str = ""
+    transcript: list[TranscriptItem] | None = None
+
+
+class ModelTurn(BaseModel):
+    """Result of the model activity: the turn and the plan of its calls.
+
+    Attributes:
+        message: The model's turn.
+        plans: One `PlannedCall` per tool call, in order.
+        descriptors: The descriptors the model saw, when they changed.
+        digest: Digest of the descriptors the model saw.
+    """
+
+    message: AssistantMessage
+    plans: list[PlannedCall] = Field(default_factory=list[PlannedCall])
+    descriptors: list[ToolDescriptor] | None = None
+    digest: str = ""
+
+
+class ModelRequest(BaseModel):
+    """What a model adapter receives.
+
+    Attributes:
+        model: The model name from the agent configuration.
+        instructions: System instructions.
+        transcript: The reconciled transcript.
+        tools: The descriptors to offer.
+        turn: The model turn number (from 1).
+        workflow_id: The conversation's workflow id.
+    """
+
+    model: str
+    instructions: str = ""
+    transcript: list[TranscriptItem]
+    tools: list[ToolDescriptor]
+    turn: int = 1
+    workflow_id: str = ""
+
+
+class ToolActivityInput(BaseModel):
+    """Input of a tool activity (activity type `tool.<name>`).
+
+    Attributes:
+        toolkit: Registered toolkit name.
+        call: The call.
+        workflow_id: The conversation's workflow id.
+        idempotency_key: `"{workflow_id}/{call_id}"`, stable across retries,
+            worker restarts and continue-as-new.
+        max_result_bytes: Results larger than this (JSON bytes) become Failure
+            `output_too_large` instead of an oversized payload.
+    """
+
+    toolkit: str
+    call: ToolCall
+    workflow_id: str
+    idempotency_key: str
+    max_result_bytes: int = 1_500_000
+
+
+class CarriedState(BaseModel):
+    """State carried across continue-as-new.
+
+    Attributes:
+        transcript: The reconciled transcript.
+        inbox: User messages not yet given to the model.
+        agent: Current agent configuration name.
+        turns: Model turns so far in the conversation.
+        descriptors: Descriptors the model saw last.
+        digest: Their digest.
+        early_decisions: Decisions that arrived before their call was pending.
+        early_answers: Answers that arrived before their call was pending.
+        rejected: Rejected decisions (latest 100).
+        runs: Runs so far (continue-as-new count + 1).
+    """
+
+    transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
+    inbox: list[SendMessage] = Field(default_factory=list[SendMessage])
+    agent: str
+    turns: int = 0
+    descriptors: list[ToolDescriptor] = Field(default_factory=list[ToolDescriptor])
+    digest: str = ""
+    early_decisions: dict[str, Decision] = Field(default_factory=dict[str, Decision])
+    early_answers: dict[str, Answer] = Field(default_factory=dict[str, Answer])
+    rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
+    runs: int = 1
+
+
+class ConversationInput(BaseModel):
+    """Input of `AgentWorkflow`.
+
+    Attributes:
+        agents: Agent configurations by name (at least the starting one).
+        agent: Name of the configuration to start with.
+        messages: Initial user messages.
+        options: Limits and deadlines.
+        state: Carried state after continue-as-new (`None` on the first run).
+    """
+
+    agents: dict[str, AgentConfig]
+    agent: str
+    messages: list[str] = Field(default_factory=list[str])
+    options: ConversationOptions = Field(default_factory=ConversationOptions)
+    state: CarriedState | None = None
+
+
+class ConversationStatus(BaseModel):
+    """The `status` query.
+
+    Attributes:
+        state: What the loop is doing: `idle`, `model`, `tools`, `waiting`,
+            `sleeping`, `paused`, `finished`, `cancelled`.
+        agent: Current agent configuration name.
+        turns: Model turns so far.
+        runs: Workflow runs so far (continue-as-new + 1).
+        pending_approvals: Calls waiting for a decision.
+        pending_interactions: Calls waiting for an answer.
+        running_tools: Tool activities in flight.
+        transcript_items: Length of the transcript.
+        reconciled: Whether every call in the transcript has its output.
+    """
+
+    state: str
+    agent: str
+    turns: int
+    runs: int
+    pending_approvals: int
+    pending_interactions: int
+    running_tools: int
+    transcript_items: int
+    reconciled: bool
+
+
+class ConversationResult(BaseModel):
+    """What `AgentWorkflow` returns.
+
+    Attributes:
+        status: `finished` (the `finish` tool), `idle_timeout` (no user message
+            within `idle_timeout`) or `turn_limit`.
+        output: The `finish` output, or the last assistant text.
+        turns: Model turns in the whole conversation.
+        transcript_items: Length of the final transcript (read it with the
+            `history` query).
+    """
+
+    status: Literal["finished", "idle_timeout", "turn_limit"]
+    output: Any = None
+    turns: int
+    transcript_items: int
+
+
+class ToolActivityResult(BaseModel):
+    """Result of a tool activity: exactly one tool result.
+
+    Attributes:
+        result: `Ok` or `Failure`.
+    """
+
+    result: ToolResult

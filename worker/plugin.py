@@ -1,0 +1,81 @@
+"""`DurableToolsPlugin`: one Temporal plugin that sets up a worker (and client).
+
+It bundles `AgentWorkflow`, the model and tool activities bound to the
+toolkits and models registered by name, the pydantic data converter and the
+sandbox pass-through modules, so an application only writes:
+
+```python
+plugin = DurableToolsPlugin(toolkits={"support": kit}, models={"gpt": adapter})
+client = await Client.connect("localhost:7233", plugins=[plugin])
+worker = Worker(client, task_queue="agents")  # the plugin adds the rest
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.agent_activities import AgentActivities
+from durable_tools.testing import ModelAdapter
+from durable_tools.toolkit import Toolkit
+from workflows.agent_workflow import AgentWorkflow
+
+__all__ = ["PASSTHROUGH_MODULES", "DurableToolsPlugin", "sandbox_runner"]
+
+PASSTHROUGH_MODULES: tuple[str, ...] = (
+    "durable_tools",
+    "activities",
+    "pydantic",
+    "pydantic_core",
+    "jsonschema",
+    "jsonschema_specifications",
+    "referencing",
+    "rpds",
+    "docstring_parser",
+    "annotated_types",
+    "typing_inspection",
+)
+"""Modules the workflow sandbox imports once and shares (pure, no I/O at import)."""
+
+
+def sandbox_runner() -> WorkflowRunner:
+    """The sandboxed workflow runner with durable-tools' pass-through modules."""
+    restrictions: SandboxRestrictions = SandboxRestrictions.default.with_passthrough_modules(
+        *PASSTHROUGH_MODULES
+    )
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
+class DurableToolsPlugin(SimplePlugin):
+    """A Temporal client + worker plugin for durable-tools.
+
+    Args:
+        toolkits: Toolkits by the name agent configurations use (`AgentConfig.toolkit`).
+        models: Model adapters by name (`AgentConfig.model`).
+
+    Raises:
+        ConfigurationError: Never at construction; a conversation naming an
+            unregistered toolkit or model fails its model activity with a
+            non-retryable `ConfigurationError` naming the registered ones.
+    """
+
+    def __init__(
+        self,
+        *,
+        toolkits: Mapping[str, Toolkit],
+        models: Mapping[str, ModelAdapter],
+    ) -> None:
+        self.agent_activities = AgentActivities(toolkits, models)
+        super().__init__(
+            "durable-tools",
+            data_converter=lambda _: dataclasses.replace(pydantic_data_converter),
+            activities=[self.agent_activities.model_turn, self.agent_activities.tool_call],
+            workflows=[AgentWorkflow],
+            workflow_runner=lambda _: sandbox_runner(),
+        )

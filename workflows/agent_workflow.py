@@ -1,0 +1,694 @@
+"""`AgentWorkflow`: the durable agent loop.
+
+Each turn: reconcile, call the model (activity `model.turn`), then answer every
+tool call of the turn exactly once:
+
+* local tools run as activities `tool.<name>` with the tool's own timeouts and
+  retry policy, at most `max_concurrent_tool_calls` at a time;
+* approval-gated calls wait durably (default 7 days) for a decision, which
+  arrives as the `decide` signal (stored by the server even with no worker
+  running) or the validated `decide_now` update;
+* interaction tools wait for an `answer` signal / `answer_now` update;
+* signal tools are carried out by the loop (sleep, pause, handoff, finish);
+* calls answered before running (unknown tool, invalid arguments, provider
+  tools) get their Failure from the plan.
+
+Workflow code is deterministic: no I/O, clocks or randomness outside
+Temporal's APIs. Everything that needs application code runs in activities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    import jsonschema
+
+    from activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
+    from durable_tools.approvals import Decision
+    from durable_tools.conversation import (
+        Answer,
+        CarriedState,
+        ConversationInput,
+        ConversationResult,
+        ConversationStatus,
+        DecisionReceipt,
+        ModelTurn,
+        ModelTurnRequest,
+        PendingApproval,
+        PendingInteraction,
+        PendingState,
+        PlannedCall,
+        RejectedDecision,
+        Resume,
+        SendMessage,
+        ToolActivityInput,
+        ToolActivityResult,
+        TranscriptSlice,
+    )
+    from durable_tools.results import (
+        Failure,
+        Ok,
+        ToolCall,
+        cancelled,
+        denied,
+        execution_error,
+        expired,
+        failed,
+        interrupted,
+        timed_out,
+    )
+    from durable_tools.signals import Finish, Handoff, Pause, Reply, Sleep
+    from durable_tools.transcript import (
+        AssistantMessage,
+        ToolCallOutput,
+        TranscriptItem,
+        UserMessage,
+        is_reconciled,
+        to_tool_call_output,
+    )
+
+__all__ = ["PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
+
+PENDING_COUNT = SearchAttributeKey.for_int("DurableToolsPendingCount")
+"""Search attribute: approvals + interactions waiting (0 when none)."""
+
+PENDING_KINDS = SearchAttributeKey.for_keyword_list("DurableToolsPendingKinds")
+"""Search attribute: what is pending (`approval`, `interaction`, `pause`)."""
+
+_MAX_REJECTED = 100
+_MAX_EARLY = 1000
+_NO_TIMEOUT = timedelta(days=1)
+_UNKNOWN = "unknown"
+
+
+def _seconds(value: float) -> str:
+    if value >= 86400 and value % 86400 == 0:
+        return f"{value / 86400:g} days"
+    if value >= 3600 and value % 3600 == 0:
+        return f"{value / 3600:g} hours"
+    return f"{value:g} s"
+
+
+@workflow.defn(name="AgentWorkflow")
+class AgentWorkflow:
+    """One agent conversation. See the module docstring for the loop."""
+
+    @workflow.init
+    def __init__(self, input: ConversationInput) -> None:
+        state = input.state or CarriedState(
+            agent=input.agent, inbox=[SendMessage(text=m) for m in input.messages]
+        )
+        self._input = input
+        self._options = input.options
+        self._agent = state.agent
+        self._transcript: list[TranscriptItem] = list(state.transcript)
+        self._inbox: list[SendMessage] = list(state.inbox)
+        self._turns = state.turns
+        self._runs = state.runs
+        self._descriptors = list(state.descriptors)
+        self._digest = state.digest
+        self._early_decisions: dict[str, Decision] = dict(state.early_decisions)
+        self._early_answers: dict[str, Answer] = dict(state.early_answers)
+        self._rejected: list[RejectedDecision] = list(state.rejected)
+        self._answered: set[str] = {
+            item.call_id for item in self._transcript if isinstance(item, ToolCallOutput)
+        }
+        self._approvals: dict[str, PendingApproval] = {}
+        self._interactions: dict[str, PendingInteraction] = {}
+        self._decisions: dict[str, Decision] = {}
+        self._answers: dict[str, Answer] = {}
+        self._open: dict[str, ToolCall] = {}
+        self._started: set[str] = set()
+        self._paused: str | None = None
+        self._resume: Resume | None = None
+        self._sleeping = False
+        self._superseded = False
+        self._state = "idle"
+        self._turns_this_run = 0
+        self._running = 0
+        self._published: tuple[int, tuple[str, ...]] | None = None
+
+    # ------------------------------------------------------------------ run
+
+    @workflow.run
+    async def run(self, input: ConversationInput) -> ConversationResult:
+        """Run the conversation until `finish`, the idle timeout or the turn limit."""
+        try:
+            return await self._loop()
+        except asyncio.CancelledError:
+            self._close_open_calls()
+            self._state = "cancelled"
+            self._publish()
+            raise
+
+    async def _loop(self) -> ConversationResult:
+        while True:
+            if not self._inbox and not self._needs_model():
+                self._state = "idle"
+                self._publish()
+                try:
+                    await workflow.wait_condition(
+                        lambda: bool(self._inbox),
+                        timeout=timedelta(seconds=self._options.idle_timeout),
+                        timeout_summary="idle: waiting for the next user message",
+                    )
+                except asyncio.TimeoutError:
+                    return self._result("idle_timeout", self._last_text())
+            if self._should_continue_as_new():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._carry())
+            for message in self._inbox:
+                self._transcript.append(UserMessage(text=message.text))
+            self._inbox.clear()
+            if self._turns >= self._options.max_model_turns:
+                return self._result("turn_limit", self._last_text())
+            turn = await self._model_turn()
+            self._transcript.append(turn.message)
+            if turn.plans:
+                finish = await self._answer_calls(turn)
+                if finish is not None:
+                    return self._result("finished", finish.output)
+
+    def _needs_model(self) -> bool:
+        return bool(self._transcript) and not isinstance(self._transcript[-1], AssistantMessage)
+
+    def _should_continue_as_new(self) -> bool:
+        if self._turns_this_run == 0:
+            return False
+        every = self._options.continue_as_new_after_turns
+        return workflow.info().is_continue_as_new_suggested() or (
+            every is not None and self._turns_this_run >= every
+        )
+
+    def _carry(self) -> ConversationInput:
+        state = CarriedState(
+            transcript=self._transcript,
+            inbox=self._inbox,
+            agent=self._agent,
+            turns=self._turns,
+            descriptors=self._descriptors,
+            digest=self._digest,
+            early_decisions=self._early_decisions,
+            early_answers=self._early_answers,
+            rejected=self._rejected[-_MAX_REJECTED:],
+            runs=self._runs + 1,
+        )
+        return self._input.model_copy(update={"messages": [], "state": state, "agent": self._agent})
+
+    def _result(self, status: Any, output: Any) -> ConversationResult:
+        self._state = "finished"
+        self._publish()
+        return ConversationResult(
+            status=status, output=output, turns=self._turns, transcript_items=len(self._transcript)
+        )
+
+    def _last_text(self) -> str:
+        for item in reversed(self._transcript):
+            if isinstance(item, AssistantMessage) and item.text:
+                return item.text
+        return ""
+
+    # ---------------------------------------------------------------- model
+
+    async def _model_turn(self) -> ModelTurn:
+        agent = self._input.agents[self._agent]
+        self._turns += 1
+        self._turns_this_run += 1
+        self._state = "model"
+        info = workflow.info()
+        request = ModelTurnRequest(
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            turn=self._turns,
+            upto=len(self._transcript),
+            agent=agent,
+            known_digest=self._digest,
+            transcript=list(self._transcript)
+            if self._options.transcript_in_activity_input
+            else None,
+        )
+        turn = await workflow.execute_activity(
+            MODEL_TURN_ACTIVITY,
+            request,
+            result_type=ModelTurn,
+            start_to_close_timeout=timedelta(seconds=self._options.model_timeout),
+            retry_policy=RetryPolicy(
+                maximum_interval=timedelta(seconds=60),
+                non_retryable_error_types=["ConfigurationError"],
+            ),
+            summary=f"{agent.name}: {agent.model}, turn {self._turns}",
+        )
+        if turn.descriptors is not None:
+            self._descriptors = turn.descriptors
+            self._digest = turn.digest
+        return turn
+
+    # ---------------------------------------------------------------- calls
+
+    async def _answer_calls(self, turn: ModelTurn) -> Finish | None:
+        self._superseded = False
+        self._state = "tools"
+        toolkit = self._input.agents[self._agent].toolkit
+        limit = asyncio.Semaphore(self._options.max_concurrent_tool_calls)
+        for plan in turn.plans:
+            self._open[plan.call.call_id] = plan.call
+        # Register every wait before anything runs, so a decision arriving in
+        # the same workflow task finds its call pending.
+        for plan in turn.plans:
+            if plan.failure is None and plan.kind == "local" and plan.needs_approval:
+                self._register_approval(plan)
+            elif plan.failure is None and plan.kind == "interaction":
+                self._register_interaction(plan)
+        self._publish()
+        outcomes = await asyncio.gather(
+            *(self._answer(plan, toolkit, limit) for plan in turn.plans)
+        )
+        self._publish()
+        finish: Finish | None = None
+        for outcome in outcomes:
+            if isinstance(outcome, Handoff):
+                self._agent = outcome.agent
+            elif isinstance(outcome, Finish) and finish is None:
+                finish = outcome
+        return finish
+
+    async def _answer(
+        self, plan: PlannedCall, toolkit: str, limit: asyncio.Semaphore
+    ) -> Handoff | Finish | None:
+        call = plan.call
+        try:
+            if plan.failure is not None:
+                self._record(plan.failure)
+            elif plan.kind == "signal":
+                return await self._interpret(plan)
+            elif plan.kind == "interaction":
+                self._record(await self._await_answer(plan))
+            elif plan.kind != "local":
+                reason = f"{call.name!r} is a {plan.kind} tool; it is not executed locally"
+                self._record(failed(call, "non_local_tool", reason))
+            else:
+                refusal = await self._await_decision(plan) if plan.needs_approval else None
+                if refusal is not None:
+                    self._record(refusal)
+                else:
+                    async with limit:
+                        self._record(await self._execute(plan, toolkit))
+        except asyncio.CancelledError:
+            self._close(call)
+            raise
+        return None
+
+    def _record(self, result: Ok | Failure) -> None:
+        """Append the one output of a call; a second one is dropped."""
+        if result.call_id in self._answered:
+            return
+        self._answered.add(result.call_id)
+        self._open.pop(result.call_id, None)
+        self._transcript.append(to_tool_call_output(result))
+
+    def _close(self, call: ToolCall) -> None:
+        if call.call_id in self._started:
+            self._record(interrupted(call))
+        else:
+            self._record(cancelled(call, "the conversation was cancelled before this call started"))
+
+    def _close_open_calls(self) -> None:
+        for call in list(self._open.values()):
+            self._close(call)
+
+    async def _execute(self, plan: PlannedCall, toolkit: str) -> Ok | Failure:
+        call = plan.call
+        info = workflow.info()
+        self._started.add(call.call_id)
+        self._running += 1
+        try:
+            out = await workflow.execute_activity(
+                TOOL_ACTIVITY_PREFIX + call.name,
+                ToolActivityInput(
+                    toolkit=toolkit,
+                    call=call,
+                    workflow_id=info.workflow_id,
+                    idempotency_key=f"{info.workflow_id}/{call.call_id}",
+                ),
+                result_type=ToolActivityResult,
+                start_to_close_timeout=timedelta(seconds=plan.timeout)
+                if plan.timeout
+                else _NO_TIMEOUT,
+                heartbeat_timeout=timedelta(seconds=plan.heartbeat_timeout)
+                if plan.heartbeat_timeout
+                else None,
+                retry_policy=RetryPolicy(
+                    maximum_attempts=plan.max_attempts,
+                    initial_interval=timedelta(seconds=plan.initial_interval),
+                    backoff_coefficient=plan.backoff_coefficient,
+                    maximum_interval=timedelta(seconds=plan.maximum_interval),
+                    non_retryable_error_types=[
+                        *plan.non_retryable_error_types,
+                        "ConfigurationError",
+                    ],
+                ),
+                summary=plan.summary,
+            )
+            return out.result
+        except ActivityError as exc:
+            return self._activity_failure(plan, exc)
+        finally:
+            self._running -= 1
+
+    def _activity_failure(self, plan: PlannedCall, exc: ActivityError) -> Failure:
+        call, cause = plan.call, exc.cause
+        if isinstance(cause, TimeoutError):
+            return timed_out(call, plan.timeout)
+        if isinstance(cause, CancelledError):
+            return interrupted(call, "the tool activity was cancelled; it may have taken effect")
+        if isinstance(cause, ApplicationError):
+            attempts = f" after {plan.max_attempts} attempts" if plan.max_attempts > 1 else ""
+            kind = cause.type or "Error"
+            return execution_error(call, f"{kind}: {cause.message}{attempts}")
+        return execution_error(call, str(cause or exc))
+
+    # ------------------------------------------------------------ approvals
+
+    def _deadline(self, plan: PlannedCall) -> float:
+        return plan.approval_deadline or self._options.approval_deadline
+
+    def _register_approval(self, plan: PlannedCall) -> None:
+        call, now = plan.call, workflow.now()
+        self._approvals[call.call_id] = PendingApproval(
+            call_id=call.call_id,
+            tool=call.name,
+            arguments=call.arguments,
+            arguments_hash=plan.arguments_hash,
+            summary=plan.summary,
+            requested_at=now,
+            deadline=now + timedelta(seconds=self._deadline(plan)),
+        )
+        early = self._early_decisions.pop(call.call_id, None)
+        if early is not None:
+            self._accept_or_reject_decision(early)
+
+    async def _await_decision(self, plan: PlannedCall) -> Failure | None:
+        call = plan.call
+        seconds = self._deadline(plan)
+        self._state = "waiting"
+        try:
+            await workflow.wait_condition(
+                lambda: call.call_id in self._decisions or self._superseded,
+                timeout=timedelta(seconds=seconds),
+                timeout_summary=f"approval deadline of {plan.summary}",
+            )
+        except asyncio.TimeoutError:
+            return expired(call, f"no decision within {_seconds(seconds)}; the tool did not run")
+        finally:
+            self._approvals.pop(call.call_id, None)
+            self._publish()
+        decision = self._decisions.get(call.call_id)
+        if decision is None:
+            return cancelled(call, "a new user message arrived before a decision; not run")
+        if decision.approved:
+            return None
+        who = f" by {decision.decided_by}" if decision.decided_by else ""
+        return denied(call, f"denied{who}: {decision.reason or 'no reason given'}")
+
+    def _decision_problem(self, decision: Decision) -> str | None:
+        call_id = decision.call_id
+        pending = self._approvals.get(call_id)
+        if pending is not None:
+            if call_id in self._decisions:
+                return f"a decision for call {call_id!r} was already received"
+            if decision.arguments_hash != pending.arguments_hash:
+                return f"arguments hash does not match call {call_id!r}"
+            return None
+        if call_id in self._answered or call_id in self._open:
+            return f"call {call_id!r} is not waiting for a decision"
+        if call_id in self._early_decisions:
+            return f"a decision for call {call_id!r} was already received"
+        return _UNKNOWN
+
+    def _reject(self, call_id: str, reason: str, by: str) -> None:
+        self._rejected.append(
+            RejectedDecision(call_id=call_id, reason=reason, decided_by=by, received_at=workflow.now())
+        )
+        del self._rejected[:-_MAX_REJECTED]
+
+    def _accept_or_reject_decision(self, decision: Decision) -> None:
+        problem = self._decision_problem(decision)
+        if problem is None:
+            self._decisions[decision.call_id] = decision
+        elif problem == _UNKNOWN and len(self._early_decisions) < _MAX_EARLY:
+            self._early_decisions[decision.call_id] = decision
+        else:
+            reason = f"unknown call id {decision.call_id!r}" if problem == _UNKNOWN else problem
+            self._reject(decision.call_id, reason, decision.decided_by)
+
+    @workflow.signal(name="decide")
+    def decide(self, decision: Decision) -> None:
+        """Approve or deny a gated call (durable: stored even with no worker running).
+
+        A decision for a call that is not pending yet is kept until it is; one
+        that fails its checks is recorded as rejected (see `pending`).
+        """
+        self._accept_or_reject_decision(decision)
+
+    @workflow.update(name="decide_now")
+    def decide_now(self, decision: Decision) -> DecisionReceipt:
+        """Approve or deny a pending call and get an acknowledgement at once."""
+        self._decisions[decision.call_id] = decision
+        return DecisionReceipt(call_id=decision.call_id)
+
+    @decide_now.validator
+    def _validate_decide_now(self, decision: Decision) -> None:
+        problem = self._decision_problem(decision)
+        if problem is not None:
+            reason = f"unknown call id {decision.call_id!r}" if problem == _UNKNOWN else problem
+            raise ApplicationError(reason, type="DecisionRejected", non_retryable=True)
+
+    # --------------------------------------------------------- interactions
+
+    def _register_interaction(self, plan: PlannedCall) -> None:
+        call, now = plan.call, workflow.now()
+        self._interactions[call.call_id] = PendingInteraction(
+            call_id=call.call_id,
+            tool=call.name,
+            arguments=call.arguments,
+            arguments_hash=plan.arguments_hash,
+            answer_schema=plan.answer_schema,
+            requested_at=now,
+            deadline=now + timedelta(seconds=self._deadline(plan)),
+        )
+        early = self._early_answers.pop(call.call_id, None)
+        if early is not None:
+            self._accept_or_reject_answer(early)
+
+    async def _await_answer(self, plan: PlannedCall) -> Ok | Failure:
+        call = plan.call
+        seconds = self._deadline(plan)
+        self._state = "waiting"
+        try:
+            await workflow.wait_condition(
+                lambda: call.call_id in self._answers or self._superseded,
+                timeout=timedelta(seconds=seconds),
+                timeout_summary=f"answer deadline of {plan.summary}",
+            )
+        except asyncio.TimeoutError:
+            return expired(call, f"no answer within {_seconds(seconds)}")
+        finally:
+            self._interactions.pop(call.call_id, None)
+            self._publish()
+        answer = self._answers.get(call.call_id)
+        if answer is None:
+            return cancelled(call, "a new user message arrived before an answer")
+        return Ok(call_id=call.call_id, tool=call.name, value=answer.value)
+
+    def _answer_problem(self, answer: Answer) -> str | None:
+        call_id = answer.call_id
+        pending = self._interactions.get(call_id)
+        if pending is None:
+            if call_id in self._answered or call_id in self._open:
+                return f"call {call_id!r} is not waiting for an answer"
+            if call_id in self._early_answers:
+                return f"an answer for call {call_id!r} was already received"
+            return _UNKNOWN
+        if call_id in self._answers:
+            return f"an answer for call {call_id!r} was already received"
+        if answer.arguments_hash != pending.arguments_hash:
+            return f"arguments hash does not match call {call_id!r}"
+        if pending.answer_schema is not None:
+            validator = jsonschema.Draft202012Validator(
+                pending.answer_schema,
+                format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+            )
+            error = jsonschema.exceptions.best_match(validator.iter_errors(answer.value))
+            if error is not None:
+                return f"answer does not match the answer schema: {error.json_path}: {error.message}"
+        return None
+
+    def _accept_or_reject_answer(self, answer: Answer) -> None:
+        problem = self._answer_problem(answer)
+        if problem is None:
+            self._answers[answer.call_id] = answer
+        elif problem == _UNKNOWN and len(self._early_answers) < _MAX_EARLY:
+            self._early_answers[answer.call_id] = answer
+        else:
+            reason = f"unknown call id {answer.call_id!r}" if problem == _UNKNOWN else problem
+            self._reject(answer.call_id, reason, answer.answered_by)
+
+    @workflow.signal(name="answer")
+    def answer(self, answer: Answer) -> None:
+        """Answer an interaction tool call (durable; invalid answers are recorded as rejected)."""
+        self._accept_or_reject_answer(answer)
+
+    @workflow.update(name="answer_now")
+    def answer_now(self, answer: Answer) -> DecisionReceipt:
+        """Answer a pending interaction and get an acknowledgement at once."""
+        self._answers[answer.call_id] = answer
+        return DecisionReceipt(call_id=answer.call_id)
+
+    @answer_now.validator
+    def _validate_answer_now(self, answer: Answer) -> None:
+        problem = self._answer_problem(answer)
+        if problem is not None:
+            reason = f"unknown call id {answer.call_id!r}" if problem == _UNKNOWN else problem
+            raise ApplicationError(reason, type="DecisionRejected", non_retryable=True)
+
+    # --------------------------------------------------------- signal tools
+
+    async def _interpret(self, plan: PlannedCall) -> Handoff | Finish | None:
+        call, action = plan.call, plan.action
+        if isinstance(action, Sleep):
+            self._sleeping = True
+            self._state = "sleeping"
+            try:
+                await workflow.wait_condition(
+                    lambda: self._superseded,
+                    timeout=timedelta(seconds=action.seconds),
+                    timeout_summary=f"sleep {_seconds(action.seconds)}",
+                )
+                woke = "woken early by a new user message"
+            except asyncio.TimeoutError:
+                woke = f"slept {_seconds(action.seconds)}"
+            finally:
+                self._sleeping = False
+            self._record(Ok(call_id=call.call_id, tool=call.name, value=woke))
+        elif isinstance(action, Pause):
+            self._paused = action.reason or "paused"
+            self._resume = None
+            self._state = "paused"
+            self._publish()
+            try:
+                await workflow.wait_condition(lambda: self._resume is not None or self._superseded)
+            finally:
+                self._paused = None
+                self._publish()
+            value = self._resume.message if self._resume else "resumed by a new user message"
+            self._record(Ok(call_id=call.call_id, tool=call.name, value=value))
+        elif isinstance(action, Handoff):
+            if action.agent not in self._input.agents:
+                known = ", ".join(sorted(self._input.agents))
+                reason = f"no agent named {action.agent!r}; known agents: {known}"
+                self._record(failed(call, "input_validation_error", reason))
+                return None
+            self._record(Ok(call_id=call.call_id, tool=call.name, value=f"handed off to {action.agent}"))
+            return action
+        elif isinstance(action, Finish):
+            self._record(Ok(call_id=call.call_id, tool=call.name, value="finished"))
+            return action
+        elif isinstance(action, Reply):
+            self._record(Ok(call_id=call.call_id, tool=call.name, value=action.value))
+        else:
+            self._record(failed(call, "execution_error", "signal tool produced no action"))
+        return None
+
+    @workflow.signal(name="resume")
+    def resume(self, resume: Resume) -> None:
+        """Resume a conversation paused by the `pause` signal tool."""
+        if self._paused is not None:
+            self._resume = resume
+
+    @workflow.signal(name="send")
+    def send(self, message: SendMessage) -> None:
+        """Add a user message; it wakes an idle conversation.
+
+        While approvals, answers, a pause or a sleep are pending, the message
+        supersedes them: they are answered `cancelled` (or woken) and the model
+        sees the new message next.
+        """
+        self._inbox.append(message)
+        if self._approvals or self._interactions or self._paused is not None or self._sleeping:
+            self._superseded = True
+
+    # -------------------------------------------------------------- queries
+
+    @workflow.query(name="history")
+    def history(self) -> list[TranscriptItem]:
+        """The transcript (reconciled between turns)."""
+        return list(self._transcript)
+
+    @workflow.query(name="transcript_slice")
+    def transcript_slice(self, request: TranscriptSlice) -> list[TranscriptItem]:
+        """The first `upto` transcript items (what the model activity reads)."""
+        return self._transcript[: request.upto]
+
+    @workflow.query(name="pending")
+    def pending(self) -> PendingState:
+        """Approvals and interactions waiting, the pause reason, rejected decisions."""
+        return PendingState(
+            approvals=list(self._approvals.values()),
+            interactions=list(self._interactions.values()),
+            paused=self._paused,
+            rejected=list(self._rejected),
+        )
+
+    @workflow.query(name="status")
+    def status(self) -> ConversationStatus:
+        """What the loop is doing now, with counts."""
+        return ConversationStatus(
+            state=self._state,
+            agent=self._agent,
+            turns=self._turns,
+            runs=self._runs,
+            pending_approvals=len(self._approvals),
+            pending_interactions=len(self._interactions),
+            running_tools=self._running,
+            transcript_items=len(self._transcript),
+            reconciled=is_reconciled(self._transcript),
+        )
+
+    # ----------------------------------------------------------- visibility
+
+    def _publish(self) -> None:
+        """Update search attributes and current details when what is pending changes."""
+        kinds = tuple(
+            kind
+            for kind, present in (
+                ("approval", bool(self._approvals)),
+                ("interaction", bool(self._interactions)),
+                ("pause", self._paused is not None),
+            )
+            if present
+        )
+        count = len(self._approvals) + len(self._interactions)
+        if self._published == (count, kinds):
+            return
+        self._published = (count, kinds)
+        if self._options.search_attributes:
+            workflow.upsert_search_attributes(
+                [PENDING_COUNT.value_set(count), PENDING_KINDS.value_set(list(kinds))]
+            )
+        lines = [f"- approval: `{a.summary}` (until {a.deadline:%Y-%m-%d %H:%M} UTC)" for a in self._approvals.values()]
+        lines += [f"- question: `{i.tool}` call `{i.call_id}`" for i in self._interactions.values()]
+        if self._paused is not None:
+            lines.append(f"- paused: {self._paused}")
+        workflow.set_current_details("**Pending**\n" + "\n".join(lines) if lines else "")
