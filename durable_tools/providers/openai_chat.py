@@ -1,0 +1,182 @@
+"""OpenAI Chat Completions wire format (`POST /v1/chat/completions`).
+
+| durable-tools | Chat Completions |
+|---|---|
+| descriptor (any kind but `provider`) | `{"type": "function", "function": {…}}` |
+| descriptor (`provider`) | left out: Chat Completions has no provider-executed tools in `tools` |
+| `UserMessage` | `{"role": "user", "content": text}` |
+| `AssistantMessage` | `{"role": "assistant", "content": text or None, "tool_calls": [...]}` |
+| `ToolCallOutput` | `{"role": "tool", "tool_call_id": call_id, "content": content}` |
+| instructions | a leading `{"role": "system", "content": instructions}` |
+
+A function is `{name, description, parameters, strict}`. Failures reach the
+model as the error JSON in `content` (`{"error": kind, "reason": …}`); Chat
+Completions has no error flag on tool messages.
+
+Example:
+    ```python
+    body = {"model": "gpt-4.1", **render_transcript(history, instructions=system)}
+    if tools := render_tools(descriptors):
+        body["tools"] = tools  # OpenAI rejects an empty `tools` array
+    turn = parse_response(completion_json)
+    ```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from durable_tools.descriptor import ToolDescriptor
+from durable_tools.providers._wire import (
+    as_list,
+    as_object,
+    check_strict,
+    dump_arguments,
+    parameters_of,
+    require,
+    require_str,
+)
+from durable_tools.results import ToolCall
+from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
+
+__all__ = ["parse_response", "render_tools", "render_transcript"]
+
+
+def render_tools(descriptors: Iterable[ToolDescriptor]) -> list[dict[str, Any]]:
+    """Render descriptors as Chat Completions `tools`.
+
+    Every descriptor except `provider` ones becomes a function tool; its
+    parameters schema is copied unchanged (`$ref`, `$defs` included) and
+    `strict` is always sent, `False` included, so the request says what it means.
+
+    Args:
+        descriptors: The tools the model may call, in the order it sees them.
+
+    Returns:
+        A list of `{"type": "function", "function": {...}}` dicts; empty when
+        there is no function tool (leave `tools` out of the request then).
+
+    Raises:
+        StrictModeError: A descriptor has `strict=True` and its schema breaks an
+            OpenAI strict-mode rule; the message names the tool and each rule.
+    """
+    tools: list[dict[str, Any]] = []
+    for descriptor in descriptors:
+        if descriptor.kind == "provider":
+            continue
+        check_strict(descriptor)
+        function: dict[str, Any] = {"name": descriptor.name}
+        if descriptor.description:
+            function["description"] = descriptor.description
+        function["parameters"] = parameters_of(descriptor)
+        function["strict"] = descriptor.strict
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def render_transcript(
+    transcript: Iterable[TranscriptItem], *, instructions: str | None = None
+) -> dict[str, Any]:
+    """Render a transcript as the `messages` of a Chat Completions request.
+
+    Items keep their transcript order, so each tool output follows the
+    assistant message that made its call. An assistant message with no text,
+    calls or provider items is left out. `provider_items` are not sent: Chat
+    Completions has no provider-executed tool items.
+
+    Args:
+        transcript: The (reconciled) transcript.
+        instructions: System instructions, sent as a leading `system` message;
+            `None` or empty sends none.
+
+    Returns:
+        `{"messages": [...]}`, ready to merge into the request body.
+    """
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for item in transcript:
+        if isinstance(item, UserMessage):
+            messages.append({"role": "user", "content": item.text})
+        elif isinstance(item, AssistantMessage):
+            if not (item.text or item.tool_calls):
+                continue
+            message: dict[str, Any] = {"role": "assistant", "content": item.text or None}
+            if item.tool_calls:
+                message["tool_calls"] = [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                    for call in item.tool_calls
+                ]
+            messages.append(message)
+        else:
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
+    return {"messages": messages}
+
+
+def _text_of(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        # Not what OpenAI sends, but some compatible servers answer with parts.
+        parts = [as_object(p, "choices[0].message.content[]") for p in as_list(content, "content")]
+        text = "".join(p["text"] for p in parts if isinstance(p.get("text"), str))
+    else:
+        text = ""
+    refusal = message.get("refusal")
+    if not text and isinstance(refusal, str):
+        return refusal
+    return text
+
+
+def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
+    """Read a Chat Completions response (`choices[0].message`) as one model turn.
+
+    Argument strings are kept exactly as sent, even when they are not valid
+    JSON: the executor answers those calls with an `input_validation_error`.
+    A refusal (`message.refusal`) becomes the text when there is no content.
+    Tool calls of a type other than `function` are kept in `provider_items`.
+
+    Args:
+        response: The decoded JSON body of a `chat.completion`.
+
+    Returns:
+        An `AssistantMessage` with the text and the tool calls in order.
+
+    Raises:
+        ValueError: The response has no `choices`, or a message or tool call
+            lacks a required key (`id`, `function.name`).
+    """
+    choices = as_list(require(response, "choices", "chat completion"), "choices")
+    if not choices:
+        raise ValueError("chat completion: 'choices' is empty")
+    choice = as_object(choices[0], "choices[0]")
+    message = as_object(require(choice, "message", "choices[0]"), "choices[0].message")
+    calls: list[ToolCall] = []
+    others: list[dict[str, Any]] = []
+    raw_calls: Any = message.get("tool_calls") or []
+    for i, raw in enumerate(as_list(raw_calls, "choices[0].message.tool_calls")):
+        where = f"choices[0].message.tool_calls[{i}]"
+        entry = as_object(raw, where)
+        if entry.get("type", "function") != "function":
+            others.append(entry)
+            continue
+        function = as_object(require(entry, "function", where), f"{where}.function")
+        arguments = function.get("arguments")
+        calls.append(
+            ToolCall(
+                call_id=require_str(entry, "id", where),
+                name=require_str(function, "name", f"{where}.function"),
+                arguments=arguments
+                if isinstance(arguments, str)
+                else ("" if arguments is None else dump_arguments(arguments)),
+            )
+        )
+    return AssistantMessage(
+        text=_text_of(message), tool_calls=tuple(calls), provider_items=tuple(others)
+    )
