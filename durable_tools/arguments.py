@@ -3,17 +3,21 @@
 Model output is untrusted input. Besides plain JSON errors, `parse_arguments`
 rejects what a lenient parser would let through and a tool might trip on:
 duplicate keys (which value wins differs between parsers), `NaN` / `Infinity`
-(not JSON per RFC 8259), nesting deeper than 64 levels, text larger than a
-size limit (default 1 MiB), and prototype-pollution keys (`__proto__`, and
-`constructor` holding `prototype`) for tools that forward arguments to
-JavaScript, as the reference parser in `secure-json-parse` does.
+(not JSON per RFC 8259) and numbers that overflow to them (`1e999`), integers
+longer than Python's 4,300-digit conversion limit, strings with unpaired UTF-16
+surrogates (`"\ud800"`: they cannot be encoded as UTF-8, so they would break
+Temporal's JSON payload converter later), nesting deeper than 64 levels, text
+larger than a size limit (default 1 MiB), and prototype-pollution keys
+(`__proto__`, and `constructor` holding `prototype`) for tools that forward
+arguments to JavaScript, as the reference parser in `secure-json-parse` does.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, cast
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_BYTES",
@@ -59,19 +63,40 @@ def _reject_constant(name: str) -> NoReturn:
     _fail(f"{name} is not valid JSON; send numbers as finite values")
 
 
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth of `value`, computed without recursion."""
-    deepest = 0
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        _fail(f"the number {text[:40]} is out of range; send finite numbers")
+    return value
+
+
+def _check_text(value: str) -> None:
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            _fail("arguments contain an unpaired UTF-16 surrogate (e.g. \\ud800); send valid text")
+
+
+def _check_tree(value: Any, limit: int) -> None:
+    """Check nesting depth and strings of `value`, without recursion."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict | list):
-            deepest = max(deepest, depth)
-            if deepest > limit:
-                return deepest
-            children = node.values() if isinstance(node, dict) else node  # type: ignore[union-attr]
-            stack.extend((child, depth + 1) for child in children)  # type: ignore[misc]
-    return deepest
+        if isinstance(node, str):
+            _check_text(node)
+        elif isinstance(node, dict):
+            if depth > limit:
+                _fail(f"arguments are nested deeper than {limit} levels")
+            items = cast(dict[str, Any], node)
+            for key, child in items.items():
+                _check_text(key)
+                stack.append((child, depth + 1))
+        elif isinstance(node, list):
+            if depth > limit:
+                _fail(f"arguments are nested deeper than {limit} levels")
+            children = cast(list[Any], node)
+            stack.extend((child, depth + 1) for child in children)
 
 
 def parse_arguments(
@@ -116,13 +141,34 @@ def parse_arguments(
     if not text.strip():
         return {}
     try:
-        value = json.loads(text, object_pairs_hook=_object_hook, parse_constant=_reject_constant)
+        value = json.loads(
+            text,
+            object_pairs_hook=_object_hook,
+            parse_constant=_reject_constant,
+            parse_float=_parse_float,
+        )
     except RecursionError:
         _fail(f"arguments are nested deeper than {max_depth} levels")
     except json.JSONDecodeError as exc:
         _fail(f"arguments are not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except ArgumentsError:
+        raise
+    except ValueError as exc:
+        # int() refuses integers over sys.get_int_max_str_digits() (4,300) digits.
+        _fail(f"arguments contain a number that cannot be read: {str(exc)[:120]}")
     if not isinstance(value, dict):
-        _fail(f"arguments must be a JSON object, got {type(value).__name__}")
-    if _depth(value, max_depth) > max_depth:
-        _fail(f"arguments are nested deeper than {max_depth} levels")
-    return value  # type: ignore[return-value]
+        _fail(f"arguments must be a JSON object, got {_json_type(value)}")
+    _check_tree(value, max_depth)
+    return cast(dict[str, Any], value)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else type(value).__name__

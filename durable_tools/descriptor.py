@@ -67,9 +67,7 @@ class ToolDescriptor(BaseModel):
 
     name: str
     description: str = ""
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool = False
     kind: ToolKind = "local"
     annotations: ToolAnnotations = Field(default_factory=ToolAnnotations)

@@ -116,7 +116,8 @@ def prepare_call(
     if found is None:
         names = sorted(toolkit.tools)
         listed = ", ".join(names[:_MAX_LISTED_NAMES]) or "(none)"
-        more = f" and {len(names) - _MAX_LISTED_NAMES} more" if len(names) > _MAX_LISTED_NAMES else ""
+        extra = len(names) - _MAX_LISTED_NAMES
+        more = f" and {extra} more" if extra > 0 else ""
         return failed(
             call, "unknown_tool", f"no tool named {call.name!r}; available tools: {listed}{more}"
         )
@@ -130,6 +131,14 @@ def prepare_call(
         parsed = found.decode(call.arguments, max_bytes=max_argument_bytes)
     except (ArgumentsError, SchemaViolation) as exc:
         return failed(call, "input_validation_error", f"invalid arguments for {call.name}: {exc}")
+    except Exception as exc:
+        # A validator that itself fails (a custom pydantic validator raising
+        # TypeError, an unresolvable `$ref`) must not crash the caller either.
+        return failed(
+            call,
+            "input_validation_error",
+            f"could not validate arguments for {call.name}: {type(exc).__name__}: {exc}",
+        )
     return PreparedCall(call=call, tool=found, input=parsed)
 
 
@@ -141,9 +150,12 @@ def encode_result(prepared: PreparedCall, value: Any) -> Ok | Failure:
     """
     try:
         encoded = prepared.tool.encode_output(value)
-    except SchemaViolation as exc:
+    except Exception as exc:  # SchemaViolation, or a serializer that fails oddly
+        detail = str(exc) if isinstance(exc, SchemaViolation) else f"{type(exc).__name__}: {exc}"
         return failed(
-            prepared.call, "output_validation_error", f"the tool returned an invalid output: {exc}"
+            prepared.call,
+            "output_validation_error",
+            f"the tool returned an invalid output: {detail}",
         )
     return Ok(call_id=prepared.call.call_id, tool=prepared.call.name, value=encoded)
 
@@ -161,9 +173,10 @@ async def execute_prepared(
             to Temporal's start-to-close timeout instead).
 
     Returns:
-        `Ok`, or a `Failure`: `timed_out`, `execution_error` (the exception
-        type and message), the kind of a raised `ToolFailure`, or
-        `output_validation_error`.
+        `Ok`, or a `Failure`: `timed_out` (only when `tool.timeout` elapsed;
+        a `TimeoutError` the run raises itself is an `execution_error`),
+        `execution_error` (the exception type and message), the kind of a
+        raised `ToolFailure`, or `output_validation_error`.
 
     Raises:
         asyncio.CancelledError: The surrounding task was cancelled.
@@ -171,15 +184,28 @@ async def execute_prepared(
     """
     tool, call = prepared.tool, prepared.call
     limit = tool.timeout if enforce_timeout else None
+    deadline = asyncio.timeout(limit)
     try:
-        async with asyncio.timeout(limit):
+        async with deadline:
             value = await tool.run(prepared.input, emit, context)
-    except TimeoutError:
-        return timed_out(call, limit)
     except ToolFailure as exc:
         return failed(call, exc.kind, exc.reason)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # a real cancellation of the surrounding task
+        # The run raised CancelledError on its own (e.g. from a library). Let through,
+        # it would end the call without a result, and with failure_mode="raise" a
+        # caller would mistake it for its own cancellation; so it is always a Failure.
+        return execution_error(call, "CancelledError: the tool raised CancelledError")
     except Exception as exc:
-        if tool.failure_mode == "raise":
-            raise
-        return execution_error(call, f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, TimeoutError) and deadline.expired():
+            return timed_out(call, limit)
+        return _raised(prepared, exc)
     return encode_result(prepared, value)
+
+
+def _raised(prepared: PreparedCall, exc: Exception) -> Failure:
+    if prepared.tool.failure_mode == "raise":
+        raise exc
+    return execution_error(prepared.call, f"{type(exc).__name__}: {exc}")

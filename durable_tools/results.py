@@ -122,12 +122,28 @@ def failed(call: ToolCall, kind: str, reason: str) -> Failure:
 
 
 def denied(call: ToolCall, reason: str = "a person denied this tool call") -> Failure:
-    """A person (or policy) said no; the tool never ran."""
+    """A person (or policy) said no; the tool never ran.
+
+    Args:
+        call: The call being answered.
+        reason: Why, phrased for the model (e.g. the decider's comment).
+
+    Returns:
+        A `Failure` of kind `denied`.
+    """
     return failed(call, "denied", reason)
 
 
 def cancelled(call: ToolCall, reason: str = "cancelled before it started") -> Failure:
-    """The call never started and never will; it had no effect."""
+    """The call never started and never will; it had no effect.
+
+    Args:
+        call: The call being answered.
+        reason: Why it was cancelled.
+
+    Returns:
+        A `Failure` of kind `cancelled`.
+    """
     return failed(call, "cancelled", reason)
 
 
@@ -137,17 +153,40 @@ def interrupted(
     """The call started but its outcome is unknown: it may have run.
 
     Tell the model so it can check before retrying a non-idempotent action.
+
+    Args:
+        call: The call being answered.
+        reason: What is known about the interruption.
+
+    Returns:
+        A `Failure` of kind `interrupted`.
     """
     return failed(call, "interrupted", reason)
 
 
 def expired(call: ToolCall, reason: str = "the approval deadline passed") -> Failure:
-    """Nobody decided on the approval before its deadline; the tool never ran."""
+    """Nobody decided on the approval before its deadline; the tool never ran.
+
+    Args:
+        call: The call being answered.
+        reason: Which deadline passed.
+
+    Returns:
+        A `Failure` of kind `expired`.
+    """
     return failed(call, "expired", reason)
 
 
 def execution_error(call: ToolCall, reason: str) -> Failure:
-    """The tool raised (after any retries)."""
+    """The tool raised (after any retries).
+
+    Args:
+        call: The call being answered.
+        reason: The exception type and message, e.g. `"KeyError: 'id'"`.
+
+    Returns:
+        A `Failure` of kind `execution_error`.
+    """
     return failed(call, "execution_error", reason)
 
 
@@ -157,6 +196,9 @@ def timed_out(call: ToolCall, seconds: float | None = None) -> Failure:
     Args:
         call: The call being answered.
         seconds: The timeout that elapsed, if known (seconds).
+
+    Returns:
+        A `Failure` of kind `timed_out`.
     """
     what = f" within {seconds:g} s" if seconds is not None else ""
     return failed(call, "timed_out", f"the tool did not finish{what}")

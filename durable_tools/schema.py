@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
+from jsonschema import exceptions as jsonschema_exceptions
+from jsonschema.exceptions import ValidationError as JsonSchemaError
+from jsonschema.protocols import Validator
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticError
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from durable_tools.errors import InvalidSchema
 
@@ -33,6 +36,13 @@ def _path(parts: Any) -> str:
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else f".{part}"
     return out
+
+
+def _pydantic_message(exc: PydanticError) -> str:
+    return "; ".join(
+        f"{_path(err['loc'])}: {err['msg']}"
+        for err in exc.errors(include_url=False)[:_MAX_REPORTED_ERRORS]
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,7 +63,7 @@ class Schema:
     json_schema: dict[str, Any]
     python_type: Any = None
     adapter: TypeAdapter[Any] | None = field(default=None, repr=False)
-    validator: jsonschema.protocols.Validator | None = field(default=None, repr=False)
+    validator: Validator | None = field(default=None, repr=False)
 
     @property
     def is_raw(self) -> bool:
@@ -78,18 +88,17 @@ class Schema:
             try:
                 return self.adapter.validate_python(value)
             except PydanticError as exc:
-                lines = [
-                    f"{_path(err['loc'])}: {err['msg']}"
-                    for err in exc.errors(include_url=False)[:_MAX_REPORTED_ERRORS]
-                ]
-                raise SchemaViolation("; ".join(lines)) from None
+                raise SchemaViolation(_pydantic_message(exc)) from None
         assert self.validator is not None
-        errors = sorted(
+        errors: list[JsonSchemaError] = sorted(
             self.validator.iter_errors(value), key=lambda e: (len(e.absolute_path), e.message)
         )
         if errors:
-            best = jsonschema.exceptions.best_match(errors)
-            assert best is not None
+            # best_match is unannotated in jsonschema; it returns one of `errors`.
+            best = cast(
+                JsonSchemaError,
+                jsonschema_exceptions.best_match(errors),  # pyright: ignore[reportUnknownMemberType]
+            )
             ordered = [best, *[e for e in errors if e is not best]][:_MAX_REPORTED_ERRORS]
             raise SchemaViolation("; ".join(f"{e.json_path}: {e.message}" for e in ordered))
         return value
@@ -104,15 +113,19 @@ class Schema:
             JSON-compatible data (dicts, lists, strings, numbers, booleans, None).
 
         Raises:
-            SchemaViolation: The value does not satisfy the schema.
+            SchemaViolation: The value does not satisfy the schema, or cannot be
+                encoded to JSON (e.g. an arbitrary object under a raw schema).
         """
-        if self.adapter is not None:
-            try:
+        try:
+            if self.adapter is not None:
                 checked = self.adapter.validate_python(value)
                 return self.adapter.dump_python(checked, mode="json")
-            except PydanticError as exc:
-                raise SchemaViolation(str(exc)) from None
-        data = to_jsonable_python(value)
+            data = to_jsonable_python(value)
+        except PydanticError as exc:
+            raise SchemaViolation(_pydantic_message(exc)) from None
+        except (PydanticSerializationError, ValueError, TypeError) as exc:
+            # Unserializable values (arbitrary objects, circular references).
+            raise SchemaViolation(f"the value is not JSON-compatible: {exc}") from None
         self.validate(data)
         return data
 
@@ -133,7 +146,7 @@ def compile_schema(spec: Any, *, what: str = "schema") -> Schema:
             or pydantic cannot build a schema for the type.
     """
     if isinstance(spec, Mapping):
-        raw: dict[str, Any] = dict(spec)  # type: ignore[arg-type]
+        raw: dict[str, Any] = dict(cast(Mapping[str, Any], spec))
         try:
             jsonschema.Draft202012Validator.check_schema(raw)
         except jsonschema.SchemaError as exc:
@@ -151,4 +164,3 @@ def compile_schema(spec: Any, *, what: str = "schema") -> Schema:
     except Exception as exc:  # pydantic raises several unrelated types here
         raise InvalidSchema(f"cannot build a JSON Schema for the {what} {spec!r}: {exc}") from exc
     return Schema(json_schema=document, python_type=spec, adapter=adapter)
-

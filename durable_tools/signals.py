@@ -140,6 +140,9 @@ def sleep_tool(name: str = "sleep", *, max_seconds: float = _MAX_SLEEP_SECONDS) 
 def pause_tool(name: str = "pause") -> SignalTool:
     """The built-in `pause` signal tool: wait until a person resumes the conversation.
 
+    Args:
+        name: Tool name (default `"pause"`).
+
     Returns:
         A `SignalTool` whose handler returns `Pause`.
     """
@@ -168,7 +171,9 @@ def handoff_tool(agents: Sequence[str] | Mapping[str, str], name: str = "handoff
         A `SignalTool` whose handler returns `Handoff`.
     """
     names = list(agents)
-    described = "; ".join(f"{k}: {v}" for k, v in agents.items()) if isinstance(agents, Mapping) else ""
+    described = (
+        "; ".join(f"{k}: {v}" for k, v in agents.items()) if isinstance(agents, Mapping) else ""
+    )
     schema = {
         "type": "object",
         "properties": {

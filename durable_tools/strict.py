@@ -12,7 +12,7 @@ schema to fit: it reports each broken rule with its JSON path.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, cast
 
 __all__ = ["strict_mode_violations"]
 
@@ -29,6 +29,21 @@ _UNSUPPORTED: Final[tuple[str, ...]] = (
     "unevaluatedProperties",
 )
 _MAX_NESTING: Final[int] = 10
+# Keywords whose value maps names to subschemas (not a schema itself).
+_SCHEMA_MAPPINGS: Final[tuple[str, ...]] = ("properties", "$defs", "definitions")
+# Keywords whose value is data, not a schema.
+_DATA_KEYWORDS: Final[tuple[str, ...]] = ("enum", "const", "default", "examples")
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], value) if isinstance(value, dict) else {}
+
+
+def _is_object_schema(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    if isinstance(kind, list):
+        return "object" in cast(list[Any], kind) or "properties" in node
+    return kind == "object" or "properties" in node
 
 
 def strict_mode_violations(schema: dict[str, Any]) -> list[str]:
@@ -50,35 +65,36 @@ def strict_mode_violations(schema: dict[str, Any]) -> list[str]:
 
     def visit(node: Any, path: str, depth: int) -> None:
         if isinstance(node, list):
-            for i, item in enumerate(node):  # type: ignore[arg-type]
+            for i, item in enumerate(cast(list[Any], node)):
                 visit(item, f"{path}[{i}]", depth)
             return
         if not isinstance(node, dict):
             return
+        obj = cast(dict[str, Any], node)
         if depth > _MAX_NESTING:
             problems.append(f"{path}: nested deeper than {_MAX_NESTING} levels")
             return
         for key in _UNSUPPORTED:
-            if key in node:
+            if key in obj:
                 problems.append(f"{path}: keyword {key!r} is not supported in strict mode")
-        is_object = node.get("type") == "object" or "properties" in node  # type: ignore[operator]
-        if is_object:
-            if node.get("additionalProperties") is not False:  # type: ignore[union-attr]
+        if _is_object_schema(obj):
+            if obj.get("additionalProperties") is not False:
                 problems.append(f"{path}: objects must set 'additionalProperties': false")
-            props: dict[str, Any] = node.get("properties") or {}  # type: ignore[assignment]
-            required = set(node.get("required") or [])  # type: ignore[arg-type]
+            props = _mapping(obj.get("properties"))
+            required = obj.get("required")
+            listed = set(cast(list[Any], required)) if isinstance(required, list) else set[Any]()
             for name in props:
-                if name not in required:
+                if name not in listed:
                     problems.append(
                         f"{path}.properties.{name}: not listed in 'required' (strict mode "
                         "needs every property required; make it optional with a null union)"
                     )
-        for key, value in node.items():  # type: ignore[union-attr]
+        for key, value in obj.items():
             child_depth = depth + 1 if key in ("properties", "items", "$defs", "anyOf") else depth
-            if key in ("properties", "$defs"):
-                for name, sub in (value or {}).items():  # type: ignore[union-attr]
+            if key in _SCHEMA_MAPPINGS:
+                for name, sub in _mapping(value).items():
                     visit(sub, f"{path}.{key}.{name}", child_depth)
-            elif isinstance(value, dict | list) and key not in ("enum", "const", "default", "examples"):
+            elif isinstance(value, dict | list) and key not in _DATA_KEYWORDS:
                 visit(value, f"{path}.{key}", child_depth)
 
     visit(schema, "$", 1)

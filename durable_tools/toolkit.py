@@ -22,7 +22,15 @@ from durable_tools.executor import (
     prepare_call,
 )
 from durable_tools.results import Failure, ToolCall, denied
-from durable_tools.tools import AnyTool, ApprovalContext, Emit, Tool, ToolContext, ToolRun, _normalize_run
+from durable_tools.tools import (
+    AnyTool,
+    ApprovalContext,
+    Emit,
+    Tool,
+    ToolContext,
+    ToolRun,
+    normalize_run,
+)
 
 __all__ = ["Middleware", "Toolkit", "compose"]
 
@@ -37,6 +45,9 @@ class Toolkit:
         *tools: The tools. Names must be unique.
         label: Where the tools come from (shown in `DuplicateToolName`);
             default `"toolkit"`.
+        sources: Where each tool came from, by tool name, when that is not
+            `label` (`compose` passes the labels of the original toolkits, so
+            a later collision still names them). Default: `label` for all.
 
     Raises:
         DuplicateToolName: Two tools share a name.
@@ -49,15 +60,19 @@ class Toolkit:
         ```
     """
 
-    def __init__(self, *tools: AnyTool, label: str = "toolkit") -> None:
+    def __init__(
+        self, *tools: AnyTool, label: str = "toolkit", sources: Mapping[str, str] | None = None
+    ) -> None:
         self.label = label
         self._tools: dict[str, AnyTool] = {}
         self._sources: dict[str, str] = {}
+        given = sources or {}
         for t in tools:
+            source = given.get(t.name, label)
             if t.name in self._tools:
-                raise DuplicateToolName(t.name, (label, label))
+                raise DuplicateToolName(t.name, (self._sources[t.name], source))
             self._tools[t.name] = t
-            self._sources[t.name] = label
+            self._sources[t.name] = source
 
     @classmethod
     def from_list(cls, tools: Iterable[AnyTool], *, label: str = "toolkit") -> Toolkit:
@@ -84,11 +99,27 @@ class Toolkit:
         return self._tools
 
     def source(self, name: str) -> str:
-        """Where the tool `name` came from (the label of its original toolkit)."""
+        """Where a tool came from.
+
+        Args:
+            name: The tool name.
+
+        Returns:
+            The label of the toolkit the tool was first put in.
+
+        Raises:
+            KeyError: No tool called `name`.
+        """
         return self._sources[name]
 
     def get(self, name: str) -> AnyTool:
         """The tool called `name`.
+
+        Args:
+            name: The tool name.
+
+        Returns:
+            The tool, of any kind.
 
         Raises:
             ToolNotFound: No such tool.
@@ -115,13 +146,7 @@ class Toolkit:
         return [t.descriptor() for t in self._tools.values()]
 
     def _derive(self, tools: Iterable[tuple[AnyTool, str]], label: str | None = None) -> Toolkit:
-        kit = Toolkit(label=label or self.label)
-        for t, source in tools:
-            if t.name in kit._tools:
-                raise DuplicateToolName(t.name, (kit._sources[t.name], source))
-            kit._tools[t.name] = t
-            kit._sources[t.name] = source
-        return kit
+        return _assemble(tools, label or self.label)
 
     def namespace(self, prefix: str) -> Toolkit:
         """Rename every tool to `prefix__name`.
@@ -172,7 +197,7 @@ class Toolkit:
         target = self.get(name)
         if not isinstance(target, Tool):
             raise ToolNotFound(f"{name!r} is a {target.kind} tool; only local tools have a run")
-        replaced = dataclasses.replace(target, run=_normalize_run(run))
+        replaced = dataclasses.replace(target, run=normalize_run(run))
         return self._derive(
             ((replaced if t.name == name else t), self._sources[t.name]) for t in self
         )
@@ -218,7 +243,7 @@ class Toolkit:
         queue: asyncio.Queue[ToolEvent | BaseException | None] = asyncio.Queue()
         limit = asyncio.Semaphore(concurrency) if concurrency else None
         decided = decisions or {}
-        key = idempotency_key or (lambda c: c.call_id)
+        key: Callable[[ToolCall], str] = idempotency_key or _call_id
         history = tuple(transcript)
         runnable: list[PreparedCall] = []
 
@@ -294,6 +319,10 @@ class Toolkit:
                 await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _call_id(call: ToolCall) -> str:
+    return call.call_id
+
+
 def compose(*toolkits: Toolkit, label: str = "composed") -> Toolkit:
     """Combine toolkits; a name present in two of them is an error.
 
@@ -308,9 +337,16 @@ def compose(*toolkits: Toolkit, label: str = "composed") -> Toolkit:
         DuplicateToolName: Naming the colliding name and both sources (the
             labels of the toolkits it came from). Namespace one of them first.
     """
-    result = Toolkit(label=label)
-    return result._derive(  # noqa: SLF001 - same class
-        ((t, kit.source(t.name)) for kit in toolkits for t in kit), label=label
-    )
+    return _assemble(((t, kit.source(t.name)) for kit in toolkits for t in kit), label)
 
 
+def _assemble(tools: Iterable[tuple[AnyTool, str]], label: str) -> Toolkit:
+    """A toolkit of `(tool, source)` pairs; a repeated name names both sources."""
+    ordered: list[AnyTool] = []
+    sources: dict[str, str] = {}
+    for t, source in tools:
+        if t.name in sources:
+            raise DuplicateToolName(t.name, (sources[t.name], source))
+        ordered.append(t)
+        sources[t.name] = source
+    return Toolkit(*ordered, label=label, sources=sources)

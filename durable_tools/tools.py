@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal, Self, TypeGuard, get_type_hints, overload
 
@@ -543,6 +543,27 @@ def dynamic_tool(
     )
 
 
+def _field_name(param: str, *, taken: Iterable[str]) -> str:
+    """The model field for a parameter: its own name unless pydantic would refuse it.
+
+    The parameter name stays the alias (what the model sends and sees), so a
+    parameter called `copy`, `schema`, `model_config` or `_id` works too; the
+    parsed input keeps attribute access by name for every other parameter.
+    """
+    # pydantic treats `_x` as private and protects the `model_validate*` and
+    # `model_dump*` namespaces; BaseModel attributes cannot be shadowed.
+    reserved = param.startswith(("_", "model_validate", "model_dump")) or hasattr(BaseModel, param)
+    if not reserved:
+        return param
+    used = set(taken)
+    base = f"arg_{param.lstrip('_')}"
+    candidate, n = base, 1
+    while candidate in used or hasattr(BaseModel, candidate):
+        n += 1
+        candidate = f"{base}{n}"
+    return candidate
+
+
 def _function_tool(
     fn: Callable[..., Any],
     *,
@@ -591,9 +612,7 @@ def _function_tool(
                 "(the hint becomes its JSON Schema)"
             )
         default = ... if param.default is inspect.Parameter.empty else param.default
-        # Fields get neutral names and the parameter name as alias, so parameters
-        # such as `copy`, `schema` or `model_config` cannot clash with BaseModel.
-        internal = f"p{len(fields)}"
+        internal = _field_name(param.name, taken=signature.parameters.keys() | fields.keys())
         fields[internal] = (
             hint,
             Field(default, alias=param.name, description=param_docs.get(param.name) or None),

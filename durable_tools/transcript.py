@@ -146,26 +146,38 @@ def find_unanswered_calls(history: Sequence[TranscriptItem]) -> list[ToolCall]:
 
 
 def is_reconciled(history: Sequence[TranscriptItem]) -> bool:
-    """Whether every tool call has exactly one output and every output a call.
+    """Whether the transcript can be sent to a model as it is.
+
+    That is: every tool call has exactly one output, every output answers a
+    call, call ids are unique, and each output sits in the run of outputs right
+    after the assistant message that made its call (before the next user or
+    assistant message), the order OpenAI, Anthropic and Gemini all require.
 
     Args:
         history: The transcript.
 
     Returns:
-        True when the transcript can be sent to a model as it is.
+        True when every call is answered, once, in its place.
     """
-    call_ids: list[str] = [
-        call.call_id
-        for item in history
-        if isinstance(item, AssistantMessage)
-        for call in item.tool_calls
-    ]
-    output_ids = [item.call_id for item in history if isinstance(item, ToolCallOutput)]
-    return (
-        len(set(call_ids)) == len(call_ids)
-        and len(set(output_ids)) == len(output_ids)
-        and set(call_ids) == set(output_ids)
-    )
+    calls: set[str] = set()
+    answered: set[str] = set()
+    open_calls: set[str] = set()  # calls of the latest assistant message
+    for item in history:
+        if isinstance(item, ToolCallOutput):
+            if item.call_id not in open_calls or item.call_id in answered:
+                return False
+            answered.add(item.call_id)
+            continue
+        if open_calls - answered:
+            return False  # a call left unanswered before the conversation moved on
+        open_calls = set()
+        if isinstance(item, AssistantMessage):
+            for call in item.tool_calls:
+                if call.call_id in calls:
+                    return False
+                calls.add(call.call_id)
+                open_calls.add(call.call_id)
+    return calls == answered
 
 
 def cancel_all_pending(
