@@ -670,6 +670,12 @@ class AgentWorkflow:
 
     def _publish(self) -> None:
         """Update search attributes and current details when what is pending changes."""
+        if not (workflow.in_workflow() and workflow.instance() is self):
+            # A dropped instance's coroutines are closed by the garbage collector
+            # (GeneratorExit at their await) and the `finally` blocks calling
+            # this run outside this workflow's event loop (e.g. after a worker
+            # shutdown without eviction): touch no workflow API then.
+            return
         kinds = tuple(
             kind
             for kind, present in (

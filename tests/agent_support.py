@@ -1,0 +1,281 @@
+"""Toolkits and a scripted model shared by the durable-loop tests.
+
+Importable by worker subprocesses too (`PYTHONPATH=tests`), so a worker killed
+with SIGKILL and its replacement run the same code. Tools append what they do
+to a JSON-lines ledger (`DT_TEST_LEDGER`, a file path) so tests can count runs
+and idempotency keys across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from durable_tools import (
+    AssistantMessage,
+    Emit,
+    RetryPolicy,
+    ToolCall,
+    ToolContext,
+    Toolkit,
+    UserMessage,
+    finish_tool,
+    handoff_tool,
+    interaction_tool,
+    pause_tool,
+    sleep_tool,
+    tool,
+)
+from durable_tools.conversation import AgentConfig, ModelRequest
+from durable_tools.testing import ScriptedModel
+
+LEDGER_ENV = "DT_TEST_LEDGER"
+
+
+def record(event: dict[str, Any]) -> None:
+    path = os.environ.get(LEDGER_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(event) + "\n")
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@tool(annotations={"read_only": True, "idempotent": True})
+async def get_weather(city: str) -> dict[str, Any]:
+    """Current weather for a city.
+
+    Args:
+        city: City name.
+    """
+    return {"city": city, "temp_c": 21}
+
+
+@tool(needs_approval=True)
+async def refund(order: str, amount: int, ctx: ToolContext) -> str:
+    """Refund an order (needs a person's approval).
+
+    Args:
+        order: Order id.
+        amount: Amount in cents.
+    """
+    record({"tool": "refund", "call_id": ctx.call_id, "key": ctx.idempotency_key})
+    return f"refunded {amount} on {order}"
+
+
+@tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.05, maximum_interval=0.1))
+async def flaky(ctx: ToolContext) -> str:
+    """Always fails; exhausts its retries."""
+    record({"tool": "flaky", "attempt": ctx.attempt})
+    raise ConnectionError("upstream unavailable")
+
+
+@tool(retry=1)
+async def boom() -> str:
+    """Raises at once."""
+    raise ValueError("bad state")
+
+
+@tool(retry=1)
+async def big(n_bytes: int) -> str:
+    """Returns `n_bytes` of text.
+
+    Args:
+        n_bytes: Size of the result.
+    """
+    return "x" * n_bytes
+
+
+@tool(retry=RetryPolicy(max_attempts=5, initial_interval=0.2, maximum_interval=1.0), timeout=30)
+async def slow(seconds: float, ctx: ToolContext) -> str:
+    """Sleeps, recording each attempt's start.
+
+    Args:
+        seconds: How long.
+    """
+    record(
+        {
+            "tool": "slow",
+            "call_id": ctx.call_id,
+            "key": ctx.idempotency_key,
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+        }
+    )
+    await asyncio.sleep(seconds)
+    record({"tool": "slow", "call_id": ctx.call_id, "done": True, "pid": os.getpid()})
+    return f"slept {seconds}"
+
+
+@tool(
+    retry=RetryPolicy(max_attempts=5, initial_interval=0.2, maximum_interval=1.0),
+    timeout=30,
+    heartbeat_timeout=2,
+)
+async def slow_heartbeat(seconds: float, emit: Emit, ctx: ToolContext) -> str:
+    """Sleeps while emitting progress (heartbeats), recording each attempt's start.
+
+    With a 2 s heartbeat timeout, an attempt whose worker dies is retried about
+    2 s later instead of after the 30 s start-to-close timeout.
+
+    Args:
+        seconds: How long.
+    """
+    record(
+        {
+            "tool": "slow_heartbeat",
+            "call_id": ctx.call_id,
+            "key": ctx.idempotency_key,
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+        }
+    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while (left := deadline - loop.time()) > 0:
+        emit({"left": round(left, 2)})
+        await asyncio.sleep(min(0.25, left))
+    record({"tool": "slow_heartbeat", "call_id": ctx.call_id, "done": True, "pid": os.getpid()})
+    return f"slept {seconds}"
+
+
+@tool(retry=1)
+async def echo(size: int, turn: int) -> str:
+    """Returns `size` bytes of text (for long-conversation tests).
+
+    Args:
+        size: Bytes.
+        turn: Turn number, echoed.
+    """
+    return f"{turn}:" + "y" * size
+
+
+ask = interaction_tool(
+    "ask",
+    description="Ask the customer a yes/no question.",
+    parameters={
+        "type": "object",
+        "properties": {"question": {"type": "string"}},
+        "required": ["question"],
+    },
+    answer={"type": "string", "enum": ["yes", "no"]},
+)
+
+TOOLKIT = Toolkit(
+    get_weather,
+    refund,
+    flaky,
+    boom,
+    big,
+    slow,
+    slow_heartbeat,
+    echo,
+    ask,
+    sleep_tool(),
+    pause_tool(),
+    finish_tool(),
+    handoff_tool(["specialist"]),
+    label="tests",
+)
+
+
+def _last_user(request: ModelRequest) -> tuple[int, str]:
+    for i in range(len(request.transcript) - 1, -1, -1):
+        item = request.transcript[i]
+        if isinstance(item, UserMessage):
+            return i, item.text
+    return -1, ""
+
+
+def directed(request: ModelRequest) -> AssistantMessage:
+    """A model steered by the last user message, written as JSON.
+
+    * `{"turns": [[[id, tool, args], ...], ...]}`: the k-th model turn after
+      the message makes the k-th list of calls; then it answers "done".
+    * `{"loop": n, "size": bytes}`: n turns each calling `echo`, then "done".
+    * anything else: answers "echo: <text>".
+    """
+    index, text = _last_user(request)
+    k = sum(1 for item in request.transcript[index + 1 :] if isinstance(item, AssistantMessage))
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        return AssistantMessage(text=f"echo: {text}")
+    if isinstance(spec, dict) and "turns" in spec:
+        turns = spec["turns"]
+        if k < len(turns):
+            calls = tuple(
+                ToolCall(
+                    call_id=c[0],
+                    name=c[1],
+                    arguments=c[2] if isinstance(c[2], str) else json.dumps(c[2]),
+                )
+                for c in turns[k]
+            )
+            return AssistantMessage(text="", tool_calls=calls)
+        return AssistantMessage(text=f"done ({request.model})")
+    if isinstance(spec, dict) and "loop" in spec:
+        if k < spec["loop"]:
+            args = json.dumps({"size": spec.get("size", 5000), "turn": k})
+            return AssistantMessage(
+                tool_calls=(ToolCall(call_id=f"loop-{k}", name="echo", arguments=args),)
+            )
+        return AssistantMessage(text="done")
+    return AssistantMessage(text=f"echo: {text}")
+
+
+MODELS = {"directed": ScriptedModel(directed), "specialist-model": ScriptedModel(directed)}
+TOOLKITS = {"tests": TOOLKIT}
+AGENT = AgentConfig(name="main", model="directed", toolkit="tests")
+SPECIALIST = AgentConfig(
+    name="specialist",
+    model="specialist-model",
+    toolkit="tests",
+    instructions="You are the specialist.",
+)
+
+
+def turns(*calls: list[tuple[str, str, Any]]) -> str:
+    """Encode a directed script: each argument is one turn's list of (id, tool, args)."""
+    return json.dumps({"turns": [[list(c) for c in turn] for turn in calls]})
+
+
+async def run_worker_forever(
+    address: str, namespace: str, task_queue: str, sticky_timeout: float | None = None
+) -> None:
+    """Entry point of worker subprocesses (see tests that SIGKILL workers).
+
+    `sticky_timeout` (seconds; SDK default 10 s) bounds how long the workflow's
+    next task waits on the sticky queue of a worker that died before it goes
+    to the task queue where a replacement worker sees it.
+    """
+    from datetime import timedelta
+
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from worker.plugin import DurableToolsPlugin
+
+    plugin = DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS)
+    client = await Client.connect(address, namespace=namespace, plugins=[plugin])
+    options: dict[str, Any] = {}
+    if sticky_timeout is not None:
+        options["sticky_queue_schedule_to_start_timeout"] = timedelta(seconds=sticky_timeout)
+    async with Worker(client, task_queue=task_queue, **options):
+        print("worker-ready", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    import sys
+
+    # python tests/agent_support.py ADDRESS NAMESPACE TASK_QUEUE [STICKY_TIMEOUT_SECONDS]
+    sticky = float(sys.argv[4]) if len(sys.argv) > 4 else None
+    asyncio.run(run_worker_forever(sys.argv[1], sys.argv[2], sys.argv[3], sticky))
