@@ -47,6 +47,9 @@ TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
 
 TRANSCRIPT_QUERY: Final[str] = "transcript_slice"
 
+# A page of the transcript query (Temporal rejects query results over 2 MB).
+_QUERY_PAGE_BYTES: Final[int] = 1_000_000
+
 # Temporal rejects payloads over 2 MiB; stay well below for the whole turn.
 _MAX_TURN_ARGUMENT_BYTES: Final[int] = 1_500_000
 
@@ -77,9 +80,19 @@ class AgentActivities:
         if request.transcript is not None:
             return request.transcript
         handle = activity.client().get_workflow_handle(request.workflow_id, run_id=request.run_id)
-        items: list[TranscriptItem] = await handle.query(
-            TRANSCRIPT_QUERY, TranscriptSlice(upto=request.upto), result_type=list[TranscriptItem]
-        )
+        # In pages: a query result over 2 MB fails ("Blob data size exceeds limit").
+        items: list[TranscriptItem] = []
+        while len(items) < request.upto:
+            page: list[TranscriptItem] = await handle.query(
+                TRANSCRIPT_QUERY,
+                TranscriptSlice(start=len(items), upto=request.upto, max_bytes=_QUERY_PAGE_BYTES),
+                result_type=list[TranscriptItem],
+            )
+            if not page:
+                raise ApplicationError(
+                    f"the transcript has {len(items)} items, fewer than the {request.upto} expected"
+                )
+            items.extend(page)
         return items
 
     @activity.defn(name=MODEL_TURN_ACTIVITY)

@@ -40,6 +40,7 @@ from durable_tools.conversation import (
     PendingState,
     Resume,
     SendMessage,
+    TranscriptSlice,
 )
 from durable_tools.errors import ConfigurationError, DecisionRejected
 from durable_tools.transcript import TranscriptItem
@@ -244,8 +245,23 @@ class Conversations:
         return await self._handle(workflow_id).query("pending", result_type=PendingState)
 
     async def history(self, workflow_id: str) -> list[TranscriptItem]:
-        """The transcript (query; needs a running worker)."""
-        return await self._handle(workflow_id).query("history", result_type=list[TranscriptItem])
+        """The transcript (queries; needs a running worker).
+
+        Read in pages of about 1 MB: one query result over 2 MB would fail.
+        """
+        handle = self._handle(workflow_id)
+        upto = (await self.status(workflow_id)).transcript_items
+        items: list[TranscriptItem] = []
+        while len(items) < upto:
+            page: list[TranscriptItem] = await handle.query(
+                "transcript_slice",
+                TranscriptSlice(start=len(items), upto=upto, max_bytes=1_000_000),
+                result_type=list[TranscriptItem],
+            )
+            if not page:
+                break
+            items.extend(page)
+        return items
 
     async def status(self, workflow_id: str) -> ConversationStatus:
         """What the loop is doing (query; needs a running worker)."""

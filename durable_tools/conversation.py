@@ -286,10 +286,16 @@ class TranscriptSlice(BaseModel):
     """Argument of the `transcript_slice` query the model activity uses.
 
     Attributes:
-        upto: Number of transcript items to return (from the start).
+        upto: Transcript items `[start, upto)` are returned.
+        start: First item to return (default 0).
+        max_bytes: Page size: return only as many items from `start` as fit
+            in this many bytes of JSON (at least one), so a transcript over
+            Temporal's 2 MB query-result limit is read in pages. `None`: all.
     """
 
     upto: int
+    start: int = 0
+    max_bytes: int | None = None
 
 
 class ModelTurnRequest(BaseModel):

@@ -91,6 +91,9 @@ _MAX_REJECTED = 100
 _MAX_EARLY = 1000
 _NO_TIMEOUT = timedelta(days=1)
 _UNKNOWN = "unknown"
+# Temporal rejects a continue-as-new input over 2 MiB (the workflow task fails
+# and is retried forever); a larger carried state stays in the current run.
+_MAX_CARRY_BYTES = 2_000_000
 
 
 def _seconds(value: float) -> str:
@@ -139,6 +142,7 @@ class AgentWorkflow:
         self._turns_this_run = 0
         self._running = 0
         self._published: tuple[int, tuple[str, ...]] | None = None
+        self._carry_too_large = False
 
     # ------------------------------------------------------------------ run
 
@@ -168,7 +172,17 @@ class AgentWorkflow:
                     return self._result("idle_timeout", self._last_text())
             if self._should_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self._carry())
+                carry = self._carry()
+                size = workflow.payload_converter().to_payloads([carry])[0].ByteSize()
+                if size <= _MAX_CARRY_BYTES:
+                    workflow.continue_as_new(carry)
+                # The transcript only grows: stay in this run from now on.
+                self._carry_too_large = True
+                workflow.logger.warning(
+                    "not continuing as new: the carried state is %d bytes, over %d",
+                    size,
+                    _MAX_CARRY_BYTES,
+                )
             for message in self._inbox:
                 self._transcript.append(UserMessage(text=message.text))
             self._inbox.clear()
@@ -185,7 +199,7 @@ class AgentWorkflow:
         return bool(self._transcript) and not isinstance(self._transcript[-1], AssistantMessage)
 
     def _should_continue_as_new(self) -> bool:
-        if self._turns_this_run == 0:
+        if self._turns_this_run == 0 or self._carry_too_large:
             return False
         every = self._options.continue_as_new_after_turns
         return workflow.info().is_continue_as_new_suggested() or (
@@ -638,8 +652,15 @@ class AgentWorkflow:
 
     @workflow.query(name="transcript_slice")
     def transcript_slice(self, request: TranscriptSlice) -> list[TranscriptItem]:
-        """The first `upto` transcript items (what the model activity reads)."""
-        return self._transcript[: request.upto]
+        """Transcript items `start` to `upto`, paged by `max_bytes` (what the model reads)."""
+        items = self._transcript[request.start : request.upto]
+        if request.max_bytes is not None:
+            size = 0
+            for n, item in enumerate(items):
+                size += len(item.model_dump_json())
+                if n and size > request.max_bytes:
+                    return items[:n]
+        return items
 
     @workflow.query(name="pending")
     def pending(self) -> PendingState:

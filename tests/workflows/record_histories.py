@@ -1,0 +1,274 @@
+"""Record `AgentWorkflow` histories for the replay test (run by hand, commit the output).
+
+    python tests/workflows/record_histories.py            # every scenario
+    python tests/workflows/record_histories.py sleep ...  # some of them
+
+Starts an embedded Temporal dev server, runs each scenario below against a
+worker with the shared test toolkit and the `directed` model
+(`tests/agent_support.py`), waits for the conversation to end and writes its
+history JSON to `tests/workflows/histories/<scenario>.json`; a conversation
+that continues as new writes one file per run, `<scenario>.run<k>.json`. The
+workflow id of every recording is the scenario's name, which the replay test
+reads back from the file name.
+
+Re-record after a deliberate, versioned change of the workflow's commands
+(and keep the old files when old histories must still replay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+for path in (ROOT, ROOT / "tests"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from agent_support import AGENT, MODELS, SPECIALIST, TOOLKITS, turns  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.client import Client, WorkflowFailureError  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+from durable_tools.client import Conversations  # noqa: E402
+from durable_tools.conversation import ConversationOptions  # noqa: E402
+from durable_tools.transcript import ToolCallOutput, is_reconciled  # noqa: E402
+from worker.dev_server import DevServer  # noqa: E402
+from worker.plugin import DurableToolsPlugin  # noqa: E402
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+OPTIONS = ConversationOptions(idle_timeout=1.0)
+
+Scenario = Callable[[Conversations, str], Awaitable[None]]
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 20) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+async def _approval(c: Conversations, wid: str, call_id: str) -> str:
+    async def pending() -> bool:
+        return any(a.call_id == call_id for a in (await c.pending(wid)).approvals)
+
+    await _until(pending, f"approval of {call_id}")
+    return next(a for a in (await c.pending(wid)).approvals if a.call_id == call_id).arguments_hash
+
+
+async def _interaction(c: Conversations, wid: str, call_id: str) -> str:
+    async def pending() -> bool:
+        return any(i.call_id == call_id for i in (await c.pending(wid)).interactions)
+
+    await _until(pending, f"interaction {call_id}")
+    items = (await c.pending(wid)).interactions
+    return next(i for i in items if i.call_id == call_id).arguments_hash
+
+
+async def approval_approved(c: Conversations, wid: str) -> None:
+    """A gated call approved by the durable `decide` signal, next to an ungated one."""
+    script = turns(
+        [("w1", "get_weather", {"city": "Paris"}), ("r1", "refund", {"order": "o1", "amount": 5})]
+    )
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+    digest = await _approval(c, wid, "r1")
+    await c.approve(wid, "r1", arguments_hash=digest, decided_by="ana")
+
+
+async def approval_denied(c: Conversations, wid: str) -> None:
+    """A gated call denied through the validated `decide_now` update."""
+    script = turns([("r1", "refund", {"order": "o2", "amount": 7})])
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+    digest = await _approval(c, wid, "r1")
+    await c.deny(wid, "r1", arguments_hash=digest, decided_by="bo", reason="no", wait=True)
+
+
+async def approval_expired(c: Conversations, wid: str) -> None:
+    """No decision before the deadline: the call is answered `expired`."""
+    script = turns([("r1", "refund", {"order": "o3", "amount": 9})])
+    options = OPTIONS.model_copy(update={"approval_deadline": 1.0})
+    await c.start(wid, agent=AGENT, message=script, options=options)
+
+
+async def early_decision(c: Conversations, wid: str) -> None:
+    """A decision that arrives before its call is pending is kept and applied."""
+    from durable_tools.approvals import arguments_hash
+
+    args = json.dumps({"order": "o4", "amount": 1})
+    await c.start(wid, agent=AGENT, options=OPTIONS)
+    await c.approve(wid, "r1", arguments_hash=arguments_hash(args), decided_by="ana")
+    await c.send(wid, json.dumps({"turns": [[["r1", "refund", args]]]}))
+
+
+async def failures(c: Conversations, wid: str) -> None:
+    """Every failure kind the model can cause, in one turn; the conversation goes on."""
+    script = turns(
+        [
+            ("u1", "no_such_tool", {}),
+            ("v1", "get_weather", {"town": 1}),
+            ("b1", "boom", {}),
+            ("f1", "flaky", {}),
+            ("g1", "big", {"n_bytes": 2_000_000}),
+            ("j1", "get_weather", "{not json"),
+        ]
+    )
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+
+
+async def interaction_answered(c: Conversations, wid: str) -> None:
+    """An interaction tool answered by the `answer` signal."""
+    script = turns([("a1", "ask", {"question": "Refund it?"})])
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+    digest = await _interaction(c, wid, "a1")
+    await c.answer(wid, "a1", "yes", arguments_hash=digest, answered_by="customer")
+
+
+async def sleep(c: Conversations, wid: str) -> None:
+    """The `sleep` signal tool: a durable timer."""
+    script = turns([("s1", "sleep", {"seconds": 1})])
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+
+
+async def pause_resume(c: Conversations, wid: str) -> None:
+    """The `pause` signal tool, resumed by the `resume` signal."""
+    script = turns([("p1", "pause", {"reason": "waiting for the invoice"})])
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+
+    async def paused() -> bool:
+        return (await c.pending(wid)).paused is not None
+
+    await _until(paused, "the pause")
+    await c.resume(wid, "the invoice arrived", resumed_by="ana")
+
+
+async def superseded(c: Conversations, wid: str) -> None:
+    """A new user message while an approval waits: the call is answered `cancelled`."""
+    script = turns([("r1", "refund", {"order": "o5", "amount": 3})])
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+    await _approval(c, wid, "r1")
+    await c.send(wid, "never mind")
+
+
+async def handoff_finish(c: Conversations, wid: str) -> None:
+    """A handoff to the specialist, whose turn calls `finish`."""
+    script = turns(
+        [("h1", "handoff", {"agent": "specialist"})],
+        [("x1", "finish", {"output": {"resolved": True}})],
+    )
+    await c.start(wid, agent=AGENT, handoffs=[SPECIALIST], message=script, options=OPTIONS)
+
+
+async def continue_as_new(c: Conversations, wid: str) -> None:
+    """Six echo turns, continuing as new every two turns (four runs)."""
+    options = OPTIONS.model_copy(update={"continue_as_new_after_turns": 2})
+    await c.start(wid, agent=AGENT, message=json.dumps({"loop": 6, "size": 100}), options=options)
+
+
+async def cancelled(c: Conversations, wid: str) -> None:
+    """Cancelled with a tool running (`interrupted`) and one waiting (`cancelled`)."""
+    script = turns(
+        [("s1", "slow", {"seconds": 60}), ("r1", "refund", {"order": "o6", "amount": 2})]
+    )
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+    await _approval(c, wid, "r1")
+
+    async def running() -> bool:
+        return (await c.status(wid)).running_tools == 1
+
+    await _until(running, "the slow tool to run")
+    await asyncio.sleep(0.3)  # let the activity start on the worker
+    await c.cancel(wid)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    f.__name__: f
+    for f in (
+        approval_approved,
+        approval_denied,
+        approval_expired,
+        early_decision,
+        failures,
+        interaction_answered,
+        sleep,
+        pause_resume,
+        superseded,
+        handoff_finish,
+        continue_as_new,
+        cancelled,
+    )
+}
+
+
+async def _record(client: Client, c: Conversations, name: str, scenario: Scenario) -> list[Path]:
+    await scenario(c, name)
+    handle = client.get_workflow_handle(name)
+    try:
+        await handle.result()
+    except WorkflowFailureError:
+        pass  # the cancelled scenario ends cancelled
+    transcript = await c.history(name)
+    if not is_reconciled(transcript):
+        raise AssertionError(f"{name}: the final transcript is not reconciled")
+    outputs = [
+        f"{o.call_id}={o.failure_kind or 'ok'}" for o in transcript if isinstance(o, ToolCallOutput)
+    ]
+    print(f"{name}: {len(transcript)} items; outputs: {', '.join(outputs) or '-'}")
+    histories: list[Any] = []
+    run_id: str | None = await _first_run_id(client, name)
+    while run_id:
+        history = await client.get_workflow_handle(name, run_id=run_id).fetch_history()
+        histories.append(history)
+        last = history.events[-1]
+        run_id = None
+        if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    written: list[Path] = []
+    for k, history in enumerate(histories, start=1):
+        stem = name if len(histories) == 1 else f"{name}.run{k}"
+        path = HISTORIES / f"{stem}.json"
+        path.write_text(history.to_json() + "\n")
+        written.append(path)
+    return written
+
+
+async def _first_run_id(client: Client, workflow_id: str) -> str:
+    """The run id of the first run of the continue-as-new chain ending at the latest run."""
+    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    assert run_id is not None
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return run_id
+        run_id = started.continued_execution_run_id
+
+
+async def main(names: list[str]) -> None:
+    """Run the named scenarios (all by default) and write their histories."""
+    unknown = set(names) - set(SCENARIOS)
+    if unknown:
+        raise SystemExit(f"unknown scenarios: {sorted(unknown)}; known: {sorted(SCENARIOS)}")
+    HISTORIES.mkdir(exist_ok=True)
+    plugin = DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS)
+    async with DevServer(headless=True) as server:
+        client = await Client.connect(server.address, plugins=[plugin])
+        task_queue = f"record-histories-{uuid.uuid4()}"
+        conversations = Conversations(client, task_queue=task_queue)
+        async with Worker(client, task_queue=task_queue):
+            selected = {n: s for n, s in SCENARIOS.items() if not names or n in names}
+            for path in await asyncio.gather(
+                *(_record(client, conversations, n, s) for n, s in selected.items())
+            ):
+                for p in path:
+                    print(f"wrote {p.relative_to(ROOT)} ({p.stat().st_size:,} bytes)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))

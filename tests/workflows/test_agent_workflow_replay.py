@@ -1,0 +1,121 @@
+"""Recorded `AgentWorkflow` histories replay deterministically (DESIGN.md, invariant 6).
+
+The histories in `histories/` were recorded on a real dev server by
+`record_histories.py` (run it by hand after a deliberate change, and commit
+the files). Each is replayed against today's workflow code in the sandbox the
+worker uses; a change of the commands the workflow issues (another activity,
+a timer more or less, another order) fails the replay with a nondeterminism
+error, which the last tests prove by replaying against modified workflows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from agent_support import MODELS, TOOLKITS
+from record_histories import SCENARIOS
+from temporalio import workflow
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from durable_tools.conversation import (
+    ConversationInput,
+    ConversationResult,
+    ModelTurn,
+    PlannedCall,
+)
+from worker.plugin import DurableToolsPlugin, sandbox_runner
+from workflows.agent_workflow import AgentWorkflow
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+FILES = sorted(HISTORIES.glob("*.json"))
+
+
+def _history(path: Path) -> WorkflowHistory:
+    # Recorded with the scenario's name as the workflow id; runs of a
+    # conversation that continued as new are `<scenario>.run<k>.json`.
+    workflow_id = path.name.split(".")[0]
+    return WorkflowHistory.from_json(workflow_id, path.read_text())
+
+
+def _replayer(*workflows: type) -> Replayer:
+    return Replayer(
+        workflows=list(workflows),
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+
+
+def test_every_scenario_has_a_recorded_history() -> None:
+    recorded = {path.name.split(".")[0] for path in FILES}
+    assert recorded == set(SCENARIOS)
+    assert len([p for p in FILES if p.name.startswith("continue_as_new.run")]) > 1
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+async def test_recorded_history_replays(path: Path) -> None:
+    result = await _replayer(AgentWorkflow).replay_workflow(
+        _history(path), raise_on_replay_failure=False
+    )
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+
+
+async def test_histories_replay_with_the_worker_plugin() -> None:
+    """The replayer configured by `DurableToolsPlugin`, as a deployment would run it."""
+    replayer = Replayer(
+        workflows=[], plugins=[DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS)]
+    )
+
+    async def histories() -> AsyncIterator[WorkflowHistory]:
+        for path in FILES:
+            yield _history(path)
+
+    async with replayer.workflow_replay_iterator(histories()) as results:
+        replayed = [(r.history.workflow_id, r.replay_failure) async for r in results]
+    assert len(replayed) == len(FILES)
+    assert [(wid, failure) for wid, failure in replayed if failure is not None] == []
+
+
+# ------------------------------------------------- the replay test can fail
+# Copies of the workflow registered under its name, each issuing different
+# commands. Unsandboxed: the sandbox would re-import this test module, whose
+# module-level file access it forbids.
+
+
+@workflow.defn(name="AgentWorkflow", sandboxed=False)
+class RenamedToolActivities(AgentWorkflow):
+    """Schedules `tool.renamed_<name>` instead of `tool.<name>`."""
+
+    @workflow.run
+    async def run(self, input: ConversationInput) -> ConversationResult:
+        return await super().run(input)
+
+    async def _execute(self, plan: PlannedCall, toolkit: str):  # type: ignore[override]
+        call = plan.call.model_copy(update={"name": f"renamed_{plan.call.name}"})
+        return await super()._execute(plan.model_copy(update={"call": call}), toolkit)
+
+
+@workflow.defn(name="AgentWorkflow", sandboxed=False)
+class ExtraTimerBeforeTools(AgentWorkflow):
+    """Sleeps one second before answering a turn's calls (one timer more)."""
+
+    @workflow.run
+    async def run(self, input: ConversationInput) -> ConversationResult:
+        return await super().run(input)
+
+    async def _answer_calls(self, turn: ModelTurn):  # type: ignore[override]
+        await workflow.sleep(1)
+        return await super()._answer_calls(turn)
+
+
+@pytest.mark.parametrize("modified", [RenamedToolActivities, ExtraTimerBeforeTools])
+async def test_a_modified_workflow_fails_replay_with_nondeterminism(modified: type) -> None:
+    history = _history(HISTORIES / "approval_approved.json")
+    with pytest.raises(workflow.NondeterminismError) as failure:
+        await _replayer(modified).replay_workflow(history)
+    assert "nondetermin" in str(failure.value).lower()
+    # The same history replays against the real workflow.
+    await _replayer(AgentWorkflow).replay_workflow(history)
