@@ -1,0 +1,217 @@
+"""Helpers for the `AgentWorkflow` integration tests in tests/workflows/.
+
+`running(...)` runs a real worker (the `DurableToolsPlugin` with the shared
+test toolkit and fresh scripted models) against one of the conftest servers
+and yields a `Harness`: a `Conversations` client plus bounded polling helpers.
+Every wait here has a deadline; nothing polls forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agent_support import AGENT, TOOLKITS, directed, read_ledger
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from durable_tools.client import Conversations
+from durable_tools.conversation import (
+    AgentConfig,
+    ConversationOptions,
+    PendingApproval,
+    PendingInteraction,
+)
+from durable_tools.testing import ScriptedModel
+from durable_tools.toolkit import Toolkit
+from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem
+from worker.plugin import DurableToolsPlugin
+
+WAIT_SECONDS = 20.0
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    timeout: float = WAIT_SECONDS,
+    interval: float = 0.05,
+) -> T:
+    """Await `probe()` until it returns a truthy value; fail after `timeout` seconds.
+
+    Transient RPC / query errors (e.g. a query racing the first workflow task)
+    are retried until the deadline and reported if it passes.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = await probe()
+            if last:
+                return last
+        except (RPCError, WorkflowQueryFailedError) as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"timed out after {timeout:g} s waiting for {what}; last: {last!r}"
+            )
+        await asyncio.sleep(interval)
+
+
+def outputs_by_id(items: Sequence[TranscriptItem]) -> dict[str, ToolCallOutput]:
+    """Tool outputs of a transcript by call id (asserts each call id has one output)."""
+    found: dict[str, ToolCallOutput] = {}
+    for item in items:
+        if isinstance(item, ToolCallOutput):
+            assert item.call_id not in found, f"two outputs for {item.call_id!r}"
+            found[item.call_id] = item
+    return found
+
+
+def assistant_texts(items: Sequence[TranscriptItem]) -> list[str]:
+    return [i.text for i in items if isinstance(i, AssistantMessage) and i.text]
+
+
+@dataclass
+class Harness:
+    """A running worker on `task_queue` and a client for its conversations."""
+
+    env: WorkflowEnvironment
+    client: Client
+    conversations: Conversations
+    models: dict[str, ScriptedModel]
+    ledger: Path
+    task_queue: str
+    started: list[str] = field(default_factory=list[str])
+    handles: dict[str, WorkflowHandle[Any, Any]] = field(
+        default_factory=dict[str, WorkflowHandle[Any, Any]]
+    )
+
+    async def start(
+        self,
+        message: str | None = None,
+        *,
+        options: ConversationOptions | None = None,
+        handoffs: Sequence[AgentConfig] = (),
+        agent: AgentConfig = AGENT,
+    ) -> str:
+        workflow_id = f"conv-{uuid.uuid4()}"
+        self.started.append(workflow_id)
+        self.handles[workflow_id] = await self.conversations.start(
+            workflow_id,
+            agent=agent,
+            message=message,
+            handoffs=handoffs,
+            options=options or ConversationOptions(search_attributes=True),
+        )
+        return workflow_id
+
+    def ledger_rows(self, tool: str | None = None) -> list[dict[str, Any]]:
+        return [r for r in read_ledger(self.ledger) if tool is None or r.get("tool") == tool]
+
+    async def wait_outputs(
+        self, workflow_id: str, *call_ids: str, timeout: float = WAIT_SECONDS
+    ) -> dict[str, ToolCallOutput]:
+        async def probe() -> dict[str, ToolCallOutput] | None:
+            found = outputs_by_id(await self.conversations.history(workflow_id))
+            return found if all(c in found for c in call_ids) else None
+
+        return await eventually(probe, what=f"outputs of {call_ids}", timeout=timeout)
+
+    async def wait_assistant_text(
+        self, workflow_id: str, text: str, *, timeout: float = WAIT_SECONDS
+    ) -> list[TranscriptItem]:
+        async def probe() -> list[TranscriptItem] | None:
+            items = await self.conversations.history(workflow_id)
+            return items if text in assistant_texts(items) else None
+
+        return await eventually(probe, what=f"assistant text {text!r}", timeout=timeout)
+
+    async def wait_approval(self, workflow_id: str, call_id: str) -> PendingApproval:
+        async def probe() -> PendingApproval | None:
+            pending = await self.conversations.pending(workflow_id)
+            return next((a for a in pending.approvals if a.call_id == call_id), None)
+
+        return await eventually(probe, what=f"pending approval of {call_id!r}")
+
+    async def wait_interaction(self, workflow_id: str, call_id: str) -> PendingInteraction:
+        async def probe() -> PendingInteraction | None:
+            pending = await self.conversations.pending(workflow_id)
+            return next((i for i in pending.interactions if i.call_id == call_id), None)
+
+        return await eventually(probe, what=f"pending interaction of {call_id!r}")
+
+    async def wait_state(self, workflow_id: str, state: str) -> None:
+        async def probe() -> bool:
+            return (await self.conversations.status(workflow_id)).state == state
+
+        await eventually(probe, what=f"status state {state!r}")
+
+    async def result(self, workflow_id: str, *, timeout: float = WAIT_SECONDS) -> Any:
+        """The conversation's result, through the handle `start` returned.
+
+        On the time-skipping server only that handle's `result()` lets the
+        server skip time while it waits (the SDK's auto time skipping).
+        """
+        async with asyncio.timeout(timeout):
+            return await self.handles[workflow_id].result()
+
+    async def execution_status(self, workflow_id: str) -> WorkflowExecutionStatus | None:
+        return (await self.client.get_workflow_handle(workflow_id).describe()).status
+
+
+@asynccontextmanager
+async def running(
+    env: WorkflowEnvironment,
+    task_queue: str,
+    ledger: Path,
+    *,
+    toolkits: Mapping[str, Toolkit] | None = None,
+) -> AsyncIterator[Harness]:
+    """Run a durable-tools worker on `task_queue` for the duration of the block.
+
+    `toolkits` are registered beside the shared ones (`tests`).
+    Conversations started through the harness that are still running when the
+    block ends are terminated, so no timer of theirs outlives the test (on the
+    time-skipping server a leftover workflow task would stall time skipping).
+    """
+    models = {
+        "directed": ScriptedModel(directed),
+        "specialist-model": ScriptedModel(directed),
+    }
+    plugin = DurableToolsPlugin(toolkits={**TOOLKITS, **(toolkits or {})}, models=models)
+    client = Client(**{**env.client.config(), "plugins": [plugin]})
+    harness = Harness(
+        env=env,
+        client=client,
+        conversations=Conversations(client, task_queue=task_queue),
+        models=models,
+        ledger=ledger,
+        task_queue=task_queue,
+    )
+    async with Worker(client, task_queue=task_queue):
+        try:
+            yield harness
+        finally:
+            for workflow_id in harness.started:
+                handle = client.get_workflow_handle(workflow_id)
+                try:
+                    if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                        await handle.terminate("test over")
+                except RPCError:
+                    pass
