@@ -194,7 +194,9 @@ def _heartbeat_emitter() -> Any:
     return emit
 
 
-def _unique_call_ids(message: AssistantMessage, transcript: Sequence[TranscriptItem]) -> AssistantMessage:
+def _unique_call_ids(
+    message: AssistantMessage, transcript: Sequence[TranscriptItem]
+) -> AssistantMessage:
     """Rename call ids the conversation already used, so each id has one output."""
     seen = {
         c.call_id

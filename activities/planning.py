@@ -96,12 +96,16 @@ def _plan(
             return PlannedCall(**base, kind="interaction", answer_schema=answer)
         if found.handler is None:
             reason = f"signal tool {call.name!r} has no handler on this worker"
-            return PlannedCall(**base, kind="signal", failure=failed(call, "execution_error", reason))
+            return PlannedCall(
+                **base, kind="signal", failure=failed(call, "execution_error", reason)
+            )
         try:
             action = _ACTION.validate_python(found.handler(parsed))
         except Exception as exc:
             reason = f"{call.name} could not be interpreted: {type(exc).__name__}: {exc}"
-            return PlannedCall(**base, kind="signal", failure=failed(call, "execution_error", reason))
+            return PlannedCall(
+                **base, kind="signal", failure=failed(call, "execution_error", reason)
+            )
         return PlannedCall(**base, kind="signal", action=action)
 
     prepared = prepare_call(toolkit, call, max_argument_bytes=max_argument_bytes)

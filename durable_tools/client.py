@@ -282,7 +282,9 @@ class Conversations:
 
 async def _update(handle: WorkflowHandle[Any, Any], name: str, arg: Any) -> DecisionReceipt:
     try:
-        return await handle.execute_update(name, arg, result_type=DecisionReceipt)
+        return await handle.execute_update(  # pyright: ignore[reportUnknownMemberType]
+            name, arg, result_type=DecisionReceipt
+        )
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         if isinstance(cause, ApplicationError) and cause.type == "DecisionRejected":

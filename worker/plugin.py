@@ -72,7 +72,7 @@ class DurableToolsPlugin(SimplePlugin):
         models: Mapping[str, ModelAdapter],
     ) -> None:
         self.agent_activities = AgentActivities(toolkits, models)
-        super().__init__(
+        super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",
             data_converter=lambda _: dataclasses.replace(pydantic_data_converter),
             activities=[self.agent_activities.model_turn, self.agent_activities.tool_call],

@@ -20,6 +20,7 @@ Temporal's APIs. Everything that needs application code runs in activities.
 from __future__ import annotations
 
 import asyncio
+import builtins
 from datetime import timedelta
 from typing import Any
 
@@ -33,8 +34,6 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    import jsonschema
-
     from activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
     from durable_tools.approvals import Decision
     from durable_tools.conversation import (
@@ -57,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         ToolActivityResult,
         TranscriptSlice,
     )
+    from durable_tools.errors import InvalidSchema
     from durable_tools.results import (
         Failure,
         Ok,
@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         interrupted,
         timed_out,
     )
+    from durable_tools.schema import SchemaViolation, compile_schema
     from durable_tools.signals import Finish, Handoff, Pause, Reply, Sleep
     from durable_tools.transcript import (
         AssistantMessage,
@@ -168,7 +169,7 @@ class AgentWorkflow:
                         timeout=timedelta(seconds=self._options.idle_timeout),
                         timeout_summary="idle: waiting for the next user message",
                     )
-                except asyncio.TimeoutError:
+                except builtins.TimeoutError:
                     return self._result("idle_timeout", self._last_text())
             if self._should_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
@@ -260,7 +261,7 @@ class AgentWorkflow:
             start_to_close_timeout=timedelta(seconds=self._options.model_timeout),
             retry_policy=RetryPolicy(
                 maximum_interval=timedelta(seconds=60),
-                non_retryable_error_types=["ConfigurationError"],
+                non_retryable_error_types=["ConfigurationError", "PayloadsTooLarge"],
             ),
             summary=f"{agent.name}: {agent.model}, turn {self._turns}",
         )
@@ -371,6 +372,7 @@ class AgentWorkflow:
                     non_retryable_error_types=[
                         *plan.non_retryable_error_types,
                         "ConfigurationError",
+                        "PayloadsTooLarge",
                     ],
                 ),
                 summary=plan.summary,
@@ -423,7 +425,7 @@ class AgentWorkflow:
                 timeout=timedelta(seconds=seconds),
                 timeout_summary=f"approval deadline of {plan.summary}",
             )
-        except asyncio.TimeoutError:
+        except builtins.TimeoutError:
             return expired(call, f"no decision within {_seconds(seconds)}; the tool did not run")
         finally:
             self._approvals.pop(call.call_id, None)
@@ -453,7 +455,9 @@ class AgentWorkflow:
 
     def _reject(self, call_id: str, reason: str, by: str) -> None:
         self._rejected.append(
-            RejectedDecision(call_id=call_id, reason=reason, decided_by=by, received_at=workflow.now())
+            RejectedDecision(
+                call_id=call_id, reason=reason, decided_by=by, received_at=workflow.now()
+            )
         )
         del self._rejected[:-_MAX_REJECTED]
 
@@ -516,7 +520,7 @@ class AgentWorkflow:
                 timeout=timedelta(seconds=seconds),
                 timeout_summary=f"answer deadline of {plan.summary}",
             )
-        except asyncio.TimeoutError:
+        except builtins.TimeoutError:
             return expired(call, f"no answer within {_seconds(seconds)}")
         finally:
             self._interactions.pop(call.call_id, None)
@@ -540,13 +544,10 @@ class AgentWorkflow:
         if answer.arguments_hash != pending.arguments_hash:
             return f"arguments hash does not match call {call_id!r}"
         if pending.answer_schema is not None:
-            validator = jsonschema.Draft202012Validator(
-                pending.answer_schema,
-                format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
-            )
-            error = jsonschema.exceptions.best_match(validator.iter_errors(answer.value))
-            if error is not None:
-                return f"answer does not match the answer schema: {error.json_path}: {error.message}"
+            try:
+                compile_schema(pending.answer_schema, what="answer schema").validate(answer.value)
+            except (SchemaViolation, InvalidSchema) as exc:
+                return f"answer does not match the answer schema: {exc}"
         return None
 
     def _accept_or_reject_answer(self, answer: Answer) -> None:
@@ -591,7 +592,7 @@ class AgentWorkflow:
                     timeout_summary=f"sleep {_seconds(action.seconds)}",
                 )
                 woke = "woken early by a new user message"
-            except asyncio.TimeoutError:
+            except builtins.TimeoutError:
                 woke = f"slept {_seconds(action.seconds)}"
             finally:
                 self._sleeping = False
@@ -614,7 +615,9 @@ class AgentWorkflow:
                 reason = f"no agent named {action.agent!r}; known agents: {known}"
                 self._record(failed(call, "input_validation_error", reason))
                 return None
-            self._record(Ok(call_id=call.call_id, tool=call.name, value=f"handed off to {action.agent}"))
+            self._record(
+                Ok(call_id=call.call_id, tool=call.name, value=f"handed off to {action.agent}")
+            )
             return action
         elif isinstance(action, Finish):
             self._record(Ok(call_id=call.call_id, tool=call.name, value="finished"))
@@ -711,10 +714,13 @@ class AgentWorkflow:
             return
         self._published = (count, kinds)
         if self._options.search_attributes:
-            workflow.upsert_search_attributes(
+            workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType]
                 [PENDING_COUNT.value_set(count), PENDING_KINDS.value_set(list(kinds))]
             )
-        lines = [f"- approval: `{a.summary}` (until {a.deadline:%Y-%m-%d %H:%M} UTC)" for a in self._approvals.values()]
+        lines = [
+            f"- approval: `{a.summary}` (until {a.deadline:%Y-%m-%d %H:%M} UTC)"
+            for a in self._approvals.values()
+        ]
         lines += [f"- question: `{i.tool}` call `{i.call_id}`" for i in self._interactions.values()]
         if self._paused is not None:
             lines.append(f"- paused: {self._paused}")
