@@ -487,6 +487,7 @@ def dynamic_tool(
     annotations: ToolAnnotations | Mapping[str, Any] | None = None,
     strict: bool = False,
     failure_mode: FailureMode = "return",
+    approval_deadline: float | None = None,
 ) -> Tool:
     """Build a local tool whose schema is known only at run time.
 
@@ -511,6 +512,8 @@ def dynamic_tool(
         strict: Ask providers for strict schema adherence; the schema must
             already satisfy OpenAI's strict-mode rules (never rewritten).
         failure_mode: See `FailureMode`.
+        approval_deadline: Seconds a call may wait for a decision before it
+            expires (`None`: the conversation's deadline, default 7 days).
 
     Returns:
         A `Tool` with `dynamic=True`.
@@ -539,6 +542,7 @@ def dynamic_tool(
         heartbeat_timeout=heartbeat_timeout,
         retry=_retry_policy(retry),
         failure_mode=failure_mode,
+        approval_deadline=approval_deadline,
         dynamic=True,
     )
 
@@ -576,6 +580,7 @@ def _function_tool(
     annotations: ToolAnnotations | Mapping[str, Any] | None,
     strict: bool,
     failure_mode: FailureMode,
+    approval_deadline: float | None,
     output: Any,
 ) -> Tool:
     tool_name = check_tool_name(name or fn.__name__)
@@ -666,6 +671,7 @@ def _function_tool(
         heartbeat_timeout=heartbeat_timeout,
         retry=_retry_policy(retry),
         failure_mode=failure_mode,
+        approval_deadline=approval_deadline,
     )
 
 
@@ -685,6 +691,7 @@ def tool(
     annotations: ToolAnnotations | Mapping[str, Any] | None = None,
     strict: bool = False,
     failure_mode: FailureMode = "return",
+    approval_deadline: float | None = None,
     output: Any = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
@@ -702,6 +709,7 @@ def tool(
     annotations: ToolAnnotations | Mapping[str, Any] | None = None,
     strict: bool = False,
     failure_mode: FailureMode = "return",
+    approval_deadline: float | None = None,
     output: Any = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a local tool from a typed sync or async function.
@@ -725,6 +733,8 @@ def tool(
         annotations: `ToolAnnotations` or a dict of its fields (MCP defaults).
         strict: Ask providers for strict schema adherence.
         failure_mode: See `FailureMode` (default `"return"`).
+        approval_deadline: Seconds a call may wait for a decision before it
+            expires (`None`: the conversation's deadline, default 7 days).
         output: Success schema overriding the return annotation.
 
     Returns:
@@ -760,6 +770,7 @@ def tool(
             annotations=annotations,
             strict=strict,
             failure_mode=failure_mode,
+            approval_deadline=approval_deadline,
             output=output,
         )
 

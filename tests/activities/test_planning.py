@@ -1,0 +1,101 @@
+import json
+
+from activities.planning import plan_calls, summarize_call
+from durable_tools import (
+    ToolCall,
+    Toolkit,
+    arguments_hash,
+    interaction_tool,
+    signal_tool,
+    sleep_tool,
+    tool,
+)
+from durable_tools.signals import Sleep
+
+
+@tool(needs_approval=True, approval_deadline=3600)
+def transfer(amount: int, to: str) -> str:
+    """Transfer money.
+
+    Args:
+        amount: Cents.
+        to: Recipient.
+    """
+    return "ok"
+
+
+@tool(needs_approval=lambda args, ctx: args.amount > 100)
+def tip(amount: int) -> str:
+    """Tip.
+
+    Args:
+        amount: Cents.
+    """
+    return "ok"
+
+
+def _raise(_: object) -> object:
+    raise RuntimeError("cannot decide")
+
+
+KIT = Toolkit(
+    transfer,
+    tip,
+    sleep_tool(),
+    signal_tool("broken", handler=_raise),
+    interaction_tool("ask", answer={"type": "string"}),
+)
+
+
+def _call(call_id: str, name: str, **args: object) -> ToolCall:
+    return ToolCall(call_id=call_id, name=name, arguments=json.dumps(args))
+
+
+def test_local_call_carries_per_tool_deadline_hash_and_summary():
+    (plan,) = plan_calls(KIT, [_call("c1", "transfer", amount=5, to="bob")], [])
+    assert plan.kind == "local" and plan.failure is None
+    assert plan.needs_approval is True
+    assert plan.approval_deadline == 3600
+    assert plan.arguments_hash == arguments_hash('{"to": "bob", "amount": 5}')
+    assert plan.summary == "transfer(amount=5, to='bob')"
+
+
+def test_needs_approval_function_sees_parsed_arguments():
+    small, large = plan_calls(KIT, [_call("a", "tip", amount=5), _call("b", "tip", amount=500)], [])
+    assert (small.needs_approval, large.needs_approval) == (False, True)
+
+
+def test_signal_tool_is_decoded_to_its_action_on_the_worker():
+    (plan,) = plan_calls(KIT, [_call("s", "sleep", seconds=259200)], [])
+    assert plan.kind == "signal" and plan.action == Sleep(seconds=259200)
+
+
+def test_failures_are_planned_not_raised():
+    plans = plan_calls(
+        KIT,
+        [
+            _call("u", "nope"),
+            ToolCall(call_id="j", name="transfer", arguments="{not json"),
+            _call("h", "broken"),
+            _call("n", "sleep", seconds=-1),
+        ],
+        [],
+    )
+    kinds = [(p.kind, p.failure.kind if p.failure else None) for p in plans]
+    assert kinds == [
+        ("unknown", "unknown_tool"),
+        ("local", "input_validation_error"),
+        ("signal", "execution_error"),
+        ("signal", "input_validation_error"),
+    ]
+    assert "cannot decide" in plans[2].failure.reason  # type: ignore[union-attr]
+
+
+def test_interaction_carries_answer_schema():
+    (plan,) = plan_calls(KIT, [_call("q", "ask")], [])
+    assert plan.kind == "interaction" and plan.answer_schema == {"type": "string"}
+
+
+def test_summary_is_truncated():
+    text = summarize_call(_call("c", "transfer", to="x" * 500, amount=1), limit=40)
+    assert len(text) == 40 and text.endswith("…")

@@ -1,0 +1,55 @@
+"""The tool model imports and works inside Temporal's workflow sandbox.
+
+The sandbox re-imports every module that is not passed through and fails the
+worker if a module does I/O or touches restricted APIs at import. Here nothing
+of durable-tools is passed through, so this fails if the tool model ever gains
+an import-time side effect.
+"""
+
+import uuid
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+import durable_tools as dt
+
+
+@workflow.defn(name="SandboxImportProbe")
+class SandboxImportProbe:
+    @workflow.run
+    async def run(self) -> list[str]:
+        kit = dt.Toolkit(
+            dt.dynamic_tool(
+                "lookup",
+                parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+                run=lambda args: args,
+            ),
+            dt.sleep_tool(),
+        )
+        decoded = kit.get("lookup").decode('{"q": "x"}')
+        plan = dt.plan_approvals(
+            [dt.ToolCall(call_id="c", name="lookup", arguments='{"q": "x"}')],
+            lambda call: False,
+            {},
+        )
+        return [d.name for d in kit.descriptors()] + [decoded["q"], plan.approved[0].call_id]
+
+
+async def test_tool_model_runs_in_the_default_sandbox(time_env: WorkflowEnvironment):
+    task_queue = f"sandbox-{uuid.uuid4()}"
+    async with Worker(
+        time_env.client,
+        task_queue=task_queue,
+        workflows=[SandboxImportProbe],
+        workflow_runner=SandboxedWorkflowRunner(),
+    ):
+        result = await time_env.client.execute_workflow(
+            SandboxImportProbe.run,
+            id=f"sandbox-{uuid.uuid4()}",
+            task_queue=task_queue,
+            execution_timeout=timedelta(seconds=30),
+        )
+    assert result == ["lookup", "sleep", "x", "c"]
