@@ -1,0 +1,1 @@
+"""Example toolkits and scripted models, used by `make demo` and the docs."""

@@ -1,0 +1,327 @@
+"""The `durable-tools` CLI: one clear line and a non-zero exit on bad input, and the demo.
+
+Bad-input tests need no server (a closed loopback port stands in for a
+missing one). The live tests run the CLI against a real embedded dev server
+and a worker serving `examples.support:app`, both on their own thread and
+event loop, because the CLI runs its own `asyncio.run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from worker.cli import app
+from worker.dev_server import DevServer
+from worker.runner import load_app, run_worker
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def assert_one_line_error(result: Any, code: int | None = None) -> str:
+    assert result.exit_code != 0, result.output
+    if code is not None:
+        assert result.exit_code == code, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_answer_with_invalid_json_is_one_line_and_exit_2() -> None:
+    result = runner.invoke(app, ["answer", "ticket-1", "call_1", "{not json"])
+    line = assert_one_line_error(result, code=2)
+    assert "not valid JSON" in line
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["approve", "ticket-1", "call_1"],
+        ["deny", "ticket-1", "call_1", "--reason", "no"],
+        ["approve", "ticket-1", "call_1", "--signal", "--hash", "ab" * 32],
+        ["answer", "ticket-1", "call_1", '{"order_id": "A-1001"}'],
+        ["pending", "ticket-1"],
+        ["history", "ticket-1"],
+        ["status", "ticket-1"],
+        ["send", "ticket-1", "hello"],
+        ["start", "ticket-1", "--model", "m", "--toolkit", "t", "--message", "hi"],
+    ],
+    ids=lambda c: "-".join(c[:1] + [a for a in c[1:] if a.startswith("--")]),
+)
+def test_commands_against_a_closed_port_fail_fast_with_one_line(command: list[str]) -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    result = runner.invoke(app, [*command, "--address", address, "--timeout", "10"])
+    line = assert_one_line_error(result, code=1)
+    assert f"cannot connect to Temporal at {address}" in line
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("no_colon_here", "invalid app spec"),
+        ("no_such_module_xyz:app", "cannot import module"),
+        ("examples.support:nope", "has no attribute"),
+        ("examples.support:kit", "not an application"),
+    ],
+)
+def test_worker_with_a_bad_app_is_one_line_and_exit_2(spec: str, expected: str) -> None:
+    result = runner.invoke(app, ["worker", "--app", spec, "--address", "127.0.0.1:1"])
+    line = assert_one_line_error(result, code=2)
+    assert expected in line
+
+
+def test_worker_against_a_closed_port_is_one_line() -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    result = runner.invoke(app, ["worker", "--app", "examples.support:app", "--address", address])
+    line = assert_one_line_error(result, code=1)
+    assert f"cannot connect to Temporal at {address}" in line
+
+
+def test_unknown_command_option_is_a_usage_error() -> None:
+    result = runner.invoke(app, ["approve", "ticket-1"])  # CALL_ID missing
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+# --------------------------------------------------------------------- live
+
+
+class Live:
+    """An embedded dev server and a worker on a background thread."""
+
+    def __init__(self) -> None:
+        self.address = ""
+        self.task_queue = f"cli-{uuid.uuid4().hex[:8]}"
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # reported by start()
+            self.error = exc
+            self.ready.set()
+
+    async def _serve(self) -> None:
+        application = load_app("examples.support:app")
+        async with DevServer(headless=True) as server:
+            self.address = server.address
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            await run_worker(
+                server.address,
+                "default",
+                self.task_queue,
+                application.toolkits,
+                application.models,
+                graceful_shutdown_timeout=2,
+                handle_signals=False,
+                stop=self._stop,
+                on_ready=lambda _: self.ready.set(),
+            )
+
+    def start(self) -> None:
+        self._thread.start()
+        assert self.ready.wait(60), "the dev server and worker did not start within 60 s"
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+    def cli(self, *args: str, task_queue: bool = False) -> Any:
+        extra = ["--address", self.address, "--timeout", "20"]
+        if task_queue:
+            extra += ["--task-queue", self.task_queue]
+        return runner.invoke(app, [*args, *extra])
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[Live]:
+    server = Live()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def wait_for_approval(live: Live, workflow_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        result = live.cli("pending", workflow_id, "--json")
+        assert result.exit_code == 0, result.output
+        approvals = json.loads(result.stdout)["approvals"]
+        if approvals:
+            return approvals[0]
+        time.sleep(0.1)
+    raise AssertionError("no pending approval within 30 s")
+
+
+def test_unknown_workflow_id_is_one_line(live: Live) -> None:
+    result = live.cli("pending", "no-such-conversation")
+    line = assert_one_line_error(result, code=1)
+    assert "'no-such-conversation' does not exist" in line
+
+
+def test_unknown_namespace_is_one_line(live: Live) -> None:
+    for command in (
+        ["pending", "x", "--address", live.address, "--namespace", "nope"],
+        ["worker", "--app", "examples.support:app", "--address", live.address, "-n", "nope"],
+    ):
+        result = runner.invoke(app, command)
+        line = assert_one_line_error(result, code=1)
+        assert "namespace 'nope' does not exist" in line
+        assert "polling" not in result.stdout
+
+
+def test_query_without_a_worker_times_out_with_one_line(live: Live) -> None:
+    workflow_id = f"cli-{uuid.uuid4().hex[:8]}"
+    started = runner.invoke(
+        app,
+        ["start", workflow_id, "--model", "m", "--toolkit", "t", "--address", live.address]
+        + ["--task-queue", "nobody-polls-this"],
+    )
+    assert started.exit_code == 0, started.output
+    began = time.monotonic()
+    command = ["pending", workflow_id, "--address", live.address, "--timeout", "2"]
+    result = runner.invoke(app, command)
+    line = assert_one_line_error(result, code=1)
+    assert "no answer within 2 s" in line and "--signal" in line
+    assert time.monotonic() - began < 10
+
+
+def test_cli_round_trip_with_rejected_decisions(live: Live) -> None:
+    workflow_id = f"cli-{uuid.uuid4().hex[:8]}"
+    started = live.cli(
+        "start",
+        workflow_id,
+        "--model",
+        "scripted",
+        "--toolkit",
+        "support",
+        "--message",
+        "Please refund order A-1002",
+        task_queue=True,
+    )
+    assert started.exit_code == 0, started.output
+    approval = wait_for_approval(live, workflow_id)
+    assert approval["tool"] == "refund"
+    call_id = approval["call_id"]
+
+    table = live.cli("pending", workflow_id)
+    assert table.exit_code == 0 and call_id in table.stdout and "refund" in table.stdout
+
+    unknown = live.cli("approve", workflow_id, "call_nope")
+    assert "not waiting for a decision" in assert_one_line_error(unknown, code=1)
+
+    forged = live.cli("approve", workflow_id, call_id, "--hash", "0" * 64)
+    assert "arguments hash does not match" in assert_one_line_error(forged, code=1)
+
+    not_a_question = live.cli("answer", workflow_id, call_id, '{"order_id": "A-1002"}')
+    assert_one_line_error(not_a_question, code=1)
+
+    approved = live.cli("approve", workflow_id, call_id, "--by", "ana", "--reason", "damaged")
+    assert approved.exit_code == 0, approved.output
+    assert "approved refund(order_id='A-1002'" in approved.stdout
+
+    again = live.cli("approve", workflow_id, call_id)
+    assert_one_line_error(again, code=1)  # already decided, or the conversation has ended
+
+    result = live.cli("result", workflow_id)
+    assert result.exit_code == 0, result.output
+    output = json.loads(result.stdout)["output"]
+    assert output["resolution"] == "refunded" and output["amount_cents"] == 3450
+
+    history = live.cli("history", workflow_id, "--json")
+    assert history.exit_code == 0, history.output
+    items = json.loads(history.stdout)
+    refund_outputs = [i for i in items if i["role"] == "tool" and i["tool"] == "refund"]
+    assert len(refund_outputs) == 1 and not refund_outputs[0]["is_error"]
+
+    status = live.cli("status", workflow_id)
+    assert status.exit_code == 0 and "finished" in status.stdout
+
+
+def test_deny_by_signal_reaches_the_model(live: Live) -> None:
+    workflow_id = f"cli-{uuid.uuid4().hex[:8]}"
+    started = live.cli(
+        "start",
+        workflow_id,
+        "--model",
+        "scripted",
+        "--toolkit",
+        "support",
+        "--message",
+        "Refund A-1001",
+        task_queue=True,
+    )
+    assert started.exit_code == 0, started.output
+    call_id = wait_for_approval(live, workflow_id)["call_id"]
+    denied = live.cli("deny", workflow_id, call_id, "--reason", "over the limit", "--signal")
+    assert denied.exit_code == 0, denied.output
+    result = live.cli("result", workflow_id)
+    assert result.exit_code == 0, result.output
+    output = json.loads(result.stdout)["output"]
+    assert output["resolution"] == "refund_not_issued"
+    assert "over the limit" in output["note"]
+
+
+# --------------------------------------------------------------------- demo
+
+
+def test_demo_runs_end_to_end() -> None:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    started = time.monotonic()
+    completed = subprocess.run(
+        [sys.executable, "-m", "worker.demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - started
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    refund_id = re.search(r'"refund_id":\s*"(rf_[0-9a-f]{12})"', out)
+    assert refund_id, out
+    # The approved tool's output, as the transcript shows it.
+    assert f'{{"refund_id":"{refund_id.group(1)}","order_id":"A-1001"' in out
+    assert '"status":"issued"' in out
+    # Tools are activity types in Temporal's history, with readable summaries.
+    assert "activityType.name: tool.refund" in out
+    assert "userMetadata.summary: refund(order_id='A-1001', amount_cents=12900)" in out
+    assert "Approval needed" in out
+    print(f"demo wall time: {elapsed:.1f} s")

@@ -1,0 +1,175 @@
+"""Rich renderings of what a conversation shows a person: approvals, pending work, transcripts.
+
+Shared by the CLI (`durable-tools pending`, `history`, `status`) and the demo.
+Every function returns a rich renderable; print it with `Console().print(...)`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from durable_tools.conversation import ConversationStatus, PendingApproval, PendingState
+from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
+
+__all__ = ["render_approval", "render_pending", "render_status", "render_transcript", "when"]
+
+
+def when(moment: datetime, now: datetime | None = None) -> str:
+    """A UTC time with how far it is from now, e.g. `2026-11-28 08:56 UTC (in 7.0 days)`.
+
+    Args:
+        moment: An aware datetime.
+        now: The reference time (default: the current time).
+    """
+    now = now or datetime.now(UTC)
+    seconds = (moment - now).total_seconds()
+    span = abs(seconds)
+    if span < 90:
+        rel = f"{span:.0f} s"
+    elif span < 90 * 60:
+        rel = f"{span / 60:.0f} min"
+    elif span < 36 * 3600:
+        rel = f"{span / 3600:.0f} h"
+    else:
+        rel = f"{span / 86400:.1f} days"
+    rel = f"in {rel}" if seconds >= 0 else f"{rel} ago"
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M} UTC ({rel})"
+
+
+def render_approval(workflow_id: str, approval: PendingApproval) -> Table:
+    """One pending approval as a person deciding on it sees it.
+
+    Args:
+        workflow_id: The conversation.
+        approval: From the `pending` query.
+
+    Returns:
+        A two-column rich table: the call, its arguments and what deciding takes.
+    """
+    table = Table(
+        title=f"Approval needed in {escape(workflow_id)}", show_header=False, title_justify="left"
+    )
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    table.add_row("tool call", escape(approval.summary))
+    table.add_row("call id", escape(approval.call_id))
+    table.add_row("arguments", escape(_pretty_json(approval.arguments)))
+    table.add_row("arguments hash", approval.arguments_hash)
+    table.add_row("requested", when(approval.requested_at))
+    table.add_row("expires", when(approval.deadline))
+    return table
+
+
+def _pretty_json(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except json.JSONDecodeError:
+        return text
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def render_pending(state: PendingState) -> Group:
+    """Tables of pending approvals, interactions, a pause and rejected decisions.
+
+    Args:
+        state: From the `pending` query.
+
+    Returns:
+        A rich renderable; says "nothing pending" when nothing is.
+    """
+    parts: list[Any] = []
+    if state.approvals:
+        table = Table(title="Approvals", title_justify="left")
+        for column in ("call id", "tool", "summary", "deadline", "arguments hash"):
+            table.add_column(column, overflow="fold")
+        for a in state.approvals:
+            table.add_row(
+                escape(a.call_id),
+                escape(a.tool),
+                escape(a.summary),
+                when(a.deadline),
+                a.arguments_hash[:12] + "…",
+            )
+        parts.append(table)
+    if state.interactions:
+        table = Table(title="Questions", title_justify="left")
+        for column in ("call id", "tool", "arguments", "answer schema", "deadline"):
+            table.add_column(column, overflow="fold")
+        for i in state.interactions:
+            table.add_row(
+                escape(i.call_id),
+                escape(i.tool),
+                escape(i.arguments),
+                escape(_compact(i.answer_schema)) if i.answer_schema is not None else "any JSON",
+                when(i.deadline),
+            )
+        parts.append(table)
+    if state.paused is not None:
+        parts.append(Text(f"paused: {state.paused} (resume it with a new message: `send`)"))
+    if state.rejected:
+        table = Table(title="Rejected decisions (latest)", title_justify="left")
+        for column in ("call id", "by", "received", "reason"):
+            table.add_column(column)
+        for r in state.rejected[-10:]:
+            table.add_row(
+                escape(r.call_id), escape(r.decided_by), when(r.received_at), escape(r.reason)
+            )
+        parts.append(table)
+    if not (state.approvals or state.interactions or state.paused is not None):
+        parts.insert(0, Text("nothing pending"))
+    return Group(*parts)
+
+
+def render_transcript(items: Sequence[TranscriptItem]) -> Table:
+    """The transcript as a table: one row per message, tool call and tool output.
+
+    Args:
+        items: From the `history` query.
+
+    Returns:
+        A rich table with columns `#`, `who` and `what`.
+    """
+    table = Table(show_header=True, show_lines=False, expand=False)
+    table.add_column("#", justify="right", style="dim")
+    table.add_column("who", no_wrap=True)
+    table.add_column("what", overflow="fold")
+    for index, item in enumerate(items, start=1):
+        if isinstance(item, UserMessage):
+            table.add_row(str(index), "[bold cyan]user[/]", escape(item.text))
+        elif isinstance(item, AssistantMessage):
+            lines = [escape(item.text)] if item.text else []
+            lines += [
+                f"[yellow]→ {escape(c.name)}[/] {escape(c.arguments)} [dim]({escape(c.call_id)})[/]"
+                for c in item.tool_calls
+            ]
+            table.add_row(str(index), "[bold green]assistant[/]", "\n".join(lines))
+        else:
+            if item.is_error:
+                who = f"[bold red]{escape(item.tool)}[/] ✗ {escape(item.failure_kind or 'error')}"
+            else:
+                who = f"[bold magenta]{escape(item.tool)}[/] ✓"
+            table.add_row(
+                str(index), who, f"{escape(item.content)} [dim]({escape(item.call_id)})[/]"
+            )
+    return table
+
+
+def render_status(workflow_id: str, status: ConversationStatus) -> Table:
+    """The `status` query as a two-column table."""
+    table = Table(title=f"Conversation {escape(workflow_id)}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in status.model_dump().items():
+        table.add_row(name.replace("_", " "), escape(str(value)))
+    return table

@@ -1,0 +1,219 @@
+"""Running a durable-tools worker: the application object and the run loop.
+
+An *application* is any Python object with two mappings, `toolkits` and
+`models`, found by a `"module:attribute"` spec (as `uvicorn` finds an ASGI app):
+
+```python
+# myapp.py
+app = App(toolkits={"support": kit}, models={"gpt": adapter})
+```
+
+```sh
+durable-tools worker --app myapp:app --address localhost:7233 --task-queue agents
+```
+
+`run_worker` connects with `DurableToolsPlugin` (which registers
+`AgentWorkflow`, the `model.turn` and `tool.<name>` activities, the pydantic
+data converter and the sandbox pass-through modules) and polls one task queue
+until it is cancelled or the process receives SIGTERM or SIGINT; it then shuts
+down gracefully: no new tasks are taken, and running tool activities get
+`graceful_shutdown_timeout` seconds to finish before they are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import cast
+
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from durable_tools.errors import ConfigurationError
+from durable_tools.testing import ModelAdapter
+from durable_tools.toolkit import Toolkit
+from worker.plugin import DurableToolsPlugin
+
+__all__ = ["DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT", "App", "load_app", "run_worker"]
+
+DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT: float = 30.0
+"""Seconds running activities may finish after a shutdown begins (default 30).
+
+Keep Kubernetes' `terminationGracePeriodSeconds` above it (see
+`deploy/k8s/worker-deployment.yaml`), or the pod is killed mid-activity and
+those calls are retried on another worker.
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class App:
+    """What a worker serves: toolkits and model adapters, by name.
+
+    Agent configurations refer to them by these names
+    (`AgentConfig(model="gpt", toolkit="support")`).
+
+    Attributes:
+        toolkits: Toolkits by name.
+        models: Model adapters by name (`await adapter(request)` returns an
+            `AssistantMessage`).
+    """
+
+    toolkits: Mapping[str, Toolkit] = field(default_factory=dict[str, Toolkit])
+    models: Mapping[str, ModelAdapter] = field(default_factory=dict[str, ModelAdapter])
+
+
+def load_app(spec: str, *, app_dir: str | None = ".") -> App:
+    """Import an application from a `"module:attribute"` spec.
+
+    Args:
+        spec: E.g. `"examples.support:app"`; the attribute may be dotted
+            (`"pkg.mod:container.app"`).
+        app_dir: Directory put first on `sys.path` before importing (default
+            the current directory, so a checkout works without installing);
+            `None` leaves `sys.path` alone.
+
+    Returns:
+        The `App`. Any object with `toolkits` and `models` mappings is
+        accepted and copied into an `App`.
+
+    Raises:
+        ConfigurationError: The spec is malformed, the module or attribute
+            does not exist, or the object is not an application.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigurationError(
+            f"invalid app spec {spec!r}: use 'module:attribute', e.g. 'examples.support:app'"
+        )
+    if app_dir is not None:
+        path = os.path.abspath(app_dir)
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    try:
+        found: object = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise ConfigurationError(
+                f"cannot import module {module_name!r} of app spec {spec!r}: {exc}"
+            ) from exc
+        raise  # the module exists but one of its own imports failed: show the real error
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise ConfigurationError(
+                f"module {module_name!r} has no attribute {attribute!r} (app spec {spec!r})"
+            ) from None
+    if isinstance(found, App):
+        return found
+    toolkits: object = getattr(found, "toolkits", None)
+    models: object = getattr(found, "models", None)
+    if not isinstance(toolkits, Mapping) or not isinstance(models, Mapping):
+        raise ConfigurationError(
+            f"{spec!r} is a {type(found).__name__}, not an application: it needs `toolkits` "
+            "and `models` mappings, e.g. App(toolkits={'support': kit}, models={'gpt': model})"
+        )
+    kits = {str(name): kit for name, kit in cast(Mapping[object, object], toolkits).items()}
+    adapters = {str(name): model for name, model in cast(Mapping[object, object], models).items()}
+    for name, kit in kits.items():
+        if not isinstance(kit, Toolkit):
+            raise ConfigurationError(
+                f"toolkit {name!r} of {spec!r} is a {type(kit).__name__}, not a Toolkit"
+            )
+    for name, model in adapters.items():
+        if not callable(model):
+            raise ConfigurationError(
+                f"model {name!r} of {spec!r} is a {type(model).__name__}, not a model adapter "
+                "(an async callable taking a ModelRequest)"
+            )
+    return App(
+        toolkits=cast(dict[str, Toolkit], kits), models=cast(dict[str, ModelAdapter], adapters)
+    )
+
+
+async def run_worker(
+    client_target: str,
+    namespace: str,
+    task_queue: str,
+    toolkits: Mapping[str, Toolkit],
+    models: Mapping[str, ModelAdapter],
+    *,
+    graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
+    max_concurrent_activities: int | None = None,
+    handle_signals: bool = True,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[Worker], None] | None = None,
+) -> None:
+    """Connect to Temporal and run a durable-tools worker until told to stop.
+
+    Args:
+        client_target: Temporal frontend address, e.g. `"localhost:7233"`.
+        namespace: Temporal namespace, e.g. `"default"`.
+        task_queue: Task queue conversations are started on (`Conversations(task_queue=...)`).
+        toolkits: Toolkits by name.
+        models: Model adapters by name.
+        graceful_shutdown_timeout: Seconds running activities may finish once
+            shutdown begins, before they are cancelled (default 30).
+        max_concurrent_activities: Most activities this worker runs at once
+            (`None`: the SDK's default).
+        handle_signals: Stop on SIGTERM and SIGINT (only possible on the main
+            thread's event loop; ignored elsewhere).
+        stop: Set it to stop the worker (an alternative to cancelling the task).
+        on_ready: Called with the worker once it runs (polling starts then).
+
+    Raises:
+        RuntimeError: The client could not connect (`Failed client connect: ...`),
+            or the worker failed (e.g. its validation at startup).
+        temporalio.service.RPCError: The namespace does not exist (`NOT_FOUND`),
+            or another server-side error at startup.
+    """
+    plugin = DurableToolsPlugin(toolkits=toolkits, models=models)
+    client = await Client.connect(client_target, namespace=namespace, plugins=[plugin])
+    # Fail with the server's NOT_FOUND before the worker starts polling a
+    # namespace that does not exist (the worker would only log it).
+    await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_timeout),
+        max_concurrent_activities=max_concurrent_activities,
+    )
+    stopping = stop or asyncio.Event()
+    installed = _install_signal_handlers(stopping.set) if handle_signals else []
+    try:
+        running = asyncio.create_task(worker.run())
+        if on_ready is not None:
+            on_ready(worker)
+        stopped = asyncio.create_task(stopping.wait())
+        try:
+            await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not running.done():
+                # Graceful: stop polling, let running activities finish (bounded
+                # by graceful_shutdown_timeout), then return.
+                await asyncio.shield(worker.shutdown())
+            await running  # re-raises a fatal worker error
+    finally:
+        loop = asyncio.get_running_loop()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def _install_signal_handlers(callback: Callable[[], None]) -> list[signal.Signals]:
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, callback)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # not the main thread, or a platform without signal handlers
+        installed.append(sig)
+    return installed
