@@ -227,7 +227,7 @@ class Resume(BaseModel):
 
 
 class DecisionReceipt(BaseModel):
-    """What the `decide` / `answer_now` updates return.
+    """What the `decide_now` / `answer_now` updates return.
 
     Attributes:
         call_id: The call.

@@ -31,6 +31,7 @@ from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
     TimeoutError,
+    TimeoutType,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -386,6 +387,13 @@ class AgentWorkflow:
     def _activity_failure(self, plan: PlannedCall, exc: ActivityError) -> Failure:
         call, cause = plan.call, exc.cause
         if isinstance(cause, TimeoutError):
+            if cause.type == TimeoutType.HEARTBEAT:
+                return failed(
+                    call,
+                    "timed_out",
+                    f"the tool sent no progress for {plan.heartbeat_timeout or 0:g} s "
+                    "(heartbeat timeout); it may have taken effect",
+                )
             return timed_out(call, plan.timeout)
         if isinstance(cause, CancelledError):
             return interrupted(call, "the tool activity was cancelled; it may have taken effect")
@@ -660,7 +668,7 @@ class AgentWorkflow:
         if request.max_bytes is not None:
             size = 0
             for n, item in enumerate(items):
-                size += len(item.model_dump_json())
+                size += len(item.model_dump_json().encode())  # bytes, not characters
                 if n and size > request.max_bytes:
                     return items[:n]
         return items
