@@ -17,6 +17,13 @@ from durable_tools.approvals import (
     plan_approvals,
 )
 from durable_tools.arguments import ArgumentsError, parse_arguments
+from durable_tools.constructors import (
+    dynamic_tool,
+    interaction_tool,
+    provider_tool,
+    signal_tool,
+    tool,
+)
 from durable_tools.descriptor import ToolAnnotations, ToolDescriptor, ToolKind
 from durable_tools.errors import (
     ConfigurationError,
@@ -79,12 +86,7 @@ from durable_tools.tools import (
     ToolContext,
     ToolFailure,
     ToolRun,
-    dynamic_tool,
-    interaction_tool,
     is_dynamic,
-    provider_tool,
-    signal_tool,
-    tool,
 )
 from durable_tools.transcript import (
     AssistantMessage,

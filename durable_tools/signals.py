@@ -19,7 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from durable_tools.tools import SignalTool, signal_tool
+from durable_tools.constructors import signal_tool
+from durable_tools.tools import SignalTool
 
 __all__ = [
     "Finish",

@@ -10,6 +10,7 @@ from typing import Any
 
 from durable_tools.approvals import Decision, arguments_hash, check_decision
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
+from durable_tools.constructors import normalize_run
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import DuplicateToolName, ToolNotFound
 from durable_tools.executor import (
@@ -29,7 +30,6 @@ from durable_tools.tools import (
     Tool,
     ToolContext,
     ToolRun,
-    normalize_run,
 )
 
 __all__ = ["Middleware", "Toolkit", "compose"]

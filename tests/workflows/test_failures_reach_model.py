@@ -19,9 +19,9 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, outputs_by_id, running
 
+from durable_tools.constructors import provider_tool
 from durable_tools.conversation import AgentConfig
 from durable_tools.toolkit import Toolkit
-from durable_tools.tools import provider_tool
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage, is_reconciled
 
 BAD_CALLS = [

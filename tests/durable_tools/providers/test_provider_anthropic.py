@@ -3,13 +3,13 @@ from typing import Any
 
 import pytest
 
+from durable_tools.constructors import provider_tool, tool
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
 from durable_tools.executor import Output
 from durable_tools.providers import anthropic
 from durable_tools.results import Failure, Ok, ToolCall
 from durable_tools.toolkit import Toolkit
-from durable_tools.tools import provider_tool, tool
 from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage, append_turn
 
 SERVER_TOOL_USE: dict[str, Any] = {

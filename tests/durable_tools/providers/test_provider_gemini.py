@@ -5,10 +5,10 @@ from typing import Any
 
 import pytest
 
+from durable_tools.constructors import provider_tool
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.providers import gemini
 from durable_tools.results import Failure, Ok
-from durable_tools.tools import provider_tool
 from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage, append_turn
 
 # Shaped like a real `GenerateContentResponse` (REST JSON) from gemini-2.5-flash:

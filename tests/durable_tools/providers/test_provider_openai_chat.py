@@ -4,13 +4,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from durable_tools.constructors import provider_tool, tool
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import StrictModeError
 from durable_tools.executor import Output
 from durable_tools.providers import openai_chat
 from durable_tools.results import Failure, Ok, ToolCall
 from durable_tools.toolkit import Toolkit
-from durable_tools.tools import provider_tool, tool
 from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage, append_turn
 
 # Shaped like a real `chat.completion` (openai-python `ChatCompletion`): a

@@ -2,11 +2,11 @@ from typing import Any
 
 import pytest
 
+from durable_tools.constructors import provider_tool
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import StrictModeError
 from durable_tools.providers import openai_responses
 from durable_tools.results import Failure, Ok, ToolCall
-from durable_tools.tools import provider_tool
 from durable_tools.transcript import TranscriptItem, UserMessage, append_turn
 
 WEB_SEARCH_CALL: dict[str, Any] = {
