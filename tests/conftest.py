@@ -32,11 +32,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from agent_support import LEDGER_ENV
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from workflow_helpers import Harness, running
 
 # Must match `workflows.agent_workflow.PENDING_COUNT` / `PENDING_KINDS`. Kept
 # here so the fixtures do not depend on the workflow module importing cleanly.
@@ -151,3 +153,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _EXIT_STATUS = pytest.StashKey[int]()
+
+
+@pytest.fixture
+async def harness(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Harness]:
+    """A durable-tools worker on the dev server, with a fresh tool ledger."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    async with running(dev_env, task_queue, ledger) as h:
+        yield h
+
+
+@pytest.fixture
+async def time_harness(
+    time_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Harness]:
+    """A durable-tools worker on the time-skipping server, with a fresh tool ledger."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    async with running(time_env, task_queue, ledger) as h:
+        yield h

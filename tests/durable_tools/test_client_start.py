@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from agent_support import AGENT, LEDGER_ENV
-from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import Harness, eventually, running
+from agent_support import AGENT
+from workflow_helpers import Harness, eventually
 
 from durable_tools.conversation import AgentConfig
 from durable_tools.errors import ConfigurationError
 from durable_tools.transcript import UserMessage
-
-
-@pytest.fixture
-async def harness(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Harness]:
-    ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(LEDGER_ENV, str(ledger))
-    async with running(dev_env, task_queue, ledger) as h:
-        yield h
 
 
 async def test_starting_twice_with_one_id_attaches_and_sends_nothing_twice(harness: Harness):

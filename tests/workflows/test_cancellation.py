@@ -10,27 +10,14 @@ answers both calls.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from agent_support import LEDGER_ENV, turns
+from agent_support import turns
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
-from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import Harness, eventually, outputs_by_id, running
+from workflow_helpers import Harness, eventually, outputs_by_id
 
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage, is_reconciled
-
-
-@pytest.fixture
-async def harness(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Harness]:
-    ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(LEDGER_ENV, str(ledger))
-    async with running(dev_env, task_queue, ledger) as h:
-        yield h
 
 
 async def test_cancel_with_a_running_tool_and_a_pending_approval(harness: Harness) -> None:

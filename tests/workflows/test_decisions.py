@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from agent_support import LEDGER_ENV, turns
+from agent_support import turns
 from conftest import PENDING_COUNT, PENDING_KINDS
-from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import Harness, eventually, outputs_by_id, running
+from workflow_helpers import Harness, eventually, outputs_by_id
 
 from durable_tools.approvals import arguments_hash
 from durable_tools.conversation import ConversationOptions, RejectedDecision
@@ -25,26 +22,6 @@ from durable_tools.transcript import ToolCallOutput, is_reconciled
 
 REFUND = {"order": "o1", "amount": 500}
 WRONG_HASH = arguments_hash({"order": "o1", "amount": 50_000})
-
-
-@pytest.fixture
-async def harness(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Harness]:
-    ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(LEDGER_ENV, str(ledger))
-    async with running(dev_env, task_queue, ledger) as h:
-        yield h
-
-
-@pytest.fixture
-async def time_harness(
-    time_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Harness]:
-    ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(LEDGER_ENV, str(ledger))
-    async with running(time_env, task_queue, ledger) as h:
-        yield h
 
 
 async def _rejected(harness: Harness, wf: str, call_id: str, n: int = 1) -> list[RejectedDecision]:

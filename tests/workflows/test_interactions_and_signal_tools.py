@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from agent_support import LEDGER_ENV, SPECIALIST, turns
+from agent_support import SPECIALIST, turns
 from conftest import PENDING_KINDS
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import Harness, eventually, outputs_by_id, running
+from workflow_helpers import Harness, eventually, outputs_by_id
 
 from durable_tools.approvals import arguments_hash
 from durable_tools.conversation import ConversationOptions
@@ -27,26 +24,6 @@ from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessa
 
 QUESTION = {"question": "Shall I refund order o1?"}
 DAY = 24 * 3600
-
-
-@pytest.fixture
-async def harness(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Harness]:
-    ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(LEDGER_ENV, str(ledger))
-    async with running(dev_env, task_queue, ledger) as h:
-        yield h
-
-
-@pytest.fixture
-async def time_harness(
-    time_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Harness]:
-    ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(LEDGER_ENV, str(ledger))
-    async with running(time_env, task_queue, ledger) as h:
-        yield h
 
 
 async def test_answer_by_update_is_validated_against_the_answer_schema(harness: Harness) -> None:
