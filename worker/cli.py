@@ -47,11 +47,8 @@ from durable_tools.client import Conversations
 from durable_tools.conversation import (
     AgentConfig,
     ConversationOptions,
-    ConversationStatus,
-    PendingState,
 )
 from durable_tools.errors import ConfigurationError, DecisionRejected
-from durable_tools.transcript import TranscriptItem
 from worker.render import render_pending, render_status, render_transcript
 
 __all__ = ["CliError", "app"]
@@ -221,6 +218,24 @@ def _run(
         _fail("interrupted", 130)
     except Exception as exc:
         _fail(f"{type(exc).__name__}: {exc}")
+
+
+def _on_conversation(
+    workflow_id: str,
+    use: Callable[[Conversations], Awaitable[T]],
+    *,
+    address: str,
+    namespace: str,
+    timeout: float,
+) -> T:
+    """Connect, run `use(conversations)` for one conversation, failures as one line."""
+
+    async def main() -> T:
+        return await use(await _conversations(address, namespace, DEFAULT_TASK_QUEUE))
+
+    return _run(
+        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
+    )
 
 
 def _rpc_message(exc: RPCError, *, conversation: str, address: str, namespace: str) -> str:
@@ -415,12 +430,13 @@ def send_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Send a user message (a durable signal; no worker needs to run)."""
-
-    async def main() -> None:
-        conversations = await _conversations(address, namespace, DEFAULT_TASK_QUEUE)
-        await conversations.send(workflow_id, text, sent_by=by or _whoami())
-
-    _run(main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id)
+    _on_conversation(
+        workflow_id,
+        lambda c: c.send(workflow_id, text, sent_by=by or _whoami()),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
+    )
     _out.print(f"sent to {escape(workflow_id)}")
 
 
@@ -433,13 +449,12 @@ def pending_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Show what the conversation waits for: approvals, questions, a pause."""
-
-    async def main() -> PendingState:
-        conversations = await _conversations(address, namespace, DEFAULT_TASK_QUEUE)
-        return await conversations.pending(workflow_id)
-
-    state = _run(
-        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
+    state = _on_conversation(
+        workflow_id,
+        lambda c: c.pending(workflow_id),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
     )
     if as_json:
         print(state.model_dump_json(indent=2))
@@ -564,18 +579,20 @@ def answer_command(
     except json.JSONDecodeError as exc:
         _fail(f"the answer is not valid JSON: {exc}", EXIT_BAD_INPUT)
 
-    async def main() -> None:
-        conversations = await _conversations(address, namespace, DEFAULT_TASK_QUEUE)
-        await conversations.answer(
+    _on_conversation(
+        workflow_id,
+        lambda c: c.answer(
             workflow_id,
             call_id,
             answer,
             arguments_hash=arguments_hash,
             answered_by=by or _whoami(),
             wait=not signal,
-        )
-
-    _run(main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id)
+        ),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
+    )
     how = _SIGNAL_SENT if signal else "accepted"
     _out.print(f"answered {escape(call_id)} in {escape(workflow_id)} ({how})")
 
@@ -589,13 +606,12 @@ def history_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Show the conversation's transcript (messages, tool calls, tool outputs)."""
-
-    async def main() -> list[TranscriptItem]:
-        conversations = await _conversations(address, namespace, DEFAULT_TASK_QUEUE)
-        return await conversations.history(workflow_id)
-
-    items = _run(
-        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
+    items = _on_conversation(
+        workflow_id,
+        lambda c: c.history(workflow_id),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
     )
     if as_json:
         print(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
@@ -612,13 +628,12 @@ def status_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Show what the conversation is doing (state, turns, pending counts)."""
-
-    async def main() -> ConversationStatus:
-        conversations = await _conversations(address, namespace, DEFAULT_TASK_QUEUE)
-        return await conversations.status(workflow_id)
-
-    status = _run(
-        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
+    status = _on_conversation(
+        workflow_id,
+        lambda c: c.status(workflow_id),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
     )
     if as_json:
         print(status.model_dump_json(indent=2))
@@ -634,15 +649,14 @@ def result_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Wait (up to --timeout seconds) for the conversation to end; print its result as JSON."""
-
-    async def main() -> str:
-        conversations = await _conversations(address, namespace, DEFAULT_TASK_QUEUE)
-        return (await conversations.result(workflow_id)).model_dump_json(indent=2)
-
-    result = _run(
-        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
+    result = _on_conversation(
+        workflow_id,
+        lambda c: c.result(workflow_id),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
     )
-    print(result)
+    print(result.model_dump_json(indent=2))
 
 
 if __name__ == "__main__":
