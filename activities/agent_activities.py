@@ -123,6 +123,7 @@ class AgentActivities:
                 tools=descriptors,
                 turn=request.turn,
                 workflow_id=request.workflow_id,
+                settings=dict(request.agent.settings),
             )
         )
         message = _unique_call_ids(message, transcript)

@@ -58,8 +58,12 @@ class AgentConfig(BaseModel):
     Attributes:
         name: The configuration's name (what `handoff` refers to).
         instructions: System instructions for the model.
-        model: Name of a model adapter registered on the worker.
+        model: Name of a model adapter registered on the worker, or a model
+            spec the worker resolves (`"test"`, `"scripted:FILE"`,
+            `"openai:MODEL"`, `"anthropic:MODEL"`; see `durable_tools.models`).
         toolkit: Name of a toolkit registered on the worker.
+        settings: Provider settings passed to the model on every turn
+            (e.g. `{"temperature": 0.2, "max_tokens": 1024}`); default none.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -68,6 +72,7 @@ class AgentConfig(BaseModel):
     instructions: str = ""
     model: str
     toolkit: str
+    settings: dict[str, Any] = Field(default_factory=dict[str, Any])
 
 
 class ConversationOptions(BaseModel):
@@ -348,6 +353,8 @@ class ModelRequest(BaseModel):
         tools: The descriptors to offer.
         turn: The model turn number (from 1).
         workflow_id: The conversation's workflow id.
+        settings: Provider settings from the agent configuration
+            (`AgentConfig.settings`: temperature, max_tokens, ...).
     """
 
     model: str
@@ -356,6 +363,7 @@ class ModelRequest(BaseModel):
     tools: list[ToolDescriptor]
     turn: int = 1
     workflow_id: str = ""
+    settings: dict[str, Any] = Field(default_factory=dict[str, Any])
 
 
 class ToolActivityInput(BaseModel):

@@ -21,6 +21,7 @@ __all__ = [
     "AssistantMessage",
     "ToolCallOutput",
     "TranscriptItem",
+    "Usage",
     "UserMessage",
     "append_turn",
     "cancel_all_pending",
@@ -52,6 +53,10 @@ class AssistantMessage(BaseModel):
         provider_items: Provider-executed tool activity inside the turn (web
             search results, code execution output), kept verbatim so it can be
             sent back to the same provider.
+        usage: Tokens the provider counted for this turn, when it reports them.
+        stop_reason: Why the model stopped, normalized: `"end_turn"`,
+            `"tool_calls"`, `"max_tokens"`, `"refusal"`, `"stop_sequence"`, or
+            the provider's own value; `""` when unknown.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -60,6 +65,25 @@ class AssistantMessage(BaseModel):
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     provider_items: tuple[dict[str, Any], ...] = ()
+    usage: Usage | None = None
+    stop_reason: str = ""
+
+
+class Usage(BaseModel):
+    """Token counts of one model turn.
+
+    Attributes:
+        input_tokens: Tokens in the request (prompt, tools, transcript).
+        output_tokens: Tokens the model generated.
+        cached_input_tokens: Input tokens served from the provider's prompt
+            cache (already included in `input_tokens`).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
 
 
 class ToolCallOutput(BaseModel):
