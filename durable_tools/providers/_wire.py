@@ -22,9 +22,11 @@ __all__ = [
     "as_object",
     "check_strict",
     "config_of",
+    "count",
     "dump_arguments",
     "json_or_text",
     "load_object",
+    "object_or_none",
     "parameters_of",
     "require",
     "require_str",
@@ -88,6 +90,23 @@ def require_str(obj: Mapping[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
     return value
+
+
+def count(obj: Mapping[str, Any] | None, key: str) -> int:
+    """Read a token count: `obj[key]` if it is a non-negative integer, else 0.
+
+    Usage blocks differ between providers and compatible servers (fields left
+    out, `null`s), and a turn is never refused over a missing count.
+    """
+    value = obj.get(key) if obj is not None else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return 0
+    return value
+
+
+def object_or_none(value: Any) -> dict[str, Any] | None:
+    """Return `value` if it is a JSON object, else `None` (for optional blocks)."""
+    return cast(dict[str, Any], value) if isinstance(value, dict) else None
 
 
 def dump_arguments(arguments: Any) -> str:

@@ -39,14 +39,16 @@ from durable_tools.providers._wire import (
     as_list,
     as_object,
     config_of,
+    count,
     dump_arguments,
     load_object,
+    object_or_none,
     parameters_of,
     require,
     require_str,
 )
 from durable_tools.results import ToolCall
-from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
+from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage, UserMessage
 
 __all__ = ["PROVIDER", "parse_response", "render_tools", "render_transcript"]
 
@@ -161,6 +163,34 @@ def render_transcript(
     return body
 
 
+# Anthropic `stop_reason`s with another name in `AssistantMessage.stop_reason`;
+# the rest (`end_turn`, `max_tokens`, `stop_sequence`, `refusal`, `pause_turn`,
+# ...) already use the normalized names or are kept as sent.
+_STOP_REASONS = {"tool_use": "tool_calls"}
+
+
+def _usage_of(response: Mapping[str, Any]) -> Usage | None:
+    usage = object_or_none(response.get("usage"))
+    if usage is None:
+        return None
+    # Anthropic counts cache reads and cache writes apart from `input_tokens`;
+    # `Usage.input_tokens` is the whole prompt.
+    cached = count(usage, "cache_read_input_tokens")
+    written = count(usage, "cache_creation_input_tokens")
+    return Usage(
+        input_tokens=count(usage, "input_tokens") + cached + written,
+        output_tokens=count(usage, "output_tokens"),
+        cached_input_tokens=cached,
+    )
+
+
+def _stop_reason_of(response: Mapping[str, Any]) -> str:
+    reason = response.get("stop_reason")
+    if not isinstance(reason, str):
+        return ""
+    return _STOP_REASONS.get(reason, reason)
+
+
 def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
     """Read a Messages API response (`content` blocks) as one model turn.
 
@@ -172,11 +202,19 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
     verbatim in `provider_items`. An empty `content` (e.g. `stop_reason`
     `max_tokens` or `refusal`) gives an empty message.
 
+    `usage.input_tokens` is the whole prompt: Anthropic's `input_tokens` plus
+    `cache_read_input_tokens` and `cache_creation_input_tokens`;
+    `cached_input_tokens` is `cache_read_input_tokens` (`usage` is `None`
+    when the body has none). `stop_reason` is Anthropic's, with `tool_use`
+    renamed `"tool_calls"` (`end_turn`, `max_tokens`, `stop_sequence`,
+    `refusal` already carry the normalized names; others, e.g. `pause_turn`,
+    are kept as sent).
+
     Args:
         response: The decoded JSON body of a `message`.
 
     Returns:
-        An `AssistantMessage`.
+        An `AssistantMessage` with the usage and stop reason.
 
     Raises:
         ValueError: The response has no `content` array, a block is not an
@@ -213,4 +251,6 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
         text="\n\n".join(filter(None, ("".join(p) for p in paragraphs))),
         tool_calls=tuple(calls),
         provider_items=tuple(provider_items),
+        usage=_usage_of(response),
+        stop_reason=_stop_reason_of(response),
     )

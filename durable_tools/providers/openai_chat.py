@@ -32,13 +32,15 @@ from durable_tools.providers._wire import (
     as_list,
     as_object,
     check_strict,
+    count,
     dump_arguments,
+    object_or_none,
     parameters_of,
     require,
     require_str,
 )
 from durable_tools.results import ToolCall
-from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
+from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage, UserMessage
 
 __all__ = ["parse_response", "render_tools", "render_transcript"]
 
@@ -118,6 +120,44 @@ def render_transcript(
     return {"messages": messages}
 
 
+# `finish_reason` values with a name in `AssistantMessage.stop_reason`; others
+# (`content_filter`, a compatible server's own) are kept as sent.
+_STOP_REASONS = {
+    "stop": "end_turn",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "max_tokens",
+}
+
+
+def _usage_of(response: Mapping[str, Any]) -> Usage | None:
+    usage = object_or_none(response.get("usage"))
+    if usage is None:
+        return None
+    details = object_or_none(usage.get("prompt_tokens_details"))
+    return Usage(
+        input_tokens=count(usage, "prompt_tokens"),
+        output_tokens=count(usage, "completion_tokens"),
+        cached_input_tokens=count(details, "cached_tokens"),
+    )
+
+
+def _stop_reason_of(choice: Mapping[str, Any], *, refused: bool, calls: bool) -> str:
+    finish = choice.get("finish_reason")
+    if refused:
+        return "refusal"
+    if not isinstance(finish, str):
+        return ""
+    if finish == "stop" and calls:
+        return "tool_calls"  # some compatible servers say "stop" for a tool-call turn
+    return _STOP_REASONS.get(finish, finish)
+
+
+def _is_refusal(message: Mapping[str, Any]) -> bool:
+    refusal = message.get("refusal")
+    return isinstance(refusal, str) and bool(refusal) and _text_of(message) == refusal
+
+
 def _text_of(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
@@ -142,11 +182,19 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
     A refusal (`message.refusal`) becomes the text when there is no content.
     Tool calls of a type other than `function` are kept in `provider_items`.
 
+    `usage` is read from `usage` (`prompt_tokens`, `completion_tokens`,
+    `prompt_tokens_details.cached_tokens`; `None` when the body has none).
+    `stop_reason` is `finish_reason` normalized: `stop` → `"end_turn"` (or
+    `"tool_calls"` when the message has calls: some compatible servers say
+    `stop` then), `tool_calls` → `"tool_calls"`, `length` → `"max_tokens"`,
+    a refusal → `"refusal"`; any other value as sent, `""` when missing.
+
     Args:
         response: The decoded JSON body of a `chat.completion`.
 
     Returns:
-        An `AssistantMessage` with the text and the tool calls in order.
+        An `AssistantMessage` with the text, the tool calls in order, the
+        usage and the stop reason.
 
     Raises:
         ValueError: The response has no `choices`, or a message or tool call
@@ -178,5 +226,9 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
             )
         )
     return AssistantMessage(
-        text=_text_of(message), tool_calls=tuple(calls), provider_items=tuple(others)
+        text=_text_of(message),
+        tool_calls=tuple(calls),
+        provider_items=tuple(others),
+        usage=_usage_of(response),
+        stop_reason=_stop_reason_of(choice, refused=_is_refusal(message), calls=bool(calls)),
     )

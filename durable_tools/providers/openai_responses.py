@@ -41,13 +41,15 @@ from durable_tools.providers._wire import (
     as_object,
     check_strict,
     config_of,
+    count,
     dump_arguments,
+    object_or_none,
     parameters_of,
     require,
     require_str,
 )
 from durable_tools.results import ToolCall
-from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
+from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage, UserMessage
 
 __all__ = ["PROVIDER", "parse_response", "render_tools", "render_transcript"]
 
@@ -158,16 +160,48 @@ def render_transcript(
     return body
 
 
-def _message_text(item: Mapping[str, Any], where: str) -> str:
+def _message_text(item: Mapping[str, Any], where: str) -> tuple[str, bool]:
+    """The text of a `message` item, and whether any part of it is a refusal."""
     parts = as_list(item.get("content") or [], f"{where}.content")
     texts: list[str] = []
+    refused = False
     for j, raw in enumerate(parts):
         part = as_object(raw, f"{where}.content[{j}]")
         if part.get("type") == "output_text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
-    return "".join(texts)
+            refused = True
+    return "".join(texts), refused
+
+
+def _usage_of(response: Mapping[str, Any]) -> Usage | None:
+    usage = object_or_none(response.get("usage"))
+    if usage is None:
+        return None
+    details = object_or_none(usage.get("input_tokens_details"))
+    return Usage(
+        input_tokens=count(usage, "input_tokens"),
+        output_tokens=count(usage, "output_tokens"),
+        cached_input_tokens=count(details, "cached_tokens"),
+    )
+
+
+def _stop_reason_of(response: Mapping[str, Any], *, refused: bool, calls: bool) -> str:
+    status = response.get("status")
+    if status == "incomplete":
+        details = object_or_none(response.get("incomplete_details"))
+        reason = details.get("reason") if details is not None else None
+        if reason == "max_output_tokens":
+            return "max_tokens"
+        return reason if isinstance(reason, str) and reason else "incomplete"
+    if refused:
+        return "refusal"
+    if calls:
+        return "tool_calls"
+    if status == "completed":
+        return "end_turn"
+    return status if isinstance(status, str) else ""
 
 
 def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
@@ -182,11 +216,19 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
     and with a `reasoning` item present every item is (see the module
     docstring).
 
+    `usage` is read from `usage` (`input_tokens`, `output_tokens`,
+    `input_tokens_details.cached_tokens`; `None` when the body has none).
+    `stop_reason` comes from `status`: `incomplete` gives
+    `incomplete_details.reason` (`max_output_tokens` → `"max_tokens"`,
+    others such as `content_filter` as sent); otherwise a refusal part gives
+    `"refusal"`, a function call `"tool_calls"`, `completed` `"end_turn"`,
+    and any other status is kept as sent.
+
     Args:
         response: The decoded JSON body of a `response` object.
 
     Returns:
-        An `AssistantMessage`.
+        An `AssistantMessage` with the usage and stop reason.
 
     Raises:
         ValueError: The response has no `output` array, an item is not an
@@ -198,11 +240,13 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
     texts: list[str] = []
     calls: list[ToolCall] = []
     provider_items: list[dict[str, Any]] = []
+    refused = False
     for i, item in enumerate(items):
         where = f"output[{i}]"
         kind = item.get("type")
         if kind == "message":
-            text = _message_text(item, where)
+            text, refusal = _message_text(item, where)
+            refused = refused or refusal
             if text:
                 texts.append(text)
         elif kind == "function_call":
@@ -219,5 +263,9 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
         if keep_all or kind not in ("message", "function_call"):
             provider_items.append(item)
     return AssistantMessage(
-        text="\n\n".join(texts), tool_calls=tuple(calls), provider_items=tuple(provider_items)
+        text="\n\n".join(texts),
+        tool_calls=tuple(calls),
+        provider_items=tuple(provider_items),
+        usage=_usage_of(response),
+        stop_reason=_stop_reason_of(response, refused=refused, calls=bool(calls)),
     )

@@ -10,7 +10,13 @@ from durable_tools.executor import Output
 from durable_tools.providers import anthropic
 from durable_tools.results import Failure, Ok, ToolCall
 from durable_tools.toolkit import Toolkit
-from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage, append_turn
+from durable_tools.transcript import (
+    AssistantMessage,
+    TranscriptItem,
+    Usage,
+    UserMessage,
+    append_turn,
+)
 
 SERVER_TOOL_USE: dict[str, Any] = {
     "type": "server_tool_use",
@@ -233,7 +239,9 @@ def test_thinking_blocks_lead_their_assistant_message() -> None:
 def test_empty_content_is_an_empty_turn_and_is_not_sent_back() -> None:
     turn = anthropic.parse_response(message(stop_reason="max_tokens"))
 
-    assert turn == AssistantMessage()
+    assert turn == AssistantMessage(
+        usage=Usage(input_tokens=2679, output_tokens=146), stop_reason="max_tokens"
+    )
     messages = anthropic.render_transcript([UserMessage(text="hi"), turn])["messages"]
     assert messages == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
 
