@@ -12,6 +12,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+NODE_STAMP := node_modules/.installed
+
+# MCP servers from npm that the tests run (pinned in package-lock.json).
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
 install: $(STAMP)
 
 format: $(STAMP)
@@ -25,7 +32,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m pyright
 
-test: lint typecheck
+test: lint typecheck $(NODE_STAMP)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)

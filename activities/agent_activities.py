@@ -13,7 +13,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import to_json
 from temporalio import activity
@@ -33,9 +33,12 @@ from durable_tools.descriptor import descriptors_digest
 from durable_tools.executor import encode_result, prepare_call
 from durable_tools.results import Failure, ToolCall, failed
 from durable_tools.testing import ModelAdapter
-from durable_tools.toolkit import Toolkit
+from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
 from durable_tools.transcript import AssistantMessage, TranscriptItem
+
+if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
+    from durable_tools.mcp.toolset import McpToolsets
 
 __all__ = ["MODEL_TURN_ACTIVITY", "TOOL_ACTIVITY_PREFIX", "AgentActivities"]
 
@@ -60,21 +63,40 @@ class AgentActivities:
     Args:
         toolkits: Toolkits by the name conversations refer to.
         models: Model adapters by name.
+        mcp: The worker's MCP servers (started by the worker's run context);
+            their tools join every toolkit.
     """
 
-    def __init__(self, toolkits: Mapping[str, Toolkit], models: Mapping[str, ModelAdapter]) -> None:
+    def __init__(
+        self,
+        toolkits: Mapping[str, Toolkit],
+        models: Mapping[str, ModelAdapter],
+        *,
+        mcp: McpToolsets | None = None,
+    ) -> None:
         self.toolkits = dict(toolkits)
         self.models = dict(models)
+        self.mcp = mcp
+        self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
 
     def _toolkit(self, name: str) -> Toolkit:
         try:
-            return self.toolkits[name]
+            base = self.toolkits[name]
         except KeyError:
             raise ApplicationError(
                 f"no toolkit named {name!r} on this worker (registered: {sorted(self.toolkits)})",
                 type="ConfigurationError",
                 non_retryable=True,
             ) from None
+        if self.mcp is None:
+            return base
+        version = self.mcp.version
+        cached = self._with_mcp.get(name)
+        if cached is None or cached[0] != version:
+            # Checked at worker start too; a refreshed list that collides fails loudly here.
+            cached = (version, compose(base, self.mcp.toolkit(), label=name))
+            self._with_mcp[name] = cached
+        return cached[1]
 
     async def _transcript(self, request: ModelTurnRequest) -> list[TranscriptItem]:
         if request.transcript is not None:
@@ -103,6 +125,8 @@ class AgentActivities:
             ApplicationError: Non-retryable, when the toolkit or model named by
                 the agent configuration is not registered on this worker.
         """
+        if self.mcp is not None:
+            await self.mcp.refresh()  # between turns only: a turn sees one tool list
         toolkit = self._toolkit(request.agent.toolkit)
         model = self.models.get(request.agent.model)
         if model is None:

@@ -285,6 +285,7 @@ class PlannedCall(BaseModel):
     non_retryable_error_types: list[str] = Field(default_factory=list[str])
     action: SignalAction | None = None
     answer_schema: dict[str, Any] | None = None
+    at_most_once: bool = False
 
 
 class TranscriptSlice(BaseModel):

@@ -16,6 +16,7 @@ import jsonschema
 from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema.exceptions import ValidationError as JsonSchemaError
 from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for  # pyright: ignore[reportUnknownVariableType]
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -130,6 +131,12 @@ class Schema:
         return data
 
 
+def _dialect_name(dialect: type[Validator]) -> str:
+    """`draft 2020-12`, `draft 7`, ... for error messages."""
+    name = dialect.__name__.removeprefix("Draft").removesuffix("Validator")
+    return f"draft {name[:4]}-{name[4:]}" if len(name) == 6 else f"draft {name}"
+
+
 def compile_schema(spec: Any, *, what: str = "schema") -> Schema:
     """Compile a pydantic type or a raw JSON Schema dict.
 
@@ -142,21 +149,23 @@ def compile_schema(spec: Any, *, what: str = "schema") -> Schema:
         A compiled `Schema`.
 
     Raises:
-        InvalidSchema: A raw schema fails `Draft202012Validator.check_schema`,
+        InvalidSchema: A raw schema fails its dialect's `check_schema` (draft
+            2020-12 unless `$schema` names another draft),
             or pydantic cannot build a schema for the type.
     """
     if isinstance(spec, Mapping):
         raw: dict[str, Any] = dict(cast(Mapping[str, Any], spec))
+        # Draft 2020-12 unless `$schema` names another dialect (MCP servers
+        # often send draft-07); the MCP spec makes 2020-12 the default.
+        dialect: type[Validator] = validator_for(raw, default=jsonschema.Draft202012Validator)
         try:
-            jsonschema.Draft202012Validator.check_schema(raw)
+            dialect.check_schema(raw)
         except jsonschema.SchemaError as exc:
             raise InvalidSchema(
-                f"the {what} is not a valid JSON Schema (draft 2020-12): "
+                f"the {what} is not a valid JSON Schema ({_dialect_name(dialect)}): "
                 f"{exc.message} at {_path(exc.absolute_path)}"
             ) from None
-        validator = jsonschema.Draft202012Validator(
-            raw, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
-        )
+        validator = dialect(raw, format_checker=dialect.FORMAT_CHECKER)
         return Schema(json_schema=raw, validator=validator)
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(spec)

@@ -267,6 +267,10 @@ class Tool(_BaseTool):
         approval_deadline: Seconds a call may wait for an approval decision
             before it expires; `None` uses the conversation's deadline
             (default 7 days).
+        at_most_once: The call must never run twice (default False). The
+            durable loop gives it one attempt, and an attempt whose outcome is
+            unknown (its worker was lost) becomes Failure `interrupted`
+            instead of `timed_out`. MCP tools not marked idempotent set it.
     """
 
     kind: ClassVar[ToolKind] = "local"
@@ -280,6 +284,7 @@ class Tool(_BaseTool):
     failure_mode: FailureMode = "return"
     dynamic: bool = False
     approval_deadline: float | None = None
+    at_most_once: bool = False
 
     def requires_approval(self, parsed_input: Any, context: ApprovalContext) -> bool:
         """Evaluate `needs_approval` for one call.

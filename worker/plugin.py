@@ -13,8 +13,9 @@ worker = Worker(client, task_queue="agents")  # the plugin adds the rest
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
@@ -22,8 +23,10 @@ from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.agent_activities import AgentActivities
+from durable_tools.mcp.config import McpServerConfig
+from durable_tools.mcp.toolset import McpToolsets
 from durable_tools.testing import ModelAdapter
-from durable_tools.toolkit import Toolkit
+from durable_tools.toolkit import Toolkit, compose
 from workflows.agent_workflow import AgentWorkflow
 
 __all__ = ["PASSTHROUGH_MODULES", "DurableToolsPlugin", "sandbox_runner"]
@@ -58,11 +61,18 @@ class DurableToolsPlugin(SimplePlugin):
     Args:
         toolkits: Toolkits by the name agent configurations use (`AgentConfig.toolkit`).
         models: Model adapters by name (`AgentConfig.model`).
+        mcp_servers: MCP servers whose tools join every toolkit (as
+            `prefix__tool`). The worker connects to them when it starts and
+            closes them when it stops (see `durable_tools.mcp`).
 
     Raises:
-        ConfigurationError: Never at construction; a conversation naming an
-            unregistered toolkit or model fails its model activity with a
-            non-retryable `ConfigurationError` naming the registered ones.
+        ConfigurationError: Two MCP servers share a name. A conversation
+            naming an unregistered toolkit or model fails its model activity
+            with a non-retryable `ConfigurationError` naming the registered ones.
+
+    When the worker starts (its run context), it raises `ConfigurationError`
+    if an allow-listed MCP server fails to start or lacks a listed tool, and
+    `DuplicateToolName` if an MCP tool's name collides with another tool.
     """
 
     def __init__(
@@ -70,12 +80,30 @@ class DurableToolsPlugin(SimplePlugin):
         *,
         toolkits: Mapping[str, Toolkit],
         models: Mapping[str, ModelAdapter],
+        mcp_servers: Sequence[McpServerConfig] = (),
     ) -> None:
-        self.agent_activities = AgentActivities(toolkits, models)
+        self.mcp: McpToolsets | None = McpToolsets(mcp_servers) if mcp_servers else None
+        self.agent_activities = AgentActivities(toolkits, models, mcp=self.mcp)
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",
             data_converter=lambda _: dataclasses.replace(pydantic_data_converter),
             activities=[self.agent_activities.model_turn, self.agent_activities.tool_call],
             workflows=[AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),
+            run_context=self._run_context if self.mcp is not None else None,
         )
+
+    @contextlib.asynccontextmanager
+    async def _run_context(self) -> AsyncGenerator[None]:
+        """Connect the MCP servers for the worker's lifetime."""
+        mcp = self.mcp
+        assert mcp is not None
+        await mcp.start()
+        try:
+            for name, kit in self.agent_activities.toolkits.items():
+                compose(
+                    kit, mcp.toolkit(), label=name
+                )  # DuplicateToolName now, not mid-conversation
+            yield
+        finally:
+            await mcp.aclose()

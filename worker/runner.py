@@ -27,7 +27,7 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import cast
@@ -37,6 +37,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from durable_tools.errors import ConfigurationError
+from durable_tools.mcp.config import McpServerConfig
 from durable_tools.testing import ModelAdapter
 from durable_tools.toolkit import Toolkit
 from worker.plugin import DurableToolsPlugin
@@ -63,10 +64,12 @@ class App:
         toolkits: Toolkits by name.
         models: Model adapters by name (`await adapter(request)` returns an
             `AssistantMessage`).
+        mcp_servers: MCP servers whose tools join every toolkit (default none).
     """
 
     toolkits: Mapping[str, Toolkit] = field(default_factory=dict[str, Toolkit])
     models: Mapping[str, ModelAdapter] = field(default_factory=dict[str, ModelAdapter])
+    mcp_servers: Sequence[McpServerConfig] = ()
 
 
 def load_app(spec: str, *, app_dir: str | None = ".") -> App:
@@ -145,6 +148,7 @@ async def run_worker(
     toolkits: Mapping[str, Toolkit],
     models: Mapping[str, ModelAdapter],
     *,
+    mcp_servers: Sequence[McpServerConfig] = (),
     graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
     max_concurrent_activities: int | None = None,
     handle_signals: bool = True,
@@ -159,6 +163,8 @@ async def run_worker(
         task_queue: Task queue conversations are started on (`Conversations(task_queue=...)`).
         toolkits: Toolkits by name.
         models: Model adapters by name.
+        mcp_servers: MCP servers to connect at start; their tools join every
+            toolkit (see `durable_tools.mcp`).
         graceful_shutdown_timeout: Seconds running activities may finish once
             shutdown begins, before they are cancelled (default 30).
         max_concurrent_activities: Most activities this worker runs at once
@@ -174,7 +180,7 @@ async def run_worker(
         temporalio.service.RPCError: The namespace does not exist (`NOT_FOUND`),
             or another server-side error at startup.
     """
-    plugin = DurableToolsPlugin(toolkits=toolkits, models=models)
+    plugin = DurableToolsPlugin(toolkits=toolkits, models=models, mcp_servers=mcp_servers)
     client = await Client.connect(client_target, namespace=namespace, plugins=[plugin])
     # Fail with the server's NOT_FOUND before the worker starts polling a
     # namespace that does not exist (the worker would only log it).

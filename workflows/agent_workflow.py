@@ -386,6 +386,12 @@ class AgentWorkflow:
 
     def _activity_failure(self, plan: PlannedCall, exc: ActivityError) -> Failure:
         call, cause = plan.call, exc.cause
+        if isinstance(cause, TimeoutError) and plan.at_most_once:
+            return interrupted(
+                call,
+                "the worker running this call was lost; the call may have reached its "
+                "server, and it is not retried because the tool is not idempotent",
+            )
         if isinstance(cause, TimeoutError):
             if cause.type == TimeoutType.HEARTBEAT:
                 return failed(

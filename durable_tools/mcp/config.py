@@ -1,0 +1,268 @@
+"""Configuration of MCP servers, in Python or in a TOML file the worker reads.
+
+A server is reached over stdio (`command`, `args`, `env`, `cwd`) or streamable
+HTTP (`url`, `headers`, `token` or `token_env`): exactly one of `command` and
+`url`. Its tools appear to the model as `{prefix}__{tool}`, the prefix being
+the configured server name unless `prefix` says otherwise.
+
+```toml
+# mcp.toml: `durable-tools worker --mcp-config mcp.toml`
+[servers.time]
+command = "mcp-server-time"
+args = ["--local-timezone", "Etc/UTC"]
+tools = ["get_current_time"]          # allow-list (optional)
+
+[servers.files]
+url = "http://127.0.0.1:8000/mcp"
+token_env = "FILES_TOKEN"             # bearer token read on the worker
+call_timeout = 20
+needs_approval = true                 # server-wide policy override
+
+[servers.files.tool_policy.read_file] # per-tool policy override
+needs_approval = false
+idempotent = true
+```
+
+Secrets (`token`, `token_env`, `env`, `headers`) are resolved on the worker
+when it connects; none of them is ever part of a workflow's input or history.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from durable_tools.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_HANDSHAKE_TIMEOUT",
+    "McpServerConfig",
+    "McpToolPolicy",
+    "load_mcp_config",
+    "parse_mcp_config",
+]
+
+DEFAULT_HANDSHAKE_TIMEOUT: float = 30.0
+"""Seconds a server may take to start and finish its handshake (default 30)."""
+
+DEFAULT_CALL_TIMEOUT: float = 60.0
+"""Seconds one tool call may take before it fails with `timed_out` (default 60)."""
+
+
+class McpToolPolicy(BaseModel):
+    """Policy overrides for the tools of a server (all fields optional).
+
+    `None` keeps what the tool's annotations say (MCP spec, `ToolAnnotations`):
+    read-only tools need no approval; destructive tools (the default for a tool
+    that is not read-only) need approval; only read-only or idempotent tools
+    are retried once their call may have reached the server.
+
+    Attributes:
+        needs_approval: Force (True) or waive (False) the approval gate.
+        idempotent: Treat the tool as idempotent (retried with backoff) or not
+            (at-most-once: an unknown outcome becomes Failure `interrupted`).
+        call_timeout: Seconds for one call of this tool (default: the server's).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    needs_approval: bool | None = None
+    idempotent: bool | None = None
+    call_timeout: float | None = Field(default=None, gt=0)
+
+
+class McpServerConfig(BaseModel):
+    """One MCP server the worker connects to.
+
+    Attributes:
+        name: The server's name in the configuration (also the default prefix).
+        command: Executable of a stdio server (exclusive with `url`).
+        args: Arguments of `command`.
+        env: Extra environment variables for the stdio server (values are
+            secrets: never logged, never in history).
+        cwd: Working directory of the stdio server.
+        url: Endpoint of a streamable-HTTP server (exclusive with `command`).
+        headers: Extra HTTP headers (secrets, like `env`).
+        token: A bearer token sent as `Authorization: Bearer …`.
+        token_env: Name of an environment variable holding the bearer token,
+            read on the worker when it connects (preferred over `token`).
+        tools: Allow-list of the server's tool names; `None` exposes all. With
+            an allow-list, a server that fails to start stops the worker, and
+            a listed tool the server does not offer is an error.
+        prefix: Prefix of the tool names the model sees (`prefix__tool`);
+            default the server name, `""` for none.
+        handshake_timeout: Seconds to start and finish the handshake (default 30).
+        call_timeout: Seconds per tool call (default 60).
+        needs_approval: Server-wide approval override (see `McpToolPolicy`).
+        idempotent: Server-wide idempotency override (see `McpToolPolicy`).
+        tool_policy: Per-tool overrides, by the server's tool name.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    command: str | None = None
+    args: list[str] = Field(default_factory=list[str])
+    env: dict[str, str] = Field(default_factory=dict[str, str], repr=False)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict[str, str], repr=False)
+    token: str | None = Field(default=None, repr=False)
+    token_env: str | None = None
+    tools: list[str] | None = None
+    prefix: str | None = None
+    handshake_timeout: float = Field(default=DEFAULT_HANDSHAKE_TIMEOUT, gt=0)
+    call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
+    needs_approval: bool | None = None
+    idempotent: bool | None = None
+    tool_policy: dict[str, McpToolPolicy] = Field(default_factory=dict[str, McpToolPolicy])
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of `command` (stdio) or `url` (streamable HTTP)")
+        if self.url is None and (self.headers or self.token or self.token_env):
+            raise ValueError("`headers`, `token` and `token_env` apply to `url` servers only")
+        if self.command is None and (self.env or self.args or self.cwd):
+            raise ValueError("`args`, `env` and `cwd` apply to `command` servers only")
+        if self.token is not None and self.token_env is not None:
+            raise ValueError("give `token` or `token_env`, not both")
+        return self
+
+    @property
+    def transport(self) -> str:
+        """`"stdio"` or `"streamable-http"`."""
+        return "stdio" if self.command is not None else "streamable-http"
+
+    @property
+    def tool_prefix(self) -> str:
+        """The prefix tool names get (`name` unless `prefix` is set)."""
+        return self.name if self.prefix is None else self.prefix
+
+    def exposed_name(self, tool: str) -> str:
+        """The name the model sees for the server's tool `tool`."""
+        return f"{self.tool_prefix}__{tool}" if self.tool_prefix else tool
+
+    def policy(self, tool: str) -> McpToolPolicy:
+        """The effective overrides for `tool`: per-tool fields win over server-wide ones."""
+        own = self.tool_policy.get(tool, McpToolPolicy())
+        return McpToolPolicy(
+            needs_approval=own.needs_approval
+            if own.needs_approval is not None
+            else self.needs_approval,
+            idempotent=own.idempotent if own.idempotent is not None else self.idempotent,
+            call_timeout=own.call_timeout,
+        )
+
+    def bearer_token(self) -> str | None:
+        """Resolve the bearer token on the worker.
+
+        Returns:
+            The token, or `None` when the server needs none.
+
+        Raises:
+            ConfigurationError: `token_env` names an unset or empty variable.
+        """
+        if self.token_env is None:
+            return self.token
+        value = os.environ.get(self.token_env, "")
+        if not value:
+            raise ConfigurationError(
+                f"MCP server {self.name!r}: environment variable {self.token_env!r} "
+                "(token_env) is not set"
+            )
+        return value
+
+
+def _describe(exc: ValidationError) -> str:
+    problems: list[str] = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems)
+
+
+def parse_mcp_config(
+    data: Mapping[str, Any], *, source: str = "MCP configuration"
+) -> list[McpServerConfig]:
+    """Build server configurations from parsed TOML/JSON data.
+
+    Args:
+        data: `{"servers": {name: {...fields of McpServerConfig...}}}`.
+        source: Where the data came from, for error messages.
+
+    Returns:
+        The servers, in the order of the data.
+
+    Raises:
+        ConfigurationError: The data has no `servers` table, or a server's
+            fields are wrong; the message names the server.
+    """
+    unknown = sorted(set(data) - {"servers"})
+    if unknown:
+        raise ConfigurationError(
+            f"{source}: unknown top-level keys {unknown} (expected [servers.NAME])"
+        )
+    servers: object = data.get("servers", {})
+    if not isinstance(servers, Mapping):
+        raise ConfigurationError(f"{source}: `servers` must be a table of [servers.NAME]")
+    configs: list[McpServerConfig] = []
+    for name, fields in cast(Mapping[object, object], servers).items():
+        if not isinstance(fields, Mapping):
+            raise ConfigurationError(f"{source}: server {name!r} must be a table")
+        try:
+            configs.append(
+                McpServerConfig.model_validate(
+                    {**cast(Mapping[str, Any], fields), "name": str(name)}
+                )
+            )
+        except ValidationError as exc:
+            raise ConfigurationError(f"{source}: server {name!r}: {_describe(exc)}") from None
+    return configs
+
+
+def load_mcp_config(path: str | os.PathLike[str]) -> list[McpServerConfig]:
+    """Read MCP server configurations from a TOML file.
+
+    Args:
+        path: A TOML file with `[servers.NAME]` tables (see the module docstring).
+
+    Returns:
+        The servers, in file order.
+
+    Raises:
+        ConfigurationError: The file cannot be read, is not valid TOML, or a
+            server's configuration is wrong (naming the file and the server).
+    """
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read MCP configuration {str(file)!r}: {exc.strerror}"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(
+            f"MCP configuration {str(file)!r} is not valid TOML: {exc}"
+        ) from None
+    return parse_mcp_config(data, source=f"MCP configuration {str(file)!r}")
+
+
+def check_unique_names(servers: Sequence[McpServerConfig]) -> None:
+    """Reject two servers with one name.
+
+    Raises:
+        ConfigurationError: Naming the repeated server name.
+    """
+    seen: set[str] = set()
+    for server in servers:
+        if server.name in seen:
+            raise ConfigurationError(f"two MCP servers are named {server.name!r}")
+        seen.add(server.name)

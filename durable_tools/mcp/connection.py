@@ -1,0 +1,479 @@
+"""One pooled connection to one MCP server, per worker process.
+
+`McpConnection` keeps a single MCP client session open for every call the
+worker makes to the server, so N calls cost one handshake (`initialize`, or
+`server/discover` on 2026-07-28 servers) and one `tools/list`. Peers that open
+a session per turn or per call pay that handshake every time.
+
+* A server that dies (its transport ends) is restarted by the next call, after
+  a backoff that doubles with each consecutive failure (0.5 s up to 10 s).
+* A call that outlives its timeout ends with `CallTimedOut`, and the
+  connection is recycled (closed; the next call opens a new one).
+* A call whose connection is lost raises `ConnectionLost`, with `sent=True`
+  when the request may have reached the server (the caller decides whether
+  retrying is safe: only for idempotent tools).
+
+Everything runs on the worker's event loop; the session's context managers
+live in one owner task per connection, as anyio requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import anyio
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import get_default_environment, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from durable_tools.mcp.config import McpServerConfig
+
+__all__ = ["CallTimedOut", "ConnectionLost", "McpConnection", "McpStartError"]
+
+_log = logging.getLogger("durable_tools.mcp")
+
+_HANDSHAKE_METHODS: Final[frozenset[str]] = frozenset({"initialize", "server/discover"})
+_BACKOFF_FIRST: Final[float] = 0.5
+_BACKOFF_MAX: Final[float] = 10.0
+_CLOSE_GRACE: Final[float] = 5.0
+
+
+class McpStartError(Exception):
+    """The server did not start or did not finish its handshake (nothing was sent)."""
+
+
+class ConnectionLost(Exception):
+    """The connection ended during a call.
+
+    Attributes:
+        sent: True when the request may have reached the server.
+    """
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class CallTimedOut(Exception):
+    """A call outlived its timeout; the connection was recycled."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an exception, unwrapping anyio's exception groups."""
+    leaf: BaseException = exc
+    for _ in range(100):  # nested exception groups: report the first leaf
+        inner: object = getattr(leaf, "exceptions", None)
+        if not isinstance(inner, tuple) or not inner:
+            break
+        first: object = cast(tuple[object, ...], inner)[0]
+        if not isinstance(first, BaseException):
+            break
+        leaf = first
+    strerror: object = getattr(leaf, "strerror", None)
+    if isinstance(strerror, str) and strerror:
+        filename: object = getattr(leaf, "filename", None)
+        return f"{strerror} {filename!r}" if filename else strerror
+    name = type(leaf).__name__
+    text = str(leaf).strip().splitlines()
+    return f"{name}: {text[0]}" if text else name
+
+
+@dataclass(eq=False)
+class _Live:
+    """One open session and the task that owns its context managers."""
+
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    client: Client | None = None
+    task: asyncio.Task[None] | None = None
+
+    async def close(self) -> None:
+        self.closing.set()
+        task = self.task
+        if task is None or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), _CLOSE_GRACE)
+        except (TimeoutError, Exception):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+class _WatchedRead:
+    """A read stream that reports the end of the transport (server gone)."""
+
+    def __init__(self, inner: Any, lost: asyncio.Event) -> None:
+        self._inner = inner
+        self._lost = lost
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._lost.set()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedRead:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _CountingWrite:
+    """A write stream that counts the requests it sends, by method."""
+
+    def __init__(self, inner: Any, on_request: Callable[[str], None]) -> None:
+        self._inner = inner
+        self._on_request = on_request
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def send(self, item: Any, /) -> None:
+        message = getattr(item, "message", None)
+        method = getattr(message, "method", None)
+        if isinstance(message, types.JSONRPCRequest) and isinstance(method, str):
+            self._on_request(method)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _CountingWrite:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class McpConnection:
+    """The worker's one connection to one MCP server.
+
+    Args:
+        config: The server's configuration (secrets are resolved here, on the worker).
+        on_tools_changed: Called with the server name when the server reports
+            that its tool list changed (`notifications/tools/list_changed`).
+
+    Attributes:
+        requests: Requests sent to the server, by JSON-RPC method
+            (`initialize`, `server/discover`, `tools/list`, `tools/call`, ...).
+        starts: Connections opened, including restarts.
+    """
+
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        on_tools_changed: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.requests: Counter[str] = Counter()
+        self.starts = 0
+        self._on_tools_changed = on_tools_changed
+        self._live: _Live | None = None
+        self._lock = asyncio.Lock()
+        self._failures = 0
+        self._retry_at = 0.0
+
+    # ----------------------------------------------------------- lifecycle
+
+    async def open(self) -> Client:
+        """Connect now (or return the live session).
+
+        Returns:
+            The connected `mcp.Client`.
+
+        Raises:
+            McpStartError: The server did not start or finish its handshake
+                within `handshake_timeout` seconds.
+        """
+        async with self._lock:
+            live = self._live
+            if live is not None and live.client is not None and not live.lost.is_set():
+                return live.client
+            if live is not None:  # it died while idle: a crash, back off
+                self._live = None
+                self._note_failure()
+                await live.close()
+            loop = asyncio.get_running_loop()
+            delay = self._retry_at - loop.time()
+            if delay > 0:
+                _log.info("MCP server %r: restarting in %.1f s", self.config.name, delay)
+                await asyncio.sleep(delay)
+            try:
+                live = await self._start()
+            except McpStartError:
+                self._note_failure()
+                raise
+            self._live = live
+            assert live.client is not None
+            return live.client
+
+    async def close(self) -> None:
+        """Close the session (a stdio server process is stopped)."""
+        async with self._lock:
+            live, self._live = self._live, None
+        if live is not None:
+            await live.close()
+
+    async def recycle(self) -> None:
+        """Close the current session; the next call opens a new one."""
+        await self.close()
+
+    def _note_failure(self) -> None:
+        self._failures += 1
+        delay = min(_BACKOFF_FIRST * 2 ** (self._failures - 1), _BACKOFF_MAX)
+        self._retry_at = asyncio.get_running_loop().time() + delay
+
+    @property
+    def handshakes(self) -> int:
+        """Handshake requests sent (`initialize` plus `server/discover` probes)."""
+        return sum(self.requests[m] for m in _HANDSHAKE_METHODS)
+
+    def _count_request(self, method: str) -> None:
+        self.requests[method] += 1
+
+    @asynccontextmanager
+    async def _transport(self, live: _Live) -> AsyncGenerator[Any]:
+        config = self.config
+        async with contextlib.AsyncExitStack() as stack:
+            if config.command is not None:
+                params = StdioServerParameters(
+                    command=config.command,
+                    args=list(config.args),
+                    env={**get_default_environment(), **config.env},
+                    cwd=config.cwd,
+                )
+                streams = await stack.enter_async_context(stdio_client(params))
+            else:
+                assert config.url is not None
+                headers = dict(config.headers)
+                token = config.bearer_token()
+                if token:
+                    headers["Authorization"] = f"Bearer {token}"
+                http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+                streams = await stack.enter_async_context(
+                    streamable_http_client(config.url, http_client=http)
+                )
+            read, write = streams
+            try:
+                yield _WatchedRead(read, live.lost), _CountingWrite(write, self._count_request)
+            finally:
+                live.lost.set()
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._tools_changed()
+        elif isinstance(message, Exception):
+            _log.debug("MCP server %r transport error: %s", self.config.name, message)
+
+    def _tools_changed(self) -> None:
+        if self._on_tools_changed is not None:
+            self._on_tools_changed(self.config.name)
+
+    async def _own(self, live: _Live, ready: asyncio.Future[Client]) -> None:
+        try:
+            async with Client(
+                cast(Any, self._transport(live)),
+                message_handler=self._on_message,
+                client_info=types.Implementation(name="durable-tools", version="0"),
+                cache=None,
+            ) as client:
+                live.client = client
+                async with anyio.create_task_group() as group:
+                    if self._wants_list_changed(client):
+                        group.start_soon(self._listen, client)
+                    if not ready.done():
+                        ready.set_result(client)
+                    await live.closing.wait()
+                    group.cancel_scope.cancel()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(McpStartError(describe_error(exc)))
+                ready.exception()  # retrieved here too: no "never retrieved" warning
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if ready.done() and not live.closing.is_set():
+                _log.warning(
+                    "MCP server %r: connection ended: %s", self.config.name, describe_error(exc)
+                )
+        finally:
+            live.lost.set()
+
+    @staticmethod
+    def _wants_list_changed(client: Client) -> bool:
+        session = client.session
+        caps = session.server_capabilities
+        return bool(
+            caps is not None
+            and caps.tools is not None
+            and caps.tools.list_changed
+            and session.protocol_version in MODERN_PROTOCOL_VERSIONS
+        )
+
+    async def _listen(self, client: Client) -> None:
+        """2026-07-28 servers send list changes only on a `subscriptions/listen` stream."""
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self._tools_changed()
+        except Exception as exc:  # the stream is optional: calls keep working without it
+            _log.info(
+                "MCP server %r: no tool list subscription: %s",
+                self.config.name,
+                describe_error(exc),
+            )
+
+    async def _start(self) -> _Live:
+        config = self.config
+        live = _Live()
+        ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        live.task = asyncio.create_task(self._own(live, ready), name=f"mcp-server:{config.name}")
+        self.starts += 1
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), config.handshake_timeout)
+        except TimeoutError:
+            await live.close()
+            raise McpStartError(
+                f"no handshake within {config.handshake_timeout:g} s (handshake_timeout)"
+            ) from None
+        except McpStartError:
+            await live.close()
+            raise
+        self._failures = 0
+        return live
+
+    # ----------------------------------------------------------- requests
+
+    async def list_tools(self) -> list[types.Tool]:
+        """All tools the server offers (following pagination).
+
+        Raises:
+            McpStartError: The server could not be reached.
+            MCPError: The server answered `tools/list` with an error.
+        """
+        client = await self.open()
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(1000):  # bounded: a server that pages forever is cut off
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await client.session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float,
+        meta: Mapping[str, Any] | None = None,
+        progress: Callable[[float, float | None, str | None], Any] | None = None,
+    ) -> types.CallToolResult:
+        """Call one tool on the pooled session.
+
+        Args:
+            name: The server's own tool name (not the prefixed one).
+            arguments: Arguments already validated against the input schema.
+            timeout: Seconds the call may take.
+            meta: The request's `_meta` (the idempotency key travels here).
+            progress: `progress(progress, total, message)` for each progress
+                notification the server sends for this call.
+
+        Returns:
+            The server's `CallToolResult` (`is_error` may be true).
+
+        Raises:
+            McpStartError: The server could not be (re)started: nothing was sent.
+            ConnectionLost: The connection ended during the call (`sent=True`:
+                the call may have reached the server).
+            CallTimedOut: No answer within `timeout`; the connection was recycled.
+            MCPError: The server answered with a JSON-RPC error.
+            RuntimeError: The SDK rejected the result (e.g. structured content
+                that violates the tool's output schema).
+        """
+        client = await self.open()
+        live = self._live
+        assert live is not None
+        callback: ProgressFnT | None = None
+        if progress is not None:
+            report = progress
+
+            async def forward(progress: float, total: float | None, message: str | None) -> None:
+                report(progress, total, message)
+
+            callback = forward
+
+        request = asyncio.ensure_future(
+            client.session.call_tool(
+                name,
+                dict(arguments),
+                progress_callback=callback,
+                meta=cast(Any, dict(meta)) if meta else None,
+            )
+        )
+        lost = asyncio.ensure_future(live.lost.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {request, lost}, timeout=timeout, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            lost.cancel()
+        if request in done:
+            try:
+                return request.result()
+            except MCPError as exc:
+                if exc.error.code == types.CONNECTION_CLOSED:
+                    await self._lost(live)
+                    raise ConnectionLost(
+                        "the connection to the server ended during the call", sent=True
+                    ) from exc
+                raise
+        request.cancel()
+        with contextlib.suppress(BaseException):
+            await request
+        if not done:
+            await self.recycle()
+            raise CallTimedOut(f"no answer within {timeout:g} s; the connection was recycled")
+        await self._lost(live)
+        raise ConnectionLost("the server's connection ended during the call", sent=True)
+
+    async def _lost(self, live: _Live) -> None:
+        """Forget a dead session and back off before the next start."""
+        async with self._lock:
+            if self._live is live:
+                self._live = None
+                self._note_failure()
+        await live.close()

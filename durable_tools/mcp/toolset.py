@@ -1,0 +1,357 @@
+"""MCP servers as durable tools: discovery, validated calls and policy.
+
+`McpToolsets` connects to the configured servers when the worker starts,
+lists their tools and exposes each as a dynamic tool named `prefix__tool`:
+
+* **Arguments** are validated against the server's input schema before
+  anything is sent (an invalid call becomes `input_validation_error` and never
+  reaches the server); `structured_content` is validated against the tool's
+  output schema when it has one.
+* **Results**: `is_error: true` becomes Failure `execution_error` with the
+  server's text; progress notifications become progress events (heartbeats).
+* **Policy from annotations** (MCP `ToolAnnotations`, overridable per server
+  and per tool): read-only tools need no approval; destructive tools (the MCP
+  default for a tool that is not read-only) need approval; read-only or
+  idempotent tools are retried with backoff, others are *at-most-once*: once
+  their call may have reached the server, an unknown outcome becomes Failure
+  `interrupted`, never a second call. The call's idempotency key travels in
+  the request's `_meta` under `IDEMPOTENCY_KEY_META`.
+* **Connections** are pooled: one `McpConnection` per server per worker
+  process (see `durable_tools.mcp.connection`).
+* **Changes**: a server's `tools/list_changed` marks it stale; `refresh()`
+  (called by the model activity before each turn, never inside one) lists it
+  again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from durable_tools.constructors import dynamic_tool
+from durable_tools.descriptor import ToolAnnotations
+from durable_tools.errors import ConfigurationError, DurableToolsError
+from durable_tools.mcp.config import McpServerConfig, check_unique_names
+from durable_tools.mcp.connection import (
+    CallTimedOut,
+    ConnectionLost,
+    McpConnection,
+    McpStartError,
+    describe_error,
+)
+from durable_tools.toolkit import Toolkit, compose
+from durable_tools.tools import (
+    Emit,
+    RetryPolicy,
+    Tool,
+    ToolContext,
+    ToolFailure,
+    check_tool_name,
+)
+
+__all__ = ["IDEMPOTENCY_KEY_META", "McpToolsets", "mcp_tool"]
+
+_log = logging.getLogger("durable_tools.mcp")
+
+IDEMPOTENCY_KEY_META: Final[str] = "durable-tools/idempotency-key"
+"""The `_meta` key of a `tools/call` request that carries the call's idempotency
+key (`"{workflow_id}/{call_id}"`, the same for every attempt)."""
+
+_IDEMPOTENT_RETRY: Final[RetryPolicy] = RetryPolicy(
+    max_attempts=4, initial_interval=1.0, backoff_coefficient=2.0, maximum_interval=30.0
+)
+_KEEPALIVE_SECONDS: Final[float] = 10.0
+_HEARTBEAT_TIMEOUT: Final[float] = 30.0
+_ACTIVITY_MARGIN: Final[float] = 10.0
+
+
+def _annotations(spec: types.Tool) -> ToolAnnotations:
+    ann = spec.annotations
+    if ann is None:
+        return ToolAnnotations(title=spec.title)
+    fields: dict[str, Any] = {
+        "title": ann.title or spec.title,
+        "read_only": ann.read_only_hint,
+        "destructive": ann.destructive_hint,
+        "idempotent": ann.idempotent_hint,
+        "open_world": ann.open_world_hint,
+    }
+    return ToolAnnotations(**{k: v for k, v in fields.items() if v is not None})
+
+
+def _content_value(result: types.CallToolResult) -> Any:
+    """What the model reads of a successful result."""
+    if result.structured_content is not None:
+        return result.structured_content
+    blocks = [block.model_dump(mode="json", exclude_none=True) for block in result.content]
+    if all(block.get("type") == "text" for block in blocks):
+        return "\n".join(str(block.get("text", "")) for block in blocks)
+    return blocks
+
+
+def _error_text(result: types.CallToolResult) -> str:
+    texts = [b.text for b in result.content if isinstance(b, types.TextContent)]
+    return "\n".join(texts).strip() or "the server reported an error without a message"
+
+
+def mcp_tool(connection: McpConnection, spec: types.Tool) -> Tool:
+    """Build the durable tool for one of a server's tools.
+
+    Args:
+        connection: The pooled connection to the server.
+        spec: The tool as the server listed it.
+
+    Returns:
+        A dynamic `Tool` named `prefix__name`, with the server's input and
+        output schemas, its annotations and the policy they imply.
+
+    Raises:
+        InvalidToolName: The prefixed name is not a valid tool name.
+        InvalidSchema: The server's input or output schema is not valid.
+    """
+    config = connection.config
+    annotations = _annotations(spec)
+    read_only = annotations.read_only
+    destructive = annotations.destructive and not read_only
+    policy = config.policy(spec.name)
+    needs_approval = policy.needs_approval if policy.needs_approval is not None else destructive
+    idempotent = (
+        policy.idempotent if policy.idempotent is not None else read_only or annotations.idempotent
+    )
+    call_timeout = policy.call_timeout or config.call_timeout
+    server_name, tool_name = config.name, spec.name
+
+    async def run(arguments: dict[str, Any], emit: Emit, ctx: ToolContext) -> Any:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        last_progress: list[float] = [started]
+
+        def progress(value: float, total: float | None, message: str | None) -> None:
+            last_progress[0] = loop.time()
+            emit({"progress": value, "total": total, "message": message})
+
+        async def keepalive() -> None:  # heartbeats while a quiet call runs
+            while True:
+                await asyncio.sleep(_KEEPALIVE_SECONDS)
+                if loop.time() - last_progress[0] >= _KEEPALIVE_SECONDS:
+                    emit({"waiting_for": server_name, "seconds": round(loop.time() - started)})
+
+        beating = asyncio.create_task(keepalive())
+        try:
+            result = await connection.call_tool(
+                tool_name,
+                arguments,
+                timeout=call_timeout,
+                meta={IDEMPOTENCY_KEY_META: ctx.idempotency_key},
+                progress=progress,
+            )
+        except McpStartError as exc:
+            # Nothing was sent: safe to retry for every tool.
+            raise ToolFailure(
+                "server_unavailable",
+                f"MCP server {server_name!r} could not be started: {exc}",
+                retryable=True,
+            ) from exc
+        except ConnectionLost as exc:
+            if idempotent:
+                raise ToolFailure(
+                    "interrupted", f"MCP server {server_name!r}: {exc}", retryable=True
+                ) from exc
+            raise ToolFailure(
+                "interrupted",
+                f"MCP server {server_name!r}: {exc}; the call may have reached the server and "
+                "is not retried because the tool is not idempotent: check before calling again",
+            ) from exc
+        except CallTimedOut as exc:
+            raise ToolFailure(
+                "timed_out", f"MCP server {server_name!r} did not answer within {call_timeout:g} s"
+            ) from exc
+        except MCPError as exc:
+            raise ToolFailure(
+                "execution_error", f"MCP server {server_name!r} refused the call: {exc}"
+            ) from exc
+        except RuntimeError as exc:  # the SDK's own result checks (output schema)
+            raise ToolFailure("output_validation_error", str(exc)) from exc
+        finally:
+            beating.cancel()
+        if result.is_error:
+            raise ToolFailure("execution_error", _error_text(result))
+        return _content_value(result)
+
+    tool = dynamic_tool(
+        config.exposed_name(spec.name),
+        run=run,
+        parameters=spec.input_schema,
+        description=spec.description or spec.title or "",
+        output=spec.output_schema,
+        needs_approval=needs_approval,
+        timeout=config.handshake_timeout + call_timeout + _ACTIVITY_MARGIN,
+        heartbeat_timeout=_HEARTBEAT_TIMEOUT,
+        retry=_IDEMPOTENT_RETRY if idempotent else RetryPolicy(max_attempts=1),
+        annotations=annotations,
+    )
+    return dataclasses.replace(tool, at_most_once=not idempotent)
+
+
+class McpToolsets:
+    """The MCP servers of one worker process, exposed as one toolkit.
+
+    Args:
+        servers: Server configurations (names must be unique).
+
+    Example:
+        ```python
+        toolsets = McpToolsets([McpServerConfig(name="time", command="mcp-server-time")])
+        await toolsets.start()
+        toolkit = toolsets.toolkit()     # tools named time__get_current_time, ...
+        ...
+        await toolsets.aclose()
+        ```
+
+    Raises:
+        ConfigurationError: Two servers share a name.
+    """
+
+    def __init__(self, servers: Sequence[McpServerConfig]) -> None:
+        check_unique_names(servers)
+        self.servers = list(servers)
+        self.connections: dict[str, McpConnection] = {
+            s.name: McpConnection(s, on_tools_changed=self._mark_stale) for s in servers
+        }
+        self.skipped: dict[str, str] = {}
+        self._tools: dict[str, list[Tool]] = {}
+        self._stale: set[str] = set()
+        self._toolkit = Toolkit(label="mcp")
+        self._listeners: list[Callable[[], None]] = []
+        self.version = 0
+
+    def _mark_stale(self, server: str) -> None:
+        self._stale.add(server)
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` whenever the toolkit is rebuilt."""
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        """Connect to every server and discover its tools.
+
+        A server that does not start or finish its handshake is skipped with a
+        warning (see `skipped`), unless its configuration has an allow-list.
+
+        Raises:
+            ConfigurationError: An allow-listed server failed to start, an
+                allow-listed tool is not offered, or a server's tool has an
+                invalid name or schema while allow-listed.
+            DuplicateToolName: Two tools have one name after prefixing; the
+                message names both sources.
+        """
+        results = await asyncio.gather(
+            *(self._discover(c) for c in self.connections.values()), return_exceptions=True
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            await self.aclose()
+            raise failures[0]
+        try:
+            self._rebuild()
+        except DurableToolsError:
+            await self.aclose()
+            raise
+
+    async def _discover(self, connection: McpConnection) -> None:
+        config = connection.config
+        try:
+            specs = await connection.list_tools()
+        except (McpStartError, MCPError) as exc:
+            reason = describe_error(exc) if isinstance(exc, MCPError) else str(exc)
+            if config.tools is not None:
+                raise ConfigurationError(
+                    f"MCP server {config.name!r} did not start ({reason}); it has an "
+                    "allow-list (`tools`), so the worker does not start without it"
+                ) from None
+            _log.warning("MCP server %r skipped: %s", config.name, reason)
+            self.skipped[config.name] = reason
+            await connection.close()
+            return
+        self._tools[config.name] = self._build(connection, specs)
+
+    def _build(self, connection: McpConnection, specs: Sequence[types.Tool]) -> list[Tool]:
+        config = connection.config
+        offered = {s.name: s for s in specs}
+        if config.tools is not None:
+            missing = [name for name in config.tools if name not in offered]
+            if missing:
+                raise ConfigurationError(
+                    f"MCP server {config.name!r} does not offer the allow-listed tool(s) "
+                    f"{missing} (it offers {sorted(offered)})"
+                )
+            wanted = [offered[name] for name in config.tools]
+        else:
+            wanted = list(specs)
+        tools: list[Tool] = []
+        for spec in wanted:
+            try:
+                check_tool_name(config.exposed_name(spec.name))
+                tools.append(mcp_tool(connection, spec))
+            except ConfigurationError as exc:
+                if config.tools is not None:
+                    raise ConfigurationError(
+                        f"MCP server {config.name!r}, tool {spec.name!r}: {exc}"
+                    ) from None
+                _log.warning("MCP server %r: tool %r skipped: %s", config.name, spec.name, exc)
+        return tools
+
+    def _rebuild(self) -> None:
+        kits = [
+            Toolkit(*tools, label=f"MCP server {name!r}") for name, tools in self._tools.items()
+        ]
+        self._toolkit = compose(*kits, label="mcp") if kits else Toolkit(label="mcp")
+        self.version += 1
+        for listener in self._listeners:
+            listener()
+
+    def toolkit(self) -> Toolkit:
+        """The current tools of every server that started (a snapshot)."""
+        return self._toolkit
+
+    @property
+    def stale(self) -> bool:
+        """True when a server reported a changed tool list not yet refreshed."""
+        return bool(self._stale)
+
+    async def refresh(self) -> bool:
+        """List the tools of servers that reported a change, between turns.
+
+        Returns:
+            True when the toolkit was rebuilt.
+        """
+        if not self._stale:
+            return False
+        names, self._stale = sorted(self._stale), set()
+        for name in names:
+            connection = self.connections[name]
+            try:
+                specs = await connection.list_tools()
+                self._tools[name] = self._build(connection, specs)
+            except (McpStartError, MCPError, ConfigurationError) as exc:
+                _log.warning("MCP server %r: tool list not refreshed: %s", name, exc)
+        try:
+            self._rebuild()
+        except DurableToolsError as exc:
+            _log.warning("MCP tool lists not refreshed: %s", exc)
+            return False
+        return True
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per server: requests sent by method, and connection `starts`."""
+        return {name: {**c.requests, "starts": c.starts} for name, c in self.connections.items()}
+
+    async def aclose(self) -> None:
+        """Close every connection (stdio server processes are stopped)."""
+        await asyncio.gather(*(c.close() for c in self.connections.values()))
