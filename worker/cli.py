@@ -1,34 +1,46 @@
 """The `durable-tools` command line: a dev server, a worker, and conversations by id.
 
 ```sh
-durable-tools dev-server                                   # Temporal on localhost:7233
-durable-tools worker --app examples.support:app            # serve toolkits and models
-durable-tools start ticket-42 --model scripted --toolkit support --message "Refund A-1001"
-durable-tools pending ticket-42                            # what waits for a person
-durable-tools approve ticket-42 call_2 --by ana            # validated update by default
+durable-tools dev --toolkit examples.support:kit           # server + UI + worker, one process
+durable-tools worker --toolkit examples.support:kit        # a worker for an existing server
+durable-tools run --model test "What is the weather in Oslo?"   # start it and watch it
+durable-tools run --detach --id ticket-42 "Refund A-1001"  # start it, return at once
+durable-tools pending                                      # every conversation waiting for a person
+durable-tools pending ticket-42                            # what one waits for
+durable-tools approve ticket-42 call_2 --as ana            # validated update by default
 durable-tools deny ticket-42 call_2 --reason "over limit" --signal   # durable signal
 durable-tools answer ticket-42 call_1 '{"order_id": "A-1001"}'
+durable-tools send ticket-42 "any news?"
 durable-tools history ticket-42
 ```
 
-Connection options read `DURABLE_TOOLS_ADDRESS` / `TEMPORAL_ADDRESS`,
-`DURABLE_TOOLS_NAMESPACE` / `TEMPORAL_NAMESPACE` and `DURABLE_TOOLS_TASK_QUEUE`.
-Bad input and failures print one line to stderr and exit non-zero: 2 for
-input the command could not use (invalid JSON, a bad `--app`), 1 for
-everything else (unknown conversation, a rejected decision, no server, no
-answer within `--timeout` seconds).
+Connection options read `DURABLE_TOOLS_ADDRESS` / `TEMPORAL_ADDRESS` (default
+`localhost:7233`), `DURABLE_TOOLS_NAMESPACE` / `TEMPORAL_NAMESPACE` (default
+`default`) and `DURABLE_TOOLS_TASK_QUEUE` (default `agents`).
+Bad input and failures print one line to stderr, never a traceback, and exit
+non-zero: 2 for input the command could not use (invalid JSON, a toolkit or
+app spec that does not import, a malformed model spec), 1 for everything
+else (unknown conversation or call, a decision already made, no server, no
+answer within `--timeout` seconds), 130 when Ctrl-C interrupts a command
+(`run` then says the conversation goes on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
+import importlib
 import json
+import os
 import re
 import signal
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, NoReturn, TypeVar
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -49,13 +61,52 @@ from durable_tools.conversation import (
     ConversationOptions,
 )
 from durable_tools.errors import ConfigurationError, DecisionRejected
-from worker.render import render_pending, render_status, render_transcript
+from worker.follow import Commands, Followed, Follower, LostServer
+from worker.render import (
+    PendingConversation,
+    render_pending,
+    render_pending_conversations,
+    render_status,
+    render_transcript,
+)
+
+if TYPE_CHECKING:
+    from worker.runner import App
 
 __all__ = ["CliError", "app"]
 
 T = TypeVar("T")
 
-app = typer.Typer(
+
+class _Typer(typer.Typer):
+    """A Typer app that exits without a traceback and before interpreter finalization.
+
+    An unexpected exception still ends as one line on stderr. Leaving with
+    `os._exit` once output is flushed avoids temporalio's Rust core aborting a
+    finalizing interpreter (`Fatal Python error: PyGILState_Release`, exit
+    code 134; sdk-python issue #300), seen here after a failed connect.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        code: int = 0
+        try:
+            super().__call__(*args, **kwargs)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if isinstance(exc.code, str):
+                sys.stderr.write(f"{exc.code}\n")
+        except Exception as exc:  # a bug: report it without the traceback
+            sys.stderr.write(f"error: {' '.join(f'{type(exc).__name__}: {exc}'.split())}\n")
+            code = EXIT_FAILURE
+        except KeyboardInterrupt:
+            sys.stderr.write("error: interrupted\n")
+            code = 130
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+app = _Typer(
     name="durable-tools",
     help="Durable tool execution for LLM agents on Temporal.",
     no_args_is_help=True,
@@ -211,7 +262,7 @@ def _run(
         if "Failed client connect" in str(exc):
             _fail(
                 f"cannot connect to Temporal at {address} ({_connect_problem(exc)}); "
-                "start one with `durable-tools dev-server` or pass --address"
+                "start one with `durable-tools dev` or pass --address"
             )
         _fail(f"{type(exc).__name__}: {exc}")
     except KeyboardInterrupt:
@@ -318,38 +369,64 @@ def dev_server_command(
     _run(main, address=f"{ip}:{port}", namespace="default", timeout=_FOREVER)
 
 
+AppSpec = Annotated[
+    str | None,
+    typer.Option(
+        "--app",
+        envvar="DURABLE_TOOLS_APP",
+        help="An application with toolkits and models, 'module:attribute'.",
+    ),
+]
+ToolkitSpecs = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--toolkit",
+        help="A Toolkit object, 'module:attribute', served under that name; the first "
+        "also as 'default'. Repeatable.",
+    ),
+]
+GracefulShutdown = Annotated[
+    float,
+    typer.Option(help="Seconds running activities may finish after SIGTERM or Ctrl-C."),
+]
+
+
+def _served(app_spec: str | None, toolkit_specs: list[str] | None) -> App:
+    """Load what a worker serves, or fail with one line and exit code 2."""
+    from worker.toolkits import load_served
+
+    try:
+        return load_served(app_spec, toolkit_specs or [])
+    except ConfigurationError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+
+
+def _describe_served(served: App) -> str:
+    models = ", ".join(served.models) or "none registered (model specs are resolved by name)"
+    return f"toolkits: {', '.join(served.toolkits)}; models: {models}"
+
+
 @app.command("worker")
 def worker_command(
-    app_spec: Annotated[
-        str,
-        typer.Option(
-            "--app", envvar="DURABLE_TOOLS_APP", help="The application, 'module:attribute'."
-        ),
-    ],
+    app_spec: AppSpec = None,
+    toolkit: ToolkitSpecs = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
-    graceful_shutdown: Annotated[
-        float,
-        typer.Option(help="Seconds running activities may finish after SIGTERM."),
-    ] = 30.0,
+    graceful_shutdown: GracefulShutdown = 30.0,
     max_concurrent_activities: Annotated[
         int | None, typer.Option(help="Most activities at once (default: the SDK's).")
     ] = None,
 ) -> None:
-    """Run a worker for an application until SIGTERM or Ctrl-C (graceful shutdown)."""
-    from worker.runner import load_app, run_worker
+    """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
+    from worker.runner import run_worker
 
-    try:
-        application = load_app(app_spec)
-    except ConfigurationError as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
+    served = _served(app_spec, toolkit)
 
     def ready(_: object) -> None:
         _out.print(
             f"worker polling task queue [bold]{escape(task_queue)}[/] on {escape(address)} "
-            f"(namespace {escape(namespace)}); toolkits: {', '.join(application.toolkits)}; "
-            f"models: {', '.join(application.models)}"
+            f"(namespace {escape(namespace)}); {escape(_describe_served(served))}"
         )
 
     async def main() -> None:
@@ -357,8 +434,8 @@ def worker_command(
             address,
             namespace,
             task_queue,
-            application.toolkits,
-            application.models,
+            served.toolkits,
+            served.models,
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
             on_ready=ready,
@@ -366,6 +443,101 @@ def worker_command(
         _out.print("worker stopped")
 
     _run(main, address=address, namespace=namespace, timeout=_FOREVER)
+
+
+DEV_DIRECTORY = Path(".durable-tools")
+"""Where `durable-tools dev` keeps its SQLite file and the server's log."""
+
+
+@app.command("dev")
+def dev_command(
+    app_spec: AppSpec = None,
+    toolkit: ToolkitSpecs = None,
+    ip: Annotated[str, typer.Option(help="Address to bind (0.0.0.0 in a container).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Frontend gRPC port.")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Web UI port.")] = 8233,
+    db_filename: Annotated[
+        Path, typer.Option(help="SQLite file; conversations survive restarts.")
+    ] = DEV_DIRECTORY / "temporal.db",
+    task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
+    graceful_shutdown: GracefulShutdown = 5.0,
+) -> None:
+    """Run a Temporal dev server (SQLite under .durable-tools/, Web UI) and a worker in one process.
+
+    Ctrl-C or SIGTERM stops the worker (running tool calls get --graceful-shutdown
+    seconds), then the server.
+    """
+    from worker.dev_server import DevServer, DevServerError
+    from worker.runner import run_worker
+
+    served = _served(app_spec, toolkit)
+
+    async def main() -> None:
+        try:
+            db_filename.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"cannot create {db_filename.parent}: {exc}") from exc
+        server = DevServer(
+            ip=ip,
+            port=port,
+            ui_port=ui_port,
+            db_filename=db_filename,
+            log_path=db_filename.with_suffix(".log"),
+            # A terminal's Ctrl-C reaches only this process, which stops the
+            # worker while the server still answers, then the server.
+            new_session=True,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            async with server:
+                worker = asyncio.create_task(
+                    run_worker(
+                        server.address,
+                        DEFAULT_NAMESPACE,
+                        task_queue,
+                        served.toolkits,
+                        served.models,
+                        graceful_shutdown_timeout=graceful_shutdown,
+                        handle_signals=False,
+                        stop=stop,
+                    )
+                )
+                _out.print(f"Temporal frontend: [bold]{server.address}[/]", soft_wrap=True)
+                _out.print(f"Web UI: [bold]{server.ui_url}[/]", soft_wrap=True)
+                _out.print(
+                    f"persistence: {escape(str(db_filename))}; worker on task queue "
+                    f"{escape(task_queue)}; {escape(_describe_served(served))}",
+                    soft_wrap=True,
+                )
+                local = port == 7233 and ip in ("127.0.0.1", "localhost", "0.0.0.0")
+                hint = "" if local else f" --address {server.address}"
+                _out.print(
+                    f"try: durable-tools run{hint} 'hello'   "
+                    "(Ctrl-C stops the worker and the server)",
+                    soft_wrap=True,
+                )
+                exited = asyncio.create_task(server.wait())
+                await asyncio.wait({worker, exited}, return_when=asyncio.FIRST_COMPLETED)
+                if exited.done():
+                    stop.set()
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(worker, graceful_shutdown + 10)
+                    raise CliError(f"the dev server exited with code {exited.result()}")
+                exited.cancel()
+                await worker  # re-raises the worker's failure
+        except DevServerError as exc:
+            raise CliError(str(exc).splitlines()[0]) from exc
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        _out.print("worker and dev server stopped")
+
+    _run(main, address=f"{ip}:{port}", namespace=DEFAULT_NAMESPACE, timeout=_FOREVER)
 
 
 @app.command("start")
@@ -420,6 +592,146 @@ def start_command(
     )
 
 
+def _check_model(spec: str) -> None:
+    """Fail with one line (exit 2) on a model spec the registry cannot resolve."""
+    try:
+        registry = importlib.import_module("durable_tools.models.registry")
+    except ModuleNotFoundError:  # no registry: the worker alone resolves the name
+        return
+    resolve: Callable[[str], object] | None = getattr(registry, "resolve_model", None)
+    if resolve is None:
+        return
+    try:
+        resolve(spec)
+    except ConfigurationError as exc:
+        _fail(f"model {spec!r}: {exc}", EXIT_BAD_INPUT)
+
+
+def _print_followed(followed: Followed, workflow_id: str, commands: Commands) -> None:
+    if followed.outcome == "detached":
+        _out.print(
+            f"detached: conversation {escape(workflow_id)} goes on; follow it with "
+            f"`{escape(commands('history', workflow_id))}` or "
+            f"`{escape(commands('pending', workflow_id))}`",
+            soft_wrap=True,
+        )
+        raise typer.Exit(130)
+    if followed.outcome == "idle":
+        _out.print(f"[bold]answer[/]: {escape(followed.answer)}", soft_wrap=True)
+        _out.print(
+            "the conversation waits for your next message: "
+            f"`{escape(commands('send', workflow_id, 'MESSAGE'))}`",
+            soft_wrap=True,
+        )
+        return
+    result = followed.result
+    assert result is not None  # outcome "ended"
+    output = result.output
+    shown = output if isinstance(output, str) else json.dumps(output, indent=2, default=str)
+    label = "final answer" if result.status == "finished" else f"ended ({result.status})"
+    _out.print(f"[bold]{label}[/]: {escape(shown)}", soft_wrap=True)
+
+
+@app.command("run")
+def run_command(
+    prompt: Annotated[str, typer.Argument(help="The first user message.")],
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Model the worker resolves: test, scripted:FILE, openai:MODEL, "
+            "anthropic:MODEL, or a name an --app registers."
+        ),
+    ] = "test",
+    toolkit: Annotated[
+        str, typer.Option(help="Toolkit name on the worker (the first --toolkit is 'default').")
+    ] = "default",
+    workflow_id: Annotated[
+        str | None, typer.Option("--id", help="Workflow id (default: run-<random hex>).")
+    ] = None,
+    instructions: Annotated[str, typer.Option(help="System instructions.")] = "",
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Print the id and return at once.")
+    ] = False,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=0.1, help="Seconds to wait for Temporal to start it."),
+    ] = DEFAULT_TIMEOUT,
+) -> None:
+    """Start a conversation and show what happens until it ends (Ctrl-C detaches).
+
+    Shows model text, tool calls starting and finishing, retries, progress,
+    approvals and questions with the commands that decide them, and the final
+    answer. When the model answers in text, the conversation waits for the next
+    message (`send`); `run` shows the answer and returns.
+    """
+    _check_model(model)
+    wf = workflow_id or f"run-{uuid.uuid4().hex[:12]}"
+    config = AgentConfig(instructions=instructions, model=model, toolkit=toolkit)
+    commands = Commands(
+        address=address,
+        namespace=namespace,
+        default_address=DEFAULT_ADDRESS,
+        default_namespace=DEFAULT_NAMESPACE,
+    )
+
+    async def main() -> Followed | None:
+        try:
+            async with asyncio.timeout(timeout):
+                conversations = await _conversations(address, namespace, task_queue)
+                await conversations.start(wf, agent=config, message=prompt)
+        except TimeoutError:
+            raise CliError(
+                f"no answer within {timeout:g} s from Temporal at {address} "
+                f"(starting conversation {wf!r})"
+            ) from None
+        if detach:
+            return None
+        _out.print(
+            f"conversation [bold]{escape(wf)}[/] started (model {escape(model)}, toolkit "
+            f"{escape(toolkit)}, task queue {escape(task_queue)}); Ctrl-C detaches",
+            soft_wrap=True,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        try:
+            follower = Follower(
+                conversations,
+                wf,
+                emit=lambda line: _out.print(line, soft_wrap=True),
+                commands=commands,
+            )
+            return await follower.follow(stop)
+        except LostServer as exc:
+            raise CliError(
+                f"{exc} at {address}; conversation {wf!r} goes on on the server: see it later "
+                f"with `{commands('history', wf)}`"
+            ) from exc
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    followed = _run(
+        main,
+        address=address,
+        namespace=namespace,
+        timeout=_FOREVER,
+        workflow_id=wf,
+    )
+    if followed is None:
+        _out.print(f"started conversation [bold]{escape(wf)}[/]", soft_wrap=True)
+        for what, command in (
+            ("watch it", "history"),
+            ("what it waits for", "pending"),
+            ("wait for its result", "result"),
+        ):
+            _out.print(f"  {what}: {escape(commands(command, wf))}", soft_wrap=True)
+        return
+    _print_followed(followed, wf, commands)
+
+
 @app.command("send")
 def send_command(
     workflow_id: WorkflowId,
@@ -442,13 +754,19 @@ def send_command(
 
 @app.command("pending")
 def pending_command(
-    workflow_id: WorkflowId,
+    workflow_id: Annotated[
+        str | None,
+        typer.Argument(help="The conversation's workflow id (default: every conversation)."),
+    ] = None,
     as_json: AsJson = False,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
-    """Show what the conversation waits for: approvals, questions, a pause."""
+    """Show what a conversation waits for, or list every conversation waiting for a person."""
+    if workflow_id is None:
+        _pending_everywhere(as_json, address=address, namespace=namespace, timeout=timeout)
+        return
     state = _on_conversation(
         workflow_id,
         lambda c: c.pending(workflow_id),
@@ -460,6 +778,39 @@ def pending_command(
         print(state.model_dump_json(indent=2))
     else:
         _out.print(render_pending(state))
+
+
+PENDING_QUERY = "DurableToolsPendingCount > 0 AND ExecutionStatus = 'Running'"
+"""Visibility query of `pending` without an id (the workflow upserts the attribute)."""
+
+
+def _pending_everywhere(as_json: bool, *, address: str, namespace: str, timeout: float) -> None:
+    from workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+
+    async def main() -> list[PendingConversation]:
+        client = await Client.connect(
+            address, namespace=namespace, data_converter=pydantic_data_converter
+        )
+        found: list[PendingConversation] = []
+        async for execution in client.list_workflows(PENDING_QUERY, limit=1000):
+            attributes = execution.typed_search_attributes
+            found.append(
+                PendingConversation(
+                    workflow_id=execution.id,
+                    pending=attributes.get(PENDING_COUNT) or 0,
+                    kinds=list(attributes.get(PENDING_KINDS) or []),
+                    started=execution.start_time,
+                    task_queue=execution.task_queue,
+                )
+            )
+        return found
+
+    found = _run(main, address=address, namespace=namespace, timeout=timeout)
+    if as_json:
+        print(json.dumps([asdict(f) for f in found], default=str, indent=2))
+        return
+    commands = Commands(address=address, namespace=namespace)
+    _out.print(render_pending_conversations(found, commands), soft_wrap=True)
 
 
 def _decide(
@@ -511,7 +862,9 @@ def _decide(
 def approve_command(
     workflow_id: WorkflowId,
     call_id: CallId,
-    by: Annotated[str, typer.Option("--by", help="Who decides (default: your login).")] = "",
+    by: Annotated[
+        str, typer.Option("--as", "--by", help="Who decides (default: your login).")
+    ] = "",
     reason: Annotated[str, typer.Option(help="Why (recorded with the decision).")] = "",
     arguments_hash: ArgumentsHash = None,
     signal: UseSignal = False,
@@ -538,8 +891,10 @@ def approve_command(
 def deny_command(
     workflow_id: WorkflowId,
     call_id: CallId,
-    reason: Annotated[str, typer.Option(help="Why; the model reads it.")],
-    by: Annotated[str, typer.Option("--by", help="Who decides (default: your login).")] = "",
+    reason: Annotated[str, typer.Option(help="Why; the model reads it.")] = "",
+    by: Annotated[
+        str, typer.Option("--as", "--by", help="Who decides (default: your login).")
+    ] = "",
     arguments_hash: ArgumentsHash = None,
     signal: UseSignal = False,
     address: Address = DEFAULT_ADDRESS,
@@ -566,7 +921,9 @@ def answer_command(
     workflow_id: WorkflowId,
     call_id: CallId,
     value: Annotated[str, typer.Argument(metavar="JSON", help="The answer, as JSON.")],
-    by: Annotated[str, typer.Option("--by", help="Who answers (default: your login).")] = "",
+    by: Annotated[
+        str, typer.Option("--as", "--by", help="Who answers (default: your login).")
+    ] = "",
     arguments_hash: ArgumentsHash = None,
     signal: UseSignal = False,
     address: Address = DEFAULT_ADDRESS,

@@ -43,6 +43,7 @@ __all__ = [
     "DevServerError",
     "find_temporal_cli",
     "free_port",
+    "port_in_use",
 ]
 
 SEARCH_ATTRIBUTES: Mapping[str, str] = {
@@ -88,6 +89,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something listens on `host:port` already (a quick bind attempt)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # SO_REUSEADDR: a port left in TIME_WAIT by a server that just stopped is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+        return False
+
+
 class DevServer:
     """`temporal server start-dev` as an async context manager.
 
@@ -107,6 +120,9 @@ class DevServer:
         log_path: Where the server's output goes (default: a temporary file,
             deleted on `stop`; its tail is quoted when startup fails).
         executable: The `temporal` CLI (default `find_temporal_cli()`).
+        new_session: Start the server in its own session (default False), so
+            a terminal's Ctrl-C reaches only this process, which then stops
+            what runs on the server before the server itself.
 
     Raises:
         ConfigurationError: No `temporal` CLI was found.
@@ -126,6 +142,7 @@ class DevServer:
         startup_timeout: float = 30.0,
         log_path: str | os.PathLike[str] | None = None,
         executable: str | None = None,
+        new_session: bool = False,
     ) -> None:
         self.ip = ip
         self.port = port or free_port(ip)
@@ -137,6 +154,7 @@ class DevServer:
         self.dynamic_config = dict(dynamic_config)
         self.startup_timeout = startup_timeout
         self.executable = executable or find_temporal_cli()
+        self.new_session = new_session
         self._log_path = None if log_path is None else Path(log_path)
         self._own_log = log_path is None
         self._log: IO[bytes] | None = None
@@ -188,12 +206,19 @@ class DevServer:
         """Start the server and wait until it serves the `default` namespace.
 
         Raises:
-            DevServerError: It exited, or did not answer within `startup_timeout`
-                seconds (the message quotes the end of its log). The process
-                is stopped before this is raised.
+            DevServerError: A port is in use (another server answering there
+                would pass for this one), it exited, or it did not answer
+                within `startup_timeout` seconds (the message quotes the end
+                of its log). The process is stopped before this is raised.
         """
         if self._process is not None:
             raise DevServerError("the dev server is already started")
+        for what, port in (("frontend", self.port), ("Web UI", self.ui_port)):
+            if port is not None and port_in_use(self.ip, port):
+                raise DevServerError(
+                    f"the {what} port {self.ip}:{port} is in use (another Temporal server?); "
+                    "stop it or choose another port"
+                )
         if self._log_path is None:
             handle, name = tempfile.mkstemp(prefix="temporal-dev-", suffix=".log")
             os.close(handle)
@@ -204,6 +229,7 @@ class DevServer:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=self._log,
             stderr=asyncio.subprocess.STDOUT,
+            start_new_session=self.new_session,
         )
         try:
             await self._wait_ready()

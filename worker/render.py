@@ -7,7 +7,8 @@ Every function returns a rich renderable; print it with `Console().print(...)`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +20,15 @@ from rich.text import Text
 from durable_tools.conversation import ConversationStatus, PendingApproval, PendingState
 from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
 
-__all__ = ["render_approval", "render_pending", "render_status", "render_transcript", "when"]
+__all__ = [
+    "PendingConversation",
+    "render_approval",
+    "render_pending",
+    "render_pending_conversations",
+    "render_status",
+    "render_transcript",
+    "when",
+]
 
 
 def when(moment: datetime, now: datetime | None = None) -> str:
@@ -173,3 +182,50 @@ def render_status(workflow_id: str, status: ConversationStatus) -> Table:
     for name, value in status.model_dump().items():
         table.add_row(name.replace("_", " "), escape(str(value)))
     return table
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingConversation:
+    """A conversation waiting for a person, as the visibility list query finds it.
+
+    Attributes:
+        workflow_id: The conversation.
+        pending: Calls waiting (`DurableToolsPendingCount`).
+        kinds: What they wait for, e.g. `["approval"]` (`DurableToolsPendingKinds`).
+        started: When the conversation started.
+        task_queue: Its task queue.
+    """
+
+    workflow_id: str
+    pending: int
+    kinds: list[str]
+    started: datetime
+    task_queue: str
+
+
+def render_pending_conversations(
+    found: Sequence[PendingConversation], command: Callable[..., str]
+) -> Group | Text:
+    """Every conversation with something pending, and the command that shows each.
+
+    Args:
+        found: From the visibility query.
+        command: Builds a `durable-tools` command line from its arguments.
+
+    Returns:
+        A rich renderable; says "no conversation is waiting" when none is.
+    """
+    if not found:
+        return Text("no conversation is waiting for a person")
+    table = Table(title="Conversations waiting for a person", title_justify="left")
+    for column in ("workflow id", "pending", "kinds", "started"):
+        table.add_column(column, overflow="fold")
+    for conversation in found:
+        table.add_row(
+            escape(conversation.workflow_id),
+            str(conversation.pending),
+            escape(", ".join(conversation.kinds)),
+            when(conversation.started),
+        )
+    hint = Text(f"details and call ids: {command('pending', 'WORKFLOW_ID')}")
+    return Group(table, hint)
