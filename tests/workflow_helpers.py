@@ -36,6 +36,7 @@ from durable_tools.conversation import (
     PendingInteraction,
 )
 from durable_tools.testing import ScriptedModel
+from durable_tools.mcp import McpServerConfig
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem
 from worker.plugin import DurableToolsPlugin
@@ -97,6 +98,7 @@ class Harness:
     models: dict[str, ScriptedModel]
     ledger: Path
     task_queue: str
+    plugin: DurableToolsPlugin
     started: list[str] = field(default_factory=list[str])
     handles: dict[str, WorkflowHandle[Any, Any]] = field(
         default_factory=dict[str, WorkflowHandle[Any, Any]]
@@ -182,10 +184,12 @@ async def running(
     ledger: Path,
     *,
     toolkits: Mapping[str, Toolkit] | None = None,
+    mcp_servers: Sequence[McpServerConfig] = (),
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
-    `toolkits` are registered beside the shared ones (`tests`).
+    `toolkits` are registered beside the shared ones (`tests`); the tools of
+    `mcp_servers` join every toolkit (the harness's `plugin.mcp` has their stats).
     Conversations started through the harness that are still running when the
     block ends are terminated, so no timer of theirs outlives the test (on the
     time-skipping server a leftover workflow task would stall time skipping).
@@ -194,7 +198,9 @@ async def running(
         "directed": ScriptedModel(directed),
         "specialist-model": ScriptedModel(directed),
     }
-    plugin = DurableToolsPlugin(toolkits={**TOOLKITS, **(toolkits or {})}, models=models)
+    plugin = DurableToolsPlugin(
+        toolkits={**TOOLKITS, **(toolkits or {})}, models=models, mcp_servers=mcp_servers
+    )
     client = Client(**{**env.client.config(), "plugins": [plugin]})
     harness = Harness(
         env=env,
@@ -203,6 +209,7 @@ async def running(
         models=models,
         ledger=ledger,
         task_queue=task_queue,
+        plugin=plugin,
     )
     async with Worker(client, task_queue=task_queue):
         try:

@@ -1,0 +1,176 @@
+"""An MCP server for the tests, written with the `mcp` SDK's server API.
+
+Run as a stdio server or a streamable-HTTP server on 127.0.0.1:
+
+    python tests/mcp/mcp_test_server.py stdio --log FILE
+    python tests/mcp/mcp_test_server.py http --port 8765 --token-env NAME --log FILE
+
+Every event the tests check is appended to the JSON-lines `--log` file:
+`{"event": "start", "pid": ...}` when the process starts, and
+`{"event": "call", "tool": ..., "args": ..., "key": <idempotency key from _meta>,
+"pid": ...}` each time a tool body runs. The HTTP server answers 401 to any
+request without `Authorization: Bearer <token>` (the token is read from the
+environment variable `--token-env`) and logs `{"event": "request", "method":
+...}` for each JSON-RPC request it accepts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+IDEMPOTENCY_KEY_META = "durable-tools/idempotency-key"
+
+parser = argparse.ArgumentParser()
+parser.add_argument("transport", choices=["stdio", "http"])
+parser.add_argument("--log", required=True)
+parser.add_argument("--port", type=int, default=0)
+parser.add_argument("--token-env", default="")
+options = parser.parse_args()
+LOG = Path(options.log)
+
+
+def log(**event: Any) -> None:
+    with LOG.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({**event, "pid": os.getpid()}) + "\n")
+
+
+def key_of(ctx: Context) -> str | None:
+    meta = ctx.request_context.meta
+    if meta is None:
+        return None
+    value = (
+        meta.get(IDEMPOTENCY_KEY_META)
+        if isinstance(meta, dict)
+        else getattr(meta, IDEMPOTENCY_KEY_META, None)
+    )
+    return value if isinstance(value, str) else None
+
+
+server = MCPServer("durable-tools-test-server")
+READ_ONLY = types.ToolAnnotations(read_only_hint=True)
+WRITES = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
+
+
+@server.tool(annotations=READ_ONLY)
+async def add(a: int, b: int, ctx: Context) -> int:
+    """Add two integers."""
+    log(event="call", tool="add", args={"a": a, "b": b}, key=key_of(ctx))
+    return a + b
+
+
+@server.tool(annotations=WRITES)
+async def record(note: str, ctx: Context) -> str:
+    """Append a note to the server's log (not idempotent)."""
+    log(event="call", tool="record", args={"note": note}, key=key_of(ctx))
+    return f"recorded {note}"
+
+
+@server.tool(annotations=WRITES)
+async def slow_record(note: str, seconds: float, ctx: Context) -> str:
+    """Record a note, then take `seconds` to answer (not idempotent)."""
+    log(event="call", tool="slow_record", args={"note": note, "seconds": seconds}, key=key_of(ctx))
+    await asyncio.sleep(seconds)
+    return f"recorded {note} slowly"
+
+
+@server.tool(annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=True))
+async def delete_note(note: str, ctx: Context) -> str:
+    """Delete a note (destructive)."""
+    log(event="call", tool="delete_note", args={"note": note}, key=key_of(ctx))
+    return f"deleted {note}"
+
+
+@server.tool(annotations=READ_ONLY)
+async def fail(message: str, ctx: Context) -> str:
+    """Always fails with `message`."""
+    log(event="call", tool="fail", args={"message": message}, key=key_of(ctx))
+    raise ValueError(message)
+
+
+@server.tool(annotations=READ_ONLY)
+async def refuse(message: str, ctx: Context) -> str:
+    """Always refuses with `message` (an anticipated `ToolError`: the client sees the text)."""
+    log(event="call", tool="refuse", args={"message": message}, key=key_of(ctx))
+    raise ToolError(message)
+
+
+@server.tool(annotations=WRITES)
+async def grow(name: str, ctx: Context) -> str:
+    """Register a new read-only tool `name` (it answers `grown <name>`), then report the change."""
+    log(event="call", tool="grow", args={"name": name}, key=key_of(ctx))
+
+    async def grown() -> str:
+        return f"grown {name}"
+
+    server.add_tool(
+        grown, name=name, description=f"Added at run time by grow({name!r}).", annotations=READ_ONLY
+    )
+    # 2026-07-28 sessions get the change on their `subscriptions/listen` stream;
+    # earlier protocols get the plain notification.
+    await ctx.notify_tools_changed()
+    if ctx.request_context.session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        await ctx.request_context.session.send_tool_list_changed()
+    return f"added {name}"
+
+
+log(event="start", transport=options.transport)
+
+if options.transport == "stdio":
+    server.run("stdio")
+else:
+    import uvicorn
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    token = os.environ[options.token_env]
+    inner = server.streamable_http_app()
+
+    class RequireBearer:
+        def __init__(self, app: ASGIApp) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await self.app(scope, receive, send)
+                return
+            request = Request(scope, receive)
+            if request.headers.get("authorization") != f"Bearer {token}":
+                response: Response = JSONResponse({"error": "unauthorized"}, status_code=401)
+                await response(scope, receive, send)
+                return
+            body = await request.body()
+            try:
+                message = json.loads(body) if body else None
+            except ValueError:
+                message = None
+            if isinstance(message, dict) and "method" in message and "id" in message:
+                log(event="request", method=message["method"])
+            sent = False
+
+            async def replay() -> dict[str, Any]:
+                nonlocal sent
+                if sent:
+                    return await receive()
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await self.app(scope, replay, send)
+
+    uvicorn.run(
+        RequireBearer(inner),
+        host="127.0.0.1",
+        port=options.port,
+        log_level="warning",
+        lifespan="on",
+    )
