@@ -308,8 +308,10 @@ class McpToolsets:
         return tools
 
     def _rebuild(self) -> None:
-        kits = [
-            Toolkit(*tools, label=f"MCP server {name!r}") for name, tools in self._tools.items()
+        kits = [  # in configuration order, whichever server answered first
+            Toolkit(*self._tools[s.name], label=f"MCP server {s.name!r}")
+            for s in self.servers
+            if s.name in self._tools
         ]
         self._toolkit = compose(*kits, label="mcp") if kits else Toolkit(label="mcp")
         self.version += 1
