@@ -247,6 +247,30 @@ def turns(*calls: list[tuple[str, str, Any]]) -> str:
     return json.dumps({"turns": [[list(c) for c in turn] for turn in calls]})
 
 
+MCP_LOG_ENV = "DT_TEST_MCP_LOG"
+"""When set, worker subprocesses also serve tests/mcp/mcp_test_server.py as
+`notes` over stdio, logging to this file (heartbeat timeout 3 s)."""
+
+
+def _mcp_servers_from_environment() -> list[Any]:
+    log = os.environ.get(MCP_LOG_ENV)
+    if not log:
+        return []
+    import sys
+
+    from durable_tools.mcp import McpServerConfig
+
+    server = Path(__file__).parent / "mcp" / "mcp_test_server.py"
+    return [
+        McpServerConfig(
+            name="notes",
+            command=sys.executable,
+            args=[str(server), "stdio", "--log", log],
+            heartbeat_timeout=3,
+        )
+    ]
+
+
 async def run_worker_forever(
     address: str, namespace: str, task_queue: str, sticky_timeout: float | None = None
 ) -> None:
@@ -263,7 +287,9 @@ async def run_worker_forever(
 
     from worker.plugin import DurableToolsPlugin
 
-    plugin = DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS)
+    plugin = DurableToolsPlugin(
+        toolkits=TOOLKITS, models=MODELS, mcp_servers=_mcp_servers_from_environment()
+    )
     client = await Client.connect(address, namespace=namespace, plugins=[plugin])
     options: dict[str, Any] = {}
     if sticky_timeout is not None:

@@ -99,6 +99,9 @@ class McpServerConfig(BaseModel):
             default the server name, `""` for none.
         handshake_timeout: Seconds to start and finish the handshake (default 30).
         call_timeout: Seconds per tool call (default 60).
+        heartbeat_timeout: Seconds without a sign of life from the worker
+            running a call before Temporal counts the attempt as lost (default
+            30; the call heartbeats every third of it).
         needs_approval: Server-wide approval override (see `McpToolPolicy`).
         idempotent: Server-wide idempotency override (see `McpToolPolicy`).
         tool_policy: Per-tool overrides, by the server's tool name.
@@ -119,6 +122,7 @@ class McpServerConfig(BaseModel):
     prefix: str | None = None
     handshake_timeout: float = Field(default=DEFAULT_HANDSHAKE_TIMEOUT, gt=0)
     call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
+    heartbeat_timeout: float = Field(default=30.0, gt=0)
     needs_approval: bool | None = None
     idempotent: bool | None = None
     tool_policy: dict[str, McpToolPolicy] = Field(default_factory=dict[str, McpToolPolicy])
@@ -251,6 +255,10 @@ def load_mcp_config(path: str | os.PathLike[str]) -> list[McpServerConfig]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(
             f"MCP configuration {str(file)!r} is not valid TOML: {exc}"
+        ) from None
+    except UnicodeDecodeError as exc:  # TOML files are UTF-8
+        raise ConfigurationError(
+            f"MCP configuration {str(file)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})"
         ) from None
     return parse_mcp_config(data, source=f"MCP configuration {str(file)!r}")
 

@@ -66,8 +66,6 @@ key (`"{workflow_id}/{call_id}"`, the same for every attempt)."""
 _IDEMPOTENT_RETRY: Final[RetryPolicy] = RetryPolicy(
     max_attempts=4, initial_interval=1.0, backoff_coefficient=2.0, maximum_interval=30.0
 )
-_KEEPALIVE_SECONDS: Final[float] = 10.0
-_HEARTBEAT_TIMEOUT: Final[float] = 30.0
 _ACTIVITY_MARGIN: Final[float] = 10.0
 
 
@@ -126,6 +124,7 @@ def mcp_tool(connection: McpConnection, spec: types.Tool) -> Tool:
     )
     call_timeout = policy.call_timeout or config.call_timeout
     server_name, tool_name = config.name, spec.name
+    keepalive_seconds = config.heartbeat_timeout / 3
 
     async def run(arguments: dict[str, Any], emit: Emit, ctx: ToolContext) -> Any:
         loop = asyncio.get_running_loop()
@@ -138,8 +137,8 @@ def mcp_tool(connection: McpConnection, spec: types.Tool) -> Tool:
 
         async def keepalive() -> None:  # heartbeats while a quiet call runs
             while True:
-                await asyncio.sleep(_KEEPALIVE_SECONDS)
-                if loop.time() - last_progress[0] >= _KEEPALIVE_SECONDS:
+                await asyncio.sleep(keepalive_seconds)
+                if loop.time() - last_progress[0] >= keepalive_seconds:
                     emit({"waiting_for": server_name, "seconds": round(loop.time() - started)})
 
         beating = asyncio.create_task(keepalive())
@@ -192,7 +191,7 @@ def mcp_tool(connection: McpConnection, spec: types.Tool) -> Tool:
         output=spec.output_schema,
         needs_approval=needs_approval,
         timeout=config.handshake_timeout + call_timeout + _ACTIVITY_MARGIN,
-        heartbeat_timeout=_HEARTBEAT_TIMEOUT,
+        heartbeat_timeout=config.heartbeat_timeout,
         retry=_IDEMPOTENT_RETRY if idempotent else RetryPolicy(max_attempts=1),
         annotations=annotations,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from agent_support import AGENT, LEDGER_ENV, MODELS, TOOLKITS, read_ledger, turns
+from agent_support import AGENT, LEDGER_ENV, MCP_LOG_ENV, MODELS, TOOLKITS, read_ledger, turns
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -300,11 +301,20 @@ async def test_approval_signalled_while_no_worker_runs_is_applied_when_one_retur
 class _WorkerProcess:
     """A worker subprocess (`python tests/agent_support.py ADDRESS NAMESPACE QUEUE`)."""
 
-    def __init__(self, env: WorkflowEnvironment, task_queue: str, ledger: Path, log: Path):
+    def __init__(
+        self,
+        env: WorkflowEnvironment,
+        task_queue: str,
+        ledger: Path,
+        log: Path,
+        *,
+        mcp_log: Path | None = None,
+    ):
         self.log = log
         config = env.client.service_client.config
         environ = {
             **os.environ,
+            **({MCP_LOG_ENV: str(mcp_log)} if mcp_log is not None else {}),
             LEDGER_ENV: str(ledger),
             "PYTHONPATH": os.pathsep.join(
                 [str(REPO), str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -400,3 +410,54 @@ async def test_worker_killed_mid_tool_retries_on_another_worker_with_the_same_ke
     assert [e["pid"] for e in entries if e.get("done")] == [second.pid]
     tool_starts = [s for s in await _activity_starts(handle) if s[0] == "tool.slow_heartbeat"]
     assert [attempt for _, _, attempt in tool_starts] == [2]  # the server records the last one
+
+
+async def test_worker_killed_mid_mcp_call_gives_interrupted_never_a_second_call(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """At-most-once: a non-idempotent MCP call whose worker dies is not sent again."""
+    ledger, mcp_log = tmp_path / "ledger.jsonl", tmp_path / "mcp.jsonl"
+    workflow_id = f"sigkill-mcp-{uuid.uuid4()}"
+    conv = Conversations(_client(dev_env), task_queue=task_queue)
+    script = turns(
+        [("w1", "notes__slow_record", {"note": "once", "seconds": 600})],
+        [("f1", "finish", {"output": "finished"})],
+    )
+
+    def calls() -> list[dict[str, Any]]:
+        if not mcp_log.exists():
+            return []
+        events = [json.loads(line) for line in mcp_log.read_text().splitlines() if line]
+        return [e for e in events if e["event"] == "call"]
+
+    workers: list[_WorkerProcess] = []
+    try:
+        first = _WorkerProcess(
+            dev_env, task_queue, ledger, tmp_path / "worker-1.log", mcp_log=mcp_log
+        )
+        workers.append(first)
+        await first.ready()
+        await conv.start(workflow_id, agent=AGENT, message=script)
+
+        async def call_reached_server() -> bool | None:
+            return bool(calls()) or None
+
+        await _eventually(call_reached_server, "the MCP call reaching the server")
+        first.kill()
+        second = _WorkerProcess(
+            dev_env, task_queue, ledger, tmp_path / "worker-2.log", mcp_log=mcp_log
+        )
+        workers.append(second)
+        await second.ready()
+        result = await _result(conv, workflow_id)
+        transcript = await conv.history(workflow_id)
+    finally:
+        for worker in workers:
+            worker.kill()
+
+    assert result.status == "finished"
+    _assert_reconciled(transcript)
+    lost = _output(transcript, "w1")
+    assert lost.is_error and lost.failure_kind == "interrupted", lost
+    assert "not idempotent" in lost.content
+    assert [c["tool"] for c in calls()] == ["slow_record"]  # sent once, never again
