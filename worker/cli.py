@@ -385,31 +385,40 @@ ToolkitSpecs = Annotated[
         "also as 'default'. Repeatable.",
     ),
 ]
+McpConfig = Annotated[
+    str | None,
+    typer.Option(
+        "--mcp-config",
+        help="A TOML file of MCP servers ([servers.NAME] tables); their tools join every toolkit.",
+    ),
+]
 GracefulShutdown = Annotated[
     float,
     typer.Option(help="Seconds running activities may finish after SIGTERM or Ctrl-C."),
 ]
 
 
-def _served(app_spec: str | None, toolkit_specs: list[str] | None) -> App:
+def _served(app_spec: str | None, toolkit_specs: list[str] | None, mcp_config: str | None) -> App:
     """Load what a worker serves, or fail with one line and exit code 2."""
     from worker.toolkits import load_served
 
     try:
-        return load_served(app_spec, toolkit_specs or [])
+        return load_served(app_spec, toolkit_specs or [], mcp_config)
     except ConfigurationError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
 
 
 def _describe_served(served: App) -> str:
     models = ", ".join(served.models) or "none registered (model specs are resolved by name)"
-    return f"toolkits: {', '.join(served.toolkits)}; models: {models}"
+    mcp = ", ".join(server.name for server in served.mcp_servers) or "none"
+    return f"toolkits: {', '.join(served.toolkits)}; models: {models}; MCP servers: {mcp}"
 
 
 @app.command("worker")
 def worker_command(
     app_spec: AppSpec = None,
     toolkit: ToolkitSpecs = None,
+    mcp_config: McpConfig = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
@@ -421,7 +430,7 @@ def worker_command(
     """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
     from worker.runner import run_worker
 
-    served = _served(app_spec, toolkit)
+    served = _served(app_spec, toolkit, mcp_config)
 
     def ready(_: object) -> None:
         _out.print(
@@ -436,6 +445,7 @@ def worker_command(
             task_queue,
             served.toolkits,
             served.models,
+            mcp_servers=served.mcp_servers,
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
             on_ready=ready,
@@ -453,6 +463,7 @@ DEV_DIRECTORY = Path(".durable-tools")
 def dev_command(
     app_spec: AppSpec = None,
     toolkit: ToolkitSpecs = None,
+    mcp_config: McpConfig = None,
     ip: Annotated[str, typer.Option(help="Address to bind (0.0.0.0 in a container).")] = (
         "127.0.0.1"
     ),
@@ -472,7 +483,7 @@ def dev_command(
     from worker.dev_server import DevServer, DevServerError
     from worker.runner import run_worker
 
-    served = _served(app_spec, toolkit)
+    served = _served(app_spec, toolkit, mcp_config)
 
     async def main() -> None:
         try:
@@ -502,6 +513,7 @@ def dev_command(
                         task_queue,
                         served.toolkits,
                         served.models,
+                        mcp_servers=served.mcp_servers,
                         graceful_shutdown_timeout=graceful_shutdown,
                         handle_signals=False,
                         stop=stop,
@@ -593,7 +605,14 @@ def start_command(
 
 
 def _check_model(spec: str) -> None:
-    """Fail with one line (exit 2) on a model spec the registry cannot resolve."""
+    """Fail with one line (exit 2) on a `test` or `scripted:FILE` spec that cannot work.
+
+    Only the offline specs are checked here (a malformed script file is
+    reported before anything starts); names an `--app` registers and provider
+    specs, which need the provider's SDK and key, are the worker's to resolve.
+    """
+    if spec != "test" and not spec.startswith("scripted:"):
+        return
     try:
         registry = importlib.import_module("durable_tools.models.registry")
     except ModuleNotFoundError:  # no registry: the worker alone resolves the name
@@ -604,7 +623,7 @@ def _check_model(spec: str) -> None:
     try:
         resolve(spec)
     except ConfigurationError as exc:
-        _fail(f"model {spec!r}: {exc}", EXIT_BAD_INPUT)
+        _fail(str(exc), EXIT_BAD_INPUT)
 
 
 def _print_followed(followed: Followed, workflow_id: str, commands: Commands) -> None:

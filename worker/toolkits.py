@@ -78,13 +78,18 @@ def load_toolkit(spec: str) -> Toolkit:
     return found
 
 
-def load_served(app_spec: str | None, toolkit_specs: Sequence[str]) -> App:
+def load_served(
+    app_spec: str | None, toolkit_specs: Sequence[str], mcp_config: str | None = None
+) -> App:
     """The toolkits and models a command-line worker serves.
 
     Args:
         app_spec: An application spec (`--app`), or `None`.
         toolkit_specs: Toolkit specs (`--toolkit`), each registered under its
             spec; the first also as `default`.
+        mcp_config: A TOML file of MCP servers (`--mcp-config`, read by
+            `durable_tools.mcp.load_mcp_config`), or `None`; its servers are
+            added to the application's.
 
     Returns:
         The application's toolkits and models plus the toolkits given by
@@ -94,7 +99,7 @@ def load_served(app_spec: str | None, toolkit_specs: Sequence[str]) -> App:
 
     Raises:
         ConfigurationError: A spec does not load (see `load_toolkit`,
-            `worker.runner.load_app`).
+            `worker.runner.load_app`), or the MCP configuration is wrong.
     """
     try:
         application = load_app(app_spec) if app_spec else App()
@@ -111,4 +116,9 @@ def load_served(app_spec: str | None, toolkit_specs: Sequence[str]) -> App:
     elif DEFAULT_TOOLKIT not in toolkits:
         first = next(iter(application.toolkits.values()), None)
         toolkits[DEFAULT_TOOLKIT] = first if first is not None else Toolkit(label="empty")
-    return App(toolkits=toolkits, models=application.models)
+    servers = list(application.mcp_servers)
+    if mcp_config is not None:
+        from durable_tools.mcp import load_mcp_config  # imports the MCP SDK: only when asked
+
+        servers += load_mcp_config(mcp_config)
+    return App(toolkits=toolkits, models=application.models, mcp_servers=servers)

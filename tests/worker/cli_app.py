@@ -1,14 +1,27 @@
 """The application CLI tests serve: `agent_support`'s toolkit and scripted models.
 
 Worker subprocesses import it as `cli_app:app` (`PYTHONPATH` holds `tests` and
-`tests/worker`); `directed` plays a script written in the user message.
+`tests/worker`); `directed` plays a script written in the user message. The
+`cli` toolkit adds a tool whose retries are slow enough for `run` to see;
+`weather` has one read-only tool, for the `test` model (which calls every tool).
 """
 
 from __future__ import annotations
 
-from agent_support import MODELS, TOOLKIT
+from agent_support import MODELS, TOOLKIT, get_weather, slow_heartbeat
 
+from durable_tools import RetryPolicy, ToolContext, Toolkit, tool
 from worker.runner import App
 
-app = App(toolkits={"tests": TOOLKIT}, models=MODELS)
-kit = TOOLKIT
+
+@tool(retry=RetryPolicy(max_attempts=3, initial_interval=1.0, maximum_interval=1.0))
+async def unsteady(ctx: ToolContext) -> str:
+    """Fails its first two attempts, then succeeds."""
+    if ctx.attempt < 3:
+        raise ConnectionError(f"upstream flaked on attempt {ctx.attempt}")
+    return f"ok on attempt {ctx.attempt}"
+
+
+kit = Toolkit(unsteady, slow_heartbeat, label="cli")
+weather = Toolkit(get_weather, label="weather")
+app = App(toolkits={"tests": TOOLKIT, "cli": kit, "weather": weather}, models=MODELS)

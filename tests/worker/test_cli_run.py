@@ -1,0 +1,237 @@
+"""`durable-tools run`, `pending` (all conversations) and the printed commands, as subprocesses.
+
+A `durable-tools worker` subprocess serves `cli_app:app` plus a `--toolkit`
+on the session dev server; every command runs as its own process, as a
+user types it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import re
+import shlex
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cli_process import Running, cli
+from temporalio.testing import WorkflowEnvironment
+
+
+@dataclass(frozen=True)
+class Served:
+    """A worker subprocess: where it polls."""
+
+    address: str
+    task_queue: str
+
+    def opts(self) -> list[str]:
+        """`--address` and `--task-queue` for `run`."""
+        return ["--address", self.address, "--task-queue", self.task_queue]
+
+
+@pytest.fixture(scope="module")
+async def served(
+    dev_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Served]:
+    address = dev_env.client.service_client.config.target_host
+    task_queue = f"cli-run-{uuid.uuid4().hex[:8]}"
+    log = tmp_path_factory.mktemp("worker") / "stderr.log"
+    worker = await Running.start(
+        "worker",
+        "--app",
+        "cli_app:app",
+        "--toolkit",
+        "agent_support:TOOLKIT",
+        "--address",
+        address,
+        "--task-queue",
+        task_queue,
+        "--graceful-shutdown",
+        "2",
+        stderr=log,
+    )
+    try:
+        line = await worker.wait_for_line("worker polling", timeout=60)
+        assert "agent_support:TOOLKIT" in line and "default" in line
+        yield Served(address, task_queue)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        done = await worker.finish(timeout=30)
+        assert done.code == 0, done.stderr
+        assert "worker stopped" in done.stdout
+
+
+def directed(*turns: list[tuple[str, str, dict[str, object]]]) -> str:
+    """A prompt the `directed` model plays: each argument is one turn's (id, tool, args)."""
+    return json.dumps({"turns": [[list(c) for c in turn] for turn in turns]})
+
+
+async def test_run_shows_tool_calls_and_the_final_answer(served: Served) -> None:
+    prompt = directed(
+        [("c1", "get_weather", {"city": "Oslo"})],
+        [("c2", "finish", {"output": {"forecast": "mild"}})],
+    )
+    done = await cli("run", "--model", "directed", *served.opts(), prompt)
+    assert done.code == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert re.search(r'→ get_weather \{"city": "Oslo"\} \(c1\) started', out), out
+    assert re.search(r'✓ get_weather \(c1\) ok: \{"city":"Oslo","temp_c":21\}', out), out
+    assert "final answer" in out and '"forecast": "mild"' in out, out
+    assert out.index("started") < out.index("✓ get_weather") < out.index("final answer")
+    assert done.stderr == ""
+
+
+async def test_run_with_a_text_answer_returns_and_says_how_to_continue(served: Served) -> None:
+    prompt = directed([("c1", "boom", {})])
+    done = await cli("run", "--model", "directed", "--id", wf := _id(), *served.opts(), prompt)
+    assert done.code == 0, done.stdout + done.stderr
+    assert re.search(r"✗ boom \(c1\) failed: \w+: ", done.stdout), done.stdout
+    assert "answer: done (directed)" in done.stdout
+    assert f"durable-tools send {wf} MESSAGE --address {served.address}" in done.stdout
+
+
+async def test_run_shows_retries_and_progress(served: Served) -> None:
+    prompt = directed(
+        [("c1", "unsteady", {})],
+        [("c2", "slow_heartbeat", {"seconds": 2.5})],
+    )
+    done = await cli("run", "--model", "directed", "--toolkit", "cli", *served.opts(), prompt)
+    assert done.code == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert re.search(r"↻ unsteady \[c1\] attempt 2 of 3; last failure: .*upstream flaked", out), out
+    assert "✓ unsteady (c1) ok: ok on attempt 3" in out
+    assert re.search(r'… slow_heartbeat \[c2\] progress: \{"left": [\d.]+\}', out), out
+    assert "✓ slow_heartbeat (c2) ok" in out
+
+
+async def test_run_detach_returns_at_once_with_the_id(served: Served) -> None:
+    wf = _id()
+    began = time.monotonic()
+    done = await cli("run", "--detach", "--id", wf, "--model", "directed", *served.opts(), "hello")
+    assert done.code == 0, done.stdout + done.stderr
+    assert time.monotonic() - began < 15  # no waiting for the conversation
+    assert f"started conversation {wf}" in done.stdout
+    assert f"durable-tools history {wf} --address {served.address}" in done.stdout
+    status = await cli("status", wf, "--address", served.address)
+    assert status.code == 0, status.stderr
+
+
+async def test_approval_command_printed_by_run_lets_it_finish(served: Served) -> None:
+    wf = _id()
+    prompt = directed([("c1", "refund", {"order": "A-7", "amount": 500})])
+    run = await Running.start("run", "--id", wf, "--model", "directed", *served.opts(), prompt)
+    try:
+        line = await run.wait_for_line("approve: ", timeout=60)
+        command = line.split("approve: ", 1)[1].strip()
+        assert command == f"durable-tools approve {wf} c1 --address {served.address}"
+        deny = await run.wait_for_line("deny: ", timeout=5)
+        assert f"durable-tools deny {wf} c1 --reason REASON" in deny
+
+        listed = await _wait_listed(served.address, wf)
+        assert "approval" in listed
+
+        approved = await cli(shell=command + " --as ana")
+        assert approved.code == 0, approved.stdout + approved.stderr
+        assert f"approved refund(order='A-7', amount=500) in {wf}" in approved.stdout
+
+        done = await run.finish(timeout=60)
+        assert done.code == 0, done.stdout + done.stderr
+        assert "✓ refund (c1) ok: refunded 500 on A-7" in done.stdout
+        assert "answer: done (directed)" in done.stdout
+
+        again = await cli(shell=command)  # the decision was already made
+        assert "not waiting for a decision" in again.error_line()
+    finally:
+        await run.kill()
+
+
+async def _wait_listed(address: str, wf: str) -> str:
+    """`pending` without an id, until it lists `wf` (visibility is eventually consistent)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listed = await cli("pending", "--address", address, "--json")
+        assert listed.code == 0, listed.stderr
+        rows = {row["workflow_id"]: row for row in json.loads(listed.stdout)}
+        if wf in rows:
+            assert rows[wf]["pending"] == 1
+            table = await cli("pending", "--address", address)
+            assert table.code == 0 and wf in table.stdout, table.stdout
+            assert f"durable-tools pending WORKFLOW_ID --address {address}" in table.stdout
+            return ", ".join(rows[wf]["kinds"])
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"`pending` did not list {wf} within 30 s")
+
+
+async def test_ctrl_c_detaches_and_the_conversation_goes_on(served: Served) -> None:
+    wf = _id()
+    prompt = directed([("c1", "refund", {"order": "A-8", "amount": 1})])
+    run = await Running.start("run", "--id", wf, "--model", "directed", *served.opts(), prompt)
+    try:
+        await run.wait_for_line("approve: ", timeout=60)
+        run.send_signal(signal.SIGINT)
+        done = await run.finish(timeout=20)
+        assert done.code == 130, done.stdout + done.stderr
+        assert f"detached: conversation {wf} goes on" in done.stdout
+        assert "Traceback" not in done.stderr
+        pending = await cli("pending", wf, "--address", served.address, "--json")
+        assert json.loads(pending.stdout)["approvals"][0]["call_id"] == "c1"
+    finally:
+        await run.kill()
+
+
+async def test_answer_command_printed_by_run(served: Served) -> None:
+    wf = _id()
+    prompt = directed([("c1", "ask", {"question": "Proceed?"})])
+    run = await Running.start("run", "--id", wf, "--model", "directed", *served.opts(), prompt)
+    try:
+        line = await run.wait_for_line("answer (", timeout=60)
+        assert '"enum":["yes","no"]' in line
+        command = line.split("): ", 1)[1].strip()
+        assert command == f"durable-tools answer {wf} c1 VALUE --address {served.address}"
+        answered = await cli(*shlex.split(command.replace("VALUE", "'\"yes\"'"))[1:])
+        assert answered.code == 0, answered.stdout + answered.stderr
+        done = await run.finish(timeout=60)
+        assert done.code == 0, done.stdout + done.stderr
+        assert "✓ ask (c1) ok: yes" in done.stdout, done.stdout
+    finally:
+        await run.kill()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("durable_tools.models.registry") is None,
+    reason="the model registry (durable_tools.models.registry) is not there yet",
+)
+async def test_run_with_the_test_model(served: Served) -> None:
+    done = await cli("run", "--toolkit", "weather", *served.opts(), "Weather in Oslo?")
+    assert done.code == 0, done.stdout + done.stderr
+    assert "→ get_weather" in done.stdout and "✓ get_weather" in done.stdout, done.stdout
+    assert "answer" in done.stdout
+
+
+def _id() -> str:
+    return f"cli-run-{uuid.uuid4().hex[:8]}"
+
+
+async def test_history_after_run_lists_the_transcript(served: Served, tmp_path: Path) -> None:
+    wf = _id()
+    done = await cli(
+        "run",
+        "--id",
+        wf,
+        "--model",
+        "directed",
+        *served.opts(),
+        directed([("c1", "get_weather", {"city": "Rome"})]),
+    )
+    assert done.code == 0, done.stderr
+    history = await cli("history", wf, "--address", served.address, "--json")
+    assert history.code == 0, history.stderr
+    tools = [i["tool"] for i in json.loads(history.stdout) if i["role"] == "tool"]
+    assert tools == ["get_weather"]
