@@ -1,0 +1,299 @@
+"""Provider errors as Temporal retry behaviour.
+
+Model adapters run inside the `model.turn` activity, so what they raise is
+what Temporal retries. The SDK clients are built with `max_retries=0`: the
+activity's retry policy (backoff, maximum interval, the conversation's
+deadline) owns every retry, each attempt is visible in the workflow history,
+and no SDK back-off sleeps inside an attempt against its start-to-close
+timeout. Each provider failure is raised as a
+`temporalio.exceptions.ApplicationError`:
+
+| the provider answered | `type` | retried |
+|---|---|---|
+| HTTP 429 | `ProviderRateLimited` | yes, after `retry-after-ms` / `retry-after` |
+| HTTP 429 `insufficient_quota` (OpenAI) | `ProviderQuotaExceeded` | no |
+| HTTP 408, 409, 425, 5xx (and Anthropic's 529) | `ProviderUnavailable` | yes |
+| no answer: connection refused or reset, DNS | `ProviderUnavailable` | yes |
+| no answer in time | `ProviderTimeout` | yes |
+| HTTP 400, 413, 422 | `ProviderBadRequest` | no |
+| HTTP 401 | `ProviderAuthentication` | no |
+| HTTP 403 | `ProviderPermissionDenied` | no |
+| HTTP 404 | `ProviderNotFound` | no |
+| any other 4xx | `ProviderRequestRejected` | no |
+| a 2xx body that is not the API's shape | `ProviderResponseInvalid` | no |
+
+A retryable error carries the server's `retry-after` as `next_retry_delay`,
+which replaces the retry policy's backoff for that one attempt. A
+non-retryable error fails the activity at once with a one-line message: the
+provider, the HTTP status and code, the provider's own message, and a hint
+(for 401: which environment variable holds the key). `details[0]` is a dict
+`{"provider", "status", "code", "request_id", "retry_after"}` (seconds;
+absent values are `None`).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final, cast
+
+from temporalio.exceptions import ApplicationError
+
+__all__ = [
+    "NON_RETRYABLE_TYPES",
+    "ProviderContext",
+    "RETRYABLE_TYPES",
+    "connection_error",
+    "invalid_response",
+    "retry_after",
+    "status_error",
+]
+
+RETRYABLE_TYPES: Final = ("ProviderRateLimited", "ProviderUnavailable", "ProviderTimeout")
+"""`ApplicationError.type`s raised retryable."""
+
+NON_RETRYABLE_TYPES: Final = (
+    "ProviderAuthentication",
+    "ProviderBadRequest",
+    "ProviderNotFound",
+    "ProviderPermissionDenied",
+    "ProviderQuotaExceeded",
+    "ProviderRequestRejected",
+    "ProviderResponseInvalid",
+)
+"""`ApplicationError.type`s raised with `non_retryable=True`."""
+
+_RETRYABLE_STATUSES: Final = frozenset({408, 409, 425, 429})
+_MAX_MESSAGE_CHARS: Final = 500
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderContext:
+    """Who was called, for error messages.
+
+    Attributes:
+        provider: The provider's display name (`"OpenAI"`, `"Anthropic"`).
+        api: The API called (`"Chat Completions"`, `"Responses"`, `"Messages"`).
+        model: The model name sent in the request.
+        base_url: The API base URL the client calls.
+        key_env: The environment variable the SDK reads the API key from.
+    """
+
+    provider: str
+    api: str
+    model: str
+    base_url: str
+    key_env: str
+
+
+def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> timedelta | None:
+    """Read how long the server asks to wait before the next attempt.
+
+    `retry-after-ms` (milliseconds, OpenAI's and Anthropic's) wins over
+    `retry-after` (seconds, or an HTTP date per RFC 9110 §10.2.3).
+
+    Args:
+        headers: Response headers; keys are looked up lower-case, so pass a
+            case-insensitive mapping (`httpx.Headers`) or lower-case keys.
+        now: The current Unix time in seconds, for an HTTP-date value
+            (default `time.time()`).
+
+    Returns:
+        The delay, or `None` when neither header holds a positive, finite one.
+    """
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            if name == "retry-after-ms":
+                continue
+            parsed = email.utils.parsedate_tz(value)
+            if parsed is None:
+                continue
+            seconds = email.utils.mktime_tz(parsed) - (time.time() if now is None else now)
+        if math.isfinite(seconds) and seconds > 0:
+            return timedelta(seconds=seconds)
+    return None
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= _MAX_MESSAGE_CHARS else line[: _MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def _error_fields(body: object, fallback: str) -> tuple[str, str | None]:
+    """The provider's message and code from an error body.
+
+    OpenAI sends `{"error": {"message", "type", "code", "param"}}`, Anthropic
+    `{"type": "error", "error": {"type", "message"}}`, and both SDKs hand on
+    the inner object; Ollama sends `{"error": "model 'x' not found"}`.
+    Anything else falls back to the SDK's message.
+    """
+    error: Any = body
+    if isinstance(error, dict) and "error" in error:
+        error = cast(dict[str, Any], error)["error"]
+    if isinstance(error, dict):
+        fields = cast(dict[str, Any], error)
+        message = fields.get("message")
+        code = fields.get("code") or fields.get("type")
+        return (
+            message if isinstance(message, str) and message else fallback,
+            code if isinstance(code, str) and code else None,
+        )
+    if isinstance(error, str) and error:
+        return error, None
+    return fallback, None
+
+
+def _hint(context: ProviderContext, status: int, code: str | None) -> str:
+    if status == 401:
+        return f"check the API key in {context.key_env} (or the adapter's api_key argument)"
+    if status == 403:
+        return "the key has no access to this model or endpoint; check its project permissions"
+    if status == 404:
+        return (
+            f"check the model name {context.model!r} and the base URL {context.base_url} "
+            "(is that model available there?)"
+        )
+    if status == 413:
+        return "the request is too large; shorten the transcript or the tool outputs"
+    if code == "insufficient_quota":
+        return "the account is out of quota; check its plan and billing"
+    if status in (400, 422):
+        return "the request was refused as invalid; check the agent's settings and tool schemas"
+    return "the request was refused; retrying will not help"
+
+
+def status_error(
+    context: ProviderContext,
+    *,
+    status: int,
+    headers: Mapping[str, str],
+    body: object,
+    fallback_message: str,
+    request_id: str | None = None,
+) -> ApplicationError:
+    """Map an HTTP error answer to a retryable or non-retryable `ApplicationError`.
+
+    Args:
+        context: Who was called.
+        status: The HTTP status code (4xx or 5xx).
+        headers: The response headers (for `retry-after`).
+        body: The decoded error body (a dict for JSON, else anything).
+        fallback_message: The SDK's message, used when the body has none.
+        request_id: The provider's request id, when the response has one.
+
+    Returns:
+        The error to raise (see the module docstring for the types).
+    """
+    message, code = _error_fields(body, fallback_message)
+    message = message.strip().rstrip(".")
+    delay = retry_after(headers)
+    details: dict[str, Any] = {
+        "provider": context.provider,
+        "status": status,
+        "code": code,
+        "request_id": request_id,
+        "retry_after": delay.total_seconds() if delay is not None else None,
+    }
+    what = f"{context.provider} answered HTTP {status}{f' ({code})' if code else ''}"
+    where = f" for model {context.model!r}"
+    suffix = f" [request id {request_id}]" if request_id else ""
+    retryable = (status in _RETRYABLE_STATUSES or status >= 500) and code != "insufficient_quota"
+    if retryable:
+        kind = "ProviderRateLimited" if status == 429 else "ProviderUnavailable"
+        return ApplicationError(
+            _one_line(f"{what}{where}: {message}; Temporal retries the model turn{suffix}"),
+            details,
+            type=kind,
+            next_retry_delay=delay,
+        )
+    kind = {
+        401: "ProviderAuthentication",
+        403: "ProviderPermissionDenied",
+        404: "ProviderNotFound",
+        400: "ProviderBadRequest",
+        413: "ProviderBadRequest",
+        422: "ProviderBadRequest",
+        429: "ProviderQuotaExceeded",
+    }.get(status, "ProviderRequestRejected")
+    return ApplicationError(
+        _one_line(f"{what}{where}: {message} — {_hint(context, status, code)}{suffix}"),
+        details,
+        type=kind,
+        non_retryable=True,
+    )
+
+
+def connection_error(
+    context: ProviderContext, error: BaseException, *, timed_out: bool
+) -> ApplicationError:
+    """Map a request that got no answer to a retryable `ApplicationError`.
+
+    Args:
+        context: Who was called.
+        error: The SDK's connection or timeout error; its cause (the
+            transport's error, e.g. connection refused) is named in the message.
+        timed_out: True for a timeout (`ProviderTimeout`), False for a
+            connection failure (`ProviderUnavailable`).
+
+    Returns:
+        The error to raise.
+    """
+    cause = error.__cause__ or error.__context__
+    because = f": {type(cause).__name__}: {cause}" if cause is not None else f": {error}"
+    what = "did not answer in time" if timed_out else "could not be reached"
+    details: dict[str, Any] = {
+        "provider": context.provider,
+        "status": None,
+        "code": None,
+        "request_id": None,
+        "retry_after": None,
+    }
+    return ApplicationError(
+        _one_line(
+            f"{context.provider} at {context.base_url} {what}{because}; "
+            "Temporal retries the model turn"
+        ),
+        details,
+        type="ProviderTimeout" if timed_out else "ProviderUnavailable",
+    )
+
+
+def invalid_response(context: ProviderContext, error: ValueError) -> ApplicationError:
+    """Map a 2xx answer whose body is not the API's shape to a non-retryable error.
+
+    That happens when `base_url` points at a server speaking another API (or
+    a proxy's HTML page); sending the same request again gets the same answer.
+
+    Args:
+        context: Who was called.
+        error: What reading the body raised (`json` or `parse_response`).
+
+    Returns:
+        The error to raise (`ProviderResponseInvalid`, non-retryable).
+    """
+    details: dict[str, Any] = {
+        "provider": context.provider,
+        "status": None,
+        "code": None,
+        "request_id": None,
+        "retry_after": None,
+    }
+    return ApplicationError(
+        _one_line(
+            f"{context.provider} at {context.base_url} sent a response durable-tools cannot "
+            f"read ({error}) — does this base URL serve the {context.provider} "
+            f"{context.api} API?"
+        ),
+        details,
+        type="ProviderResponseInvalid",
+        non_retryable=True,
+    )
