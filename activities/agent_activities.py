@@ -30,7 +30,9 @@ from durable_tools.conversation import (
     TranscriptSlice,
 )
 from durable_tools.descriptor import descriptors_digest
+from durable_tools.errors import ConfigurationError
 from durable_tools.executor import encode_result, prepare_call
+from durable_tools.models.registry import resolve_model
 from durable_tools.results import Failure, ToolCall, failed
 from durable_tools.testing import ModelAdapter
 from durable_tools.toolkit import Toolkit, compose
@@ -98,6 +100,21 @@ class AgentActivities:
             self._with_mcp[name] = cached
         return cached[1]
 
+    def _model(self, name: str) -> ModelAdapter:
+        """A registered model, else the model its spec names (built once, then kept)."""
+        model = self.models.get(name)
+        if model is None:
+            try:
+                model = self.models[name] = resolve_model(name)
+            except ConfigurationError as exc:
+                raise ApplicationError(
+                    f"no model named {name!r} on this worker (registered: "
+                    f"{sorted(self.models)}), and it is not a usable model spec: {exc}",
+                    type="ConfigurationError",
+                    non_retryable=True,
+                ) from None
+        return model
+
     async def _transcript(self, request: ModelTurnRequest) -> list[TranscriptItem]:
         if request.transcript is not None:
             return request.transcript
@@ -122,20 +139,14 @@ class AgentActivities:
         """Call the model for one turn and plan its tool calls.
 
         Raises:
-            ApplicationError: Non-retryable, when the toolkit or model named by
-                the agent configuration is not registered on this worker.
+            ApplicationError: Non-retryable, when the toolkit named by the agent
+                configuration is not registered on this worker, or its model
+                is neither registered nor a model spec `resolve_model` builds.
         """
         if self.mcp is not None:
             await self.mcp.refresh()  # between turns only: a turn sees one tool list
         toolkit = self._toolkit(request.agent.toolkit)
-        model = self.models.get(request.agent.model)
-        if model is None:
-            raise ApplicationError(
-                f"no model named {request.agent.model!r} on this worker "
-                f"(registered: {sorted(self.models)})",
-                type="ConfigurationError",
-                non_retryable=True,
-            )
+        model = self._model(request.agent.model)
         transcript = await self._transcript(request)
         descriptors = toolkit.descriptors()
         digest = descriptors_digest(descriptors)
