@@ -111,6 +111,20 @@ class _Live:
             with contextlib.suppress(BaseException):
                 await task
 
+    async def abort(self) -> None:
+        """Stop a session that never finished its handshake: no grace period.
+
+        The owner task is still inside the handshake, where it does not watch
+        `closing`; waiting for it would add `_CLOSE_GRACE` to every timeout.
+        """
+        self.closing.set()
+        task = self.task
+        if task is None or task.done():
+            return
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+
 
 class _WatchedRead:
     """A read stream that reports the end of the transport (server gone)."""
@@ -362,7 +376,7 @@ class McpConnection:
         try:
             await asyncio.wait_for(asyncio.shield(ready), config.handshake_timeout)
         except TimeoutError:
-            await live.close()
+            await live.abort()
             raise McpStartError(
                 f"no handshake within {config.handshake_timeout:g} s (handshake_timeout)"
             ) from None

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 IDEMPOTENCY_KEY_META = "durable-tools/idempotency-key"
 
