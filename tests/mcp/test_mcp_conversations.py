@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import Harness, assistant_texts, eventually, outputs_by_id, running
+from workflow_helpers import Harness, assistant_texts, eventually, running
 
 from durable_tools.errors import ConfigurationError, DuplicateToolName
 from durable_tools.mcp import IDEMPOTENCY_KEY_META, McpServerConfig, McpToolPolicy
