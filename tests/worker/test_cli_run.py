@@ -137,6 +137,9 @@ async def test_approval_command_printed_by_run_lets_it_finish(served: Served) ->
         listed = await _wait_listed(served.address, wf)
         assert "approval" in listed
 
+        unknown = await cli("approve", wf, "call_nope", "--address", served.address)
+        assert "'call_nope'" in unknown.error_line() and unknown.code == 1
+
         approved = await cli(shell=command + " --as ana")
         assert approved.code == 0, approved.stdout + approved.stderr
         assert f"approved refund(order='A-7', amount=500) in {wf}" in approved.stdout

@@ -1,0 +1,90 @@
+"""`durable-tools dev`: server, Web UI and worker in one process; SQLite persists; clean stops."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+from cli_process import Running, cli
+
+from worker.dev_server import free_port
+
+
+async def _get(url: str, timeout: float = 30.0) -> int:
+    """GET `url` until it answers (within `timeout` seconds); its HTTP status."""
+    deadline = time.monotonic() + timeout
+    problem: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            response = await asyncio.to_thread(urllib.request.urlopen, url, timeout=5)
+            with response:
+                return int(response.status)
+        except OSError as exc:
+            problem = exc
+            await asyncio.sleep(0.3)
+    raise AssertionError(f"{url} did not answer within {timeout} s: {problem}")
+
+
+async def _start_dev(tmp_path: Path, port: int, ui_port: int) -> Running:
+    dev = await Running.start(
+        "dev",
+        "--app",
+        "cli_app:app",
+        "--toolkit",
+        "agent_support:TOOLKIT",
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        cwd=tmp_path,
+        python=True,  # `python -m worker.cli` works as well as the script
+        stderr=tmp_path / "dev.stderr",
+    )
+    await dev.wait_for_line("Temporal frontend: ", timeout=60)
+    return dev
+
+
+async def test_dev_serves_ui_and_worker_persists_and_stops_cleanly(tmp_path: Path) -> None:
+    port, ui_port = free_port(), free_port()
+    address = f"127.0.0.1:{port}"
+    dev = await _start_dev(tmp_path, port, ui_port)
+    try:
+        assert f"Temporal frontend: {address}" in dev.output()
+        ui = await dev.wait_for_line("Web UI: ", timeout=10)
+        assert ui.endswith(f"http://127.0.0.1:{ui_port}")
+        await dev.wait_for_line("try: durable-tools run", timeout=10)
+        assert await _get(f"http://127.0.0.1:{ui_port}/") == 200
+
+        wf = f"dev-{uuid.uuid4().hex[:8]}"
+        prompt = json.dumps({"turns": [[["c1", "get_weather", {"city": "Lima"}]]]})
+        ran = await cli("run", "--id", wf, "--model", "directed", "--address", address, prompt)
+        assert ran.code == 0, ran.stdout + ran.stderr
+        assert "✓ get_weather (c1) ok" in ran.stdout
+
+        dev.send_signal(signal.SIGINT)
+        done = await dev.finish(timeout=30)
+        assert done.code == 0, done.stdout + done.stderr
+        assert "worker and dev server stopped" in done.stdout
+        assert "Traceback" not in done.stderr
+    finally:
+        await dev.kill()
+    assert (tmp_path / ".durable-tools" / "temporal.db").is_file()
+
+    # A second start on the same SQLite file still has the conversation; SIGTERM stops it too.
+    dev = await _start_dev(tmp_path, port, ui_port)
+    try:
+        history = await cli("history", wf, "--address", address, "--json")
+        assert history.code == 0, history.stderr
+        assert [i["tool"] for i in json.loads(history.stdout) if i["role"] == "tool"] == [
+            "get_weather"
+        ]
+        dev.send_signal(signal.SIGTERM)
+        done = await dev.finish(timeout=30)
+        assert done.code == 0, done.stdout + done.stderr
+    finally:
+        await dev.kill()
