@@ -156,6 +156,20 @@ def test_without_the_sdk_the_import_says_which_extra_to_install(
         importlib.import_module("durable_tools.models.openai")
 
 
+def test_the_models_package_exports_the_adapters_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    import durable_tools.models as models
+    from durable_tools.models import openai as module
+
+    assert models.OpenAIChatModel is module.OpenAIChatModel
+    assert models.OpenAIResponsesModel is module.OpenAIResponsesModel
+    assert "OpenAIChatModel" not in models.__all__  # `import *` needs no SDK
+
+    monkeypatch.setitem(sys.modules, "openai", None)
+    monkeypatch.delitem(sys.modules, "durable_tools.models.openai")
+    with pytest.raises(ConfigurationError, match=r"durable-tools\[openai\]"):
+        _ = models.OpenAIChatModel
+
+
 # --------------------------------------------------------------- errors
 
 RATE_LIMITED = {
