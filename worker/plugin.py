@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
@@ -24,10 +25,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.agent_activities import AgentActivities
 from durable_tools.mcp.config import McpServerConfig
-from durable_tools.mcp.toolset import McpToolsets
 from durable_tools.testing import ModelAdapter
 from durable_tools.toolkit import Toolkit, compose
 from workflows.agent_workflow import AgentWorkflow
+
+if TYPE_CHECKING:
+    from durable_tools.mcp.toolset import McpToolsets
 
 __all__ = ["PASSTHROUGH_MODULES", "DurableToolsPlugin", "sandbox_runner"]
 
@@ -82,7 +85,11 @@ class DurableToolsPlugin(SimplePlugin):
         models: Mapping[str, ModelAdapter],
         mcp_servers: Sequence[McpServerConfig] = (),
     ) -> None:
-        self.mcp: McpToolsets | None = McpToolsets(mcp_servers) if mcp_servers else None
+        self.mcp: McpToolsets | None = None
+        if mcp_servers:
+            from durable_tools.mcp.toolset import McpToolsets  # imports the mcp SDK
+
+            self.mcp = McpToolsets(mcp_servers)
         self.agent_activities = AgentActivities(toolkits, models, mcp=self.mcp)
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",

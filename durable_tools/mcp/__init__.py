@@ -10,6 +10,9 @@ policy, and `durable_tools.mcp.connection` for the connection pool.
 This package imports the `mcp` SDK; the workflow never imports it.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from durable_tools.mcp.config import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -18,8 +21,35 @@ from durable_tools.mcp.config import (
     load_mcp_config,
     parse_mcp_config,
 )
-from durable_tools.mcp.connection import CallTimedOut, ConnectionLost, McpConnection, McpStartError
-from durable_tools.mcp.toolset import IDEMPOTENCY_KEY_META, McpToolsets, mcp_tool
+
+if TYPE_CHECKING:
+    from durable_tools.mcp.connection import (
+        CallTimedOut,
+        ConnectionLost,
+        McpConnection,
+        McpStartError,
+    )
+    from durable_tools.mcp.toolset import IDEMPOTENCY_KEY_META, McpToolsets, mcp_tool
+
+# The connection and toolset modules import the `mcp` SDK (~1 s): load them on
+# first use, so configuration and the CLI stay fast.
+_LAZY = {
+    "CallTimedOut": "connection",
+    "ConnectionLost": "connection",
+    "McpConnection": "connection",
+    "McpStartError": "connection",
+    "IDEMPOTENCY_KEY_META": "toolset",
+    "McpToolsets": "toolset",
+    "mcp_tool": "toolset",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"durable_tools.mcp.{module}"), name)
+
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
