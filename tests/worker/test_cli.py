@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -296,32 +292,3 @@ def test_deny_by_signal_reaches_the_model(live: Live) -> None:
     output = json.loads(result.stdout)["output"]
     assert output["resolution"] == "refund_not_issued"
     assert "over the limit" in output["note"]
-
-
-# --------------------------------------------------------------------- demo
-
-
-def test_demo_runs_end_to_end() -> None:
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
-    started = time.monotonic()
-    completed = subprocess.run(
-        [sys.executable, "-m", "worker.demo"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    elapsed = time.monotonic() - started
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    out = completed.stdout
-    refund_id = re.search(r'"refund_id":\s*"(rf_[0-9a-f]{12})"', out)
-    assert refund_id, out
-    # The approved tool's output, as the transcript shows it.
-    assert f'{{"refund_id":"{refund_id.group(1)}","order_id":"A-1001"' in out
-    assert '"status":"issued"' in out
-    # Tools are activity types in Temporal's history, with readable summaries.
-    assert "activityType.name: tool.refund" in out
-    assert "userMetadata.summary: refund(order_id='A-1001', amount_cents=12900)" in out
-    assert "Approval needed" in out
-    print(f"demo wall time: {elapsed:.1f} s")
