@@ -182,13 +182,17 @@ class _Narrator:
     last_text: str = ""
 
     async def poll(self) -> None:
-        """Report new transcript items, then retries of pending tool activities."""
+        """Report new transcript items, then retries of pending tool activities.
+
+        `describe` is read before the transcript, so the transcript printed
+        first already holds the call a retry belongs to.
+        """
+        handle = self.conversations.client.get_workflow_handle(self.workflow_id)
+        description = await _bounded("describe", handle.describe())
         items = await _bounded("the transcript query", self.conversations.history(self.workflow_id))
         for item in items[self.items :]:
             self._report(item)
         self.items = max(self.items, len(items))
-        handle = self.conversations.client.get_workflow_handle(self.workflow_id)
-        description = await _bounded("describe", handle.describe())
         for info in description.raw_description.pending_activities:
             name = info.activity_type.name
             if not name.startswith(_TOOL_PREFIX) or info.attempt < 2:
