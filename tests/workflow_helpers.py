@@ -35,8 +35,8 @@ from durable_tools.conversation import (
     PendingApproval,
     PendingInteraction,
 )
-from durable_tools.testing import ScriptedModel
 from durable_tools.mcp import McpServerConfig
+from durable_tools.testing import ScriptedModel
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem
 from worker.plugin import DurableToolsPlugin
