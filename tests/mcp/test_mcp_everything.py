@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_support import started
 
 from durable_tools.errors import ConfigurationError, DuplicateToolName
 from durable_tools.executor import ApprovalRequested, Output, Progress, ToolEvent
@@ -96,14 +97,8 @@ def notes_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 async def servers(notes_log: Path) -> AsyncIterator[McpToolsets]:
     """server-everything as `every`, the SDK test server as `notes` (started once)."""
-    toolsets = McpToolsets([_everything(), _notes(notes_log)])
-    async with asyncio.timeout(30):
-        await toolsets.start()
-    try:
-        assert toolsets.skipped == {}
+    async with started(_everything(), _notes(notes_log)) as toolsets:
         yield toolsets
-    finally:
-        await toolsets.aclose()
 
 
 @pytest.fixture

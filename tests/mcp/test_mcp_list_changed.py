@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_support import started
 
 from durable_tools.executor import Output
 from durable_tools.mcp import McpServerConfig, McpToolsets
@@ -78,14 +79,8 @@ async def toolsets(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
     else:
         url: str = request.getfixturevalue("http_url")
         config = McpServerConfig(name="notes", prefix="n", url=url, token_env=TOKEN_ENV)
-    toolsets = McpToolsets([config])
-    async with asyncio.timeout(30):
-        await toolsets.start()
-    try:
-        assert toolsets.skipped == {}
+    async with started(config) as toolsets:
         yield toolsets
-    finally:
-        await toolsets.aclose()
 
 
 async def _one(kit: Toolkit, name: str, args: dict[str, Any]) -> Ok | Failure:

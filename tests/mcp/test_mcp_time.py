@@ -17,6 +17,7 @@ from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 import pytest
+from mcp_support import started
 
 from durable_tools.executor import Output
 from durable_tools.mcp import McpServerConfig, McpToolsets
@@ -33,20 +34,11 @@ async def time_server() -> AsyncIterator[McpToolsets]:
         pytest.fail(
             f"{TIME_SERVER} is missing: run `make install` (mcp-server-time is a dev extra)"
         )
-    toolsets = McpToolsets(
-        [
-            McpServerConfig(
-                name="time", command=str(TIME_SERVER), args=["--local-timezone", "Etc/UTC"]
-            )
-        ]
+    server = McpServerConfig(
+        name="time", command=str(TIME_SERVER), args=["--local-timezone", "Etc/UTC"]
     )
-    async with asyncio.timeout(30):
-        await toolsets.start()
-    try:
-        assert toolsets.skipped == {}
+    async with started(server) as toolsets:
         yield toolsets
-    finally:
-        await toolsets.aclose()
 
 
 @pytest.fixture
