@@ -36,7 +36,7 @@ test: lint typecheck $(NODE_STAMP)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
-	$(PY) -m worker.demo
+	$(PY) -m examples.demo_story
 
 bench: $(STAMP)
 	$(PY) bench/validation.py

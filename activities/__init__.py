@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX, AgentActivities
-from activities.planning import plan_calls, summarize_call
+from durable_tools.activities.agent_activities import (
+    MODEL_TURN_ACTIVITY,
+    TOOL_ACTIVITY_PREFIX,
+    AgentActivities,
+)
+from durable_tools.activities.planning import plan_calls, summarize_call
 
 __all__ = [
     "MODEL_TURN_ACTIVITY",

@@ -20,7 +20,7 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from activities.planning import plan_calls
+from durable_tools.activities.planning import plan_calls
 from durable_tools.conversation import (
     ModelRequest,
     ModelTurn,

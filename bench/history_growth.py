@@ -36,14 +36,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
-from activities.agent_activities import MODEL_TURN_ACTIVITY
 from durable_tools import AssistantMessage, ToolCall, Toolkit, tool
+from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import ToolCallOutput
-from worker.dev_server import DEFAULT_DYNAMIC_CONFIG, DevServer
-from worker.plugin import DurableToolsPlugin
+from durable_tools.worker.dev_server import DEFAULT_DYNAMIC_CONFIG, DevServer
+from durable_tools.worker.plugin import DurableToolsPlugin
 
 NO_SUGGESTION = {
     **DEFAULT_DYNAMIC_CONFIG,

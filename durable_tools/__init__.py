@@ -32,6 +32,7 @@ from durable_tools.errors import (
     DurableToolsError,
     InvalidSchema,
     InvalidToolName,
+    MissingExtra,
     StrictModeError,
     ToolNotFound,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "InvalidSchema",
     "InvalidToolName",
     "Middleware",
+    "MissingExtra",
     "NeedsApproval",
     "Ok",
     "Output",

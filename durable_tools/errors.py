@@ -11,7 +11,8 @@ DurableToolsError
 │   ├── InvalidToolName           name fails ^[a-zA-Z0-9_-]{1,64}$
 │   ├── DuplicateToolName         two tools with one name in a toolkit
 │   ├── InvalidSchema             a JSON Schema that is not valid draft 2020-12
-│   └── StrictModeError           a schema breaks an OpenAI strict-mode rule
+│   ├── StrictModeError           a schema breaks an OpenAI strict-mode rule
+│   └── MissingExtra              a feature whose optional extra is not installed
 ├── ToolNotFound                  `Toolkit.get` / `with_run` on a missing name
 └── DecisionRejected              an approval or answer that fails its checks
 ```
@@ -26,6 +27,7 @@ __all__ = [
     "DurableToolsError",
     "InvalidSchema",
     "InvalidToolName",
+    "MissingExtra",
     "StrictModeError",
     "ToolNotFound",
 ]
@@ -37,6 +39,25 @@ class DurableToolsError(Exception):
 
 class ConfigurationError(DurableToolsError):
     """A tool, toolkit or worker was configured in a way that cannot work."""
+
+
+class MissingExtra(ConfigurationError):
+    """A feature needs an optional extra of the `durable-tools` distribution.
+
+    The message is one line naming the extra and the command that installs it,
+    e.g. "the durable-tools command needs the 'cli' extra: pip install
+    'durable-tools[cli]'".
+
+    Attributes:
+        extra: The extra's name (`cli`, `dev-server`, `test-model`, `openai`,
+            `anthropic`).
+    """
+
+    def __init__(self, feature: str, extra: str) -> None:
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs the '{extra}' extra: pip install 'durable-tools[{extra}]'"
+        )
 
 
 class InvalidToolName(ConfigurationError):

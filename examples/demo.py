@@ -44,7 +44,7 @@ from durable_tools import (
 from durable_tools.conversation import AgentConfig
 from durable_tools.mcp import McpServerConfig
 from durable_tools.models.scripted import ScriptedFileModel
-from worker.runner import App
+from durable_tools.worker import App
 
 __all__ = [
     "AGENT",

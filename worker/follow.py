@@ -54,8 +54,8 @@ from durable_tools.transcript import (
 
 __all__ = ["Commands", "Followed", "Follower", "LostServer"]
 
-_TOOL_PREFIX = "tool."  # activities.agent_activities.TOOL_ACTIVITY_PREFIX
-_MODEL_ACTIVITY = "model.turn"  # activities.agent_activities.MODEL_TURN_ACTIVITY
+_TOOL_PREFIX = "tool."  # durable_tools.activities.agent_activities.TOOL_ACTIVITY_PREFIX
+_MODEL_ACTIVITY = "model.turn"  # durable_tools.activities.agent_activities.MODEL_TURN_ACTIVITY
 _PAGE_BYTES = 1_000_000  # one query result must stay under Temporal's 2 MiB payload limit
 _TRANSIENT = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
 _SHOWN_CHARS = 300  # tool outputs and progress longer than this are cut in the live view

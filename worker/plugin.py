@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import pkgutil
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -23,20 +24,38 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.agent_activities import AgentActivities
+from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.testing import ModelAdapter
 from durable_tools.toolkit import Toolkit, compose
-from workflows.agent_workflow import AgentWorkflow
+from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 if TYPE_CHECKING:
     from durable_tools.mcp.toolset import McpToolsets
 
 __all__ = ["PASSTHROUGH_MODULES", "DurableToolsPlugin", "sandbox_runner"]
 
+_SANDBOXED_SUBPACKAGES = frozenset({"workflows", "worker"})
+"""`durable_tools` subpackages the sandbox re-imports per run: the workflow code
+itself (so the sandbox's determinism checks apply to it) and the worker, which
+workflow code never imports."""
+
+
+def _durable_tools_passthrough() -> tuple[str, ...]:
+    # Temporal passes a listed module's children through too, so listing
+    # `durable_tools` would pass `durable_tools.workflows` (the loop) through
+    # and exempt it from the sandbox's checks; list the pure subpackages instead.
+    import durable_tools
+
+    return tuple(
+        f"durable_tools.{info.name}"
+        for info in pkgutil.iter_modules(durable_tools.__path__)
+        if info.name not in _SANDBOXED_SUBPACKAGES
+    )
+
+
 PASSTHROUGH_MODULES: tuple[str, ...] = (
-    "durable_tools",
-    "activities",
+    *_durable_tools_passthrough(),
     "pydantic",
     "pydantic_core",
     "jsonschema",

@@ -40,7 +40,7 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.testing import ModelAdapter
 from durable_tools.toolkit import Toolkit
-from worker.plugin import DurableToolsPlugin
+from durable_tools.worker.plugin import DurableToolsPlugin
 
 __all__ = ["DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT", "App", "load_app", "run_worker"]
 

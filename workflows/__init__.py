@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS, AgentWorkflow
+from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS, AgentWorkflow
 
 __all__ = ["PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]

@@ -35,7 +35,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
+    from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
     from durable_tools.approvals import Decision
     from durable_tools.conversation import (
         Answer,

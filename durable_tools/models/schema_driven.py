@@ -25,13 +25,23 @@ activity. Generated arguments are checked with `jsonschema` (the schema's
 fails (e.g. recursive `$ref`, unsupported keywords) or the result does not
 validate, the tool is called with `{}` and its own validation produces the
 failure the summary reports.
+
+Hypothesis and hypothesis-jsonschema are the optional `test-model` extra
+(`pip install 'durable-tools[test-model]'`); without them, building a
+`SchemaDrivenModel` raises `MissingExtra`. hypothesis-jsonschema 0.23.1 drives
+Hypothesis's private `many.more()` protocol, which Hypothesis 6.170.9 replaced
+with a context manager; `_legacy_many` adapts the new one for that module only,
+so no Hypothesis version is pinned for users.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import uuid
 import warnings
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -40,6 +50,7 @@ from jsonschema.validators import validator_for
 
 from durable_tools.conversation import ModelRequest
 from durable_tools.descriptor import ToolDescriptor
+from durable_tools.errors import MissingExtra
 from durable_tools.results import ToolCall
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage
 
@@ -94,6 +105,8 @@ def _generate(schema: dict[str, Any]) -> Any:
     from hypothesis import HealthCheck, Phase, find, settings
     from hypothesis import strategies as st
 
+    _legacy_many()
+
     # One example, the simplest Hypothesis tries first, with a fixed seed and
     # no example database on disk: deterministic, about 10-100 ms a schema.
     fixed = settings(
@@ -119,6 +132,41 @@ def _generate(schema: dict[str, Any]) -> Any:
     return find(strategy, lambda _: True, settings=fixed)
 
 
+def _legacy_many() -> None:
+    """Give hypothesis-jsonschema the `many.more()` loop it was written for.
+
+    Hypothesis 6.170.9 turned `hypothesis.internal.conjecture.utils.many`
+    into a context manager iterated with `for _ in elements`; the 0.23.1
+    release of hypothesis-jsonschema still calls `elements.more()`. Only that
+    module's reference is swapped, to a subclass that drives the new protocol
+    one element per `more()` call; Hypothesis itself is left alone.
+    """
+    from types import SimpleNamespace
+
+    from hypothesis.internal.conjecture import utils as conjecture_utils
+
+    from_schema_module: Any = importlib.import_module("hypothesis_jsonschema._from_schema")
+    many: Any = conjecture_utils.many
+    if hasattr(many, "more") or hasattr(from_schema_module.cu, "_durable_tools_legacy"):
+        return
+
+    class LegacyMany(many):
+        def more(self) -> bool:
+            steps: Iterator[None] | None = getattr(self, "_legacy_steps", None)
+            if steps is None:
+                self.__enter__()
+                steps = iter(self)
+                self._legacy_steps = steps
+            if next(steps, False) is None:
+                return True
+            self.__exit__(None)
+            return False
+
+    names: dict[str, Any] = dict(vars(conjecture_utils))
+    names.update(many=LegacyMany, _durable_tools_legacy=True)
+    from_schema_module.cu = SimpleNamespace(**names)
+
+
 class SchemaDrivenModel:
     """Calls every tool once from its schema, then summarizes the results.
 
@@ -129,6 +177,10 @@ class SchemaDrivenModel:
         include_interactions: Also call `interaction` tools (each waits for a
             person's answer); default False.
 
+    Raises:
+        MissingExtra: Hypothesis or hypothesis-jsonschema is not installed
+            (the `test-model` extra).
+
     Example:
         ```python
         agent = AgentConfig(model="test", toolkit="support")
@@ -138,6 +190,8 @@ class SchemaDrivenModel:
     """
 
     def __init__(self, *, include_interactions: bool = False) -> None:
+        if not all(importlib.util.find_spec(m) for m in ("hypothesis", "hypothesis_jsonschema")):
+            raise MissingExtra("the `test` model (SchemaDrivenModel)", "test-model")
         self.include_interactions = include_interactions
 
     def callable_tools(self, tools: list[ToolDescriptor]) -> list[ToolDescriptor]:

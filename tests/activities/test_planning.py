@@ -1,6 +1,5 @@
 import json
 
-from activities.planning import plan_calls, summarize_call
 from durable_tools import (
     ToolCall,
     Toolkit,
@@ -10,6 +9,7 @@ from durable_tools import (
     sleep_tool,
     tool,
 )
+from durable_tools.activities.planning import plan_calls, summarize_call
 from durable_tools.signals import Sleep
 
 

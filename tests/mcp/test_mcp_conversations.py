@@ -30,7 +30,7 @@ from workflow_helpers import Harness, assistant_texts, eventually, running
 
 from durable_tools.errors import ConfigurationError, DuplicateToolName
 from durable_tools.mcp import IDEMPOTENCY_KEY_META, McpServerConfig, McpToolPolicy
-from worker.plugin import DurableToolsPlugin
+from durable_tools.worker.plugin import DurableToolsPlugin
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 BIN = Path(sys.executable).parent

@@ -11,7 +11,7 @@ from __future__ import annotations
 from agent_support import MODELS, TOOLKIT, get_weather, slow_heartbeat
 
 from durable_tools import RetryPolicy, ToolContext, Toolkit, tool
-from worker.runner import App
+from durable_tools.worker import App
 
 
 @tool(retry=RetryPolicy(max_attempts=3, initial_interval=1.0, maximum_interval=1.0))

@@ -93,11 +93,11 @@ class Running:
     async def start(
         cls, *args: str, cwd: Path = ROOT, python: bool = False, stderr: Path | None = None
     ) -> Running:
-        """Start `durable-tools ARGS` (or `python -m worker.cli ARGS`).
+        """Start `durable-tools ARGS` (or `python -m durable_tools.worker.cli ARGS`).
 
         `stderr`: a file for a process that logs a lot (a pipe nobody reads fills up).
         """
-        command = [sys.executable, "-m", "worker.cli"] if python else [CLI]
+        command = [sys.executable, "-m", "durable_tools.worker.cli"] if python else [CLI]
         with contextlib.ExitStack() as stack:
             err = stack.enter_context(stderr.open("wb")) if stderr else asyncio.subprocess.PIPE
             process = await asyncio.create_subprocess_exec(

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from worker.cli import app
-from worker.dev_server import DevServer
-from worker.runner import load_app, run_worker
+from durable_tools.worker.cli import app
+from durable_tools.worker.dev_server import DevServer
+from durable_tools.worker.runner import load_app, run_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

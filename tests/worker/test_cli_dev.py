@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cli_process import Running, cli
 
-from worker.dev_server import free_port
+from durable_tools.worker.dev_server import free_port
 
 
 async def _get(url: str, timeout: float = 30.0) -> int:
@@ -42,7 +42,7 @@ async def _start_dev(tmp_path: Path, port: int, ui_port: int) -> Running:
         "--ui-port",
         str(ui_port),
         cwd=tmp_path,
-        python=True,  # `python -m worker.cli` works as well as the script
+        python=True,  # `python -m durable_tools.worker.cli` works as well as the script
         stderr=tmp_path / "dev.stderr",
     )
     await dev.wait_for_line("Temporal frontend: ", timeout=60)

@@ -1,4 +1,4 @@
-"""`make demo` (`python -m worker.demo`) and the example application it runs.
+"""`make demo` (`python -m examples.demo_story`) and the example application it runs.
 
 The demo runs as a subprocess, as `make demo` runs it: an embedded dev server,
 real `mcp-server-time`, two worker lifetimes. Its tools are also tested on
@@ -21,7 +21,7 @@ import pytest
 from durable_tools import Failure, Ok, ToolCall, ToolContext
 from durable_tools.executor import execute_prepared, prepare_call
 from examples.demo import WORKSPACE_ENV, make_kit
-from worker.demo import DEMO_TIMEOUT, tool_activity_events
+from examples.demo_story import DEMO_TIMEOUT, tool_activity_events
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ def _run_demo(workspace: Path) -> tuple[subprocess.CompletedProcess[str], float]
     env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1", WORKSPACE_ENV: str(workspace)}
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "worker.demo"],
+        [sys.executable, "-m", "examples.demo_story"],
         cwd=ROOT,
         env=env,
         capture_output=True,

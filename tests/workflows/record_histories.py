@@ -38,8 +38,8 @@ from temporalio.worker import Worker  # noqa: E402
 from durable_tools.client import Conversations  # noqa: E402
 from durable_tools.conversation import ConversationOptions  # noqa: E402
 from durable_tools.transcript import ToolCallOutput, is_reconciled  # noqa: E402
-from worker.dev_server import DevServer  # noqa: E402
-from worker.plugin import DurableToolsPlugin  # noqa: E402
+from durable_tools.worker.dev_server import DevServer  # noqa: E402
+from durable_tools.worker.plugin import DurableToolsPlugin  # noqa: E402
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 OPTIONS = ConversationOptions(idle_timeout=1.0)

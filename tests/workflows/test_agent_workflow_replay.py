@@ -27,8 +27,8 @@ from durable_tools.conversation import (
     ModelTurn,
     PlannedCall,
 )
-from worker.plugin import DurableToolsPlugin, sandbox_runner
-from workflows.agent_workflow import AgentWorkflow
+from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
+from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))

@@ -42,7 +42,7 @@ from durable_tools.transcript import (
     TranscriptItem,
     is_reconciled,
 )
-from worker.plugin import DurableToolsPlugin
+from durable_tools.worker.plugin import DurableToolsPlugin
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"

@@ -25,7 +25,7 @@ from temporalio.worker import Worker
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, is_reconciled
-from worker.plugin import DurableToolsPlugin
+from durable_tools.worker.plugin import DurableToolsPlugin
 
 TURNS = 200
 SIZE = 5000

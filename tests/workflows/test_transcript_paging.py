@@ -14,7 +14,7 @@ from durable_tools.conversation import (
     TranscriptSlice,
 )
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage
-from workflows.agent_workflow import AgentWorkflow
+from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 
 def _workflow(transcript: list) -> AgentWorkflow:

@@ -22,8 +22,8 @@ from temporalio.worker import Worker
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions
-from worker.dev_server import find_temporal_cli
-from worker.plugin import DurableToolsPlugin
+from durable_tools.worker.dev_server import find_temporal_cli
+from durable_tools.worker.plugin import DurableToolsPlugin
 
 CLI_TIMEOUT = 30
 

@@ -25,7 +25,7 @@ from durable_tools.conversation import AgentConfig, ConversationOptions
 from durable_tools.models.openai import OpenAIChatModel
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage
-from worker.plugin import DurableToolsPlugin
+from durable_tools.worker.plugin import DurableToolsPlugin
 
 RUNS: list[str] = []
 

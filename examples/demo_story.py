@@ -21,7 +21,7 @@ approval-gated file write and a question), it:
    with their summaries and attempts.
 
 Every wait is bounded; the whole demo gives up after `DEMO_TIMEOUT` seconds
-with one line on stderr and exit code 1. Run it with `python -m worker.demo`.
+with one line on stderr and exit code 1. Run it with `python -m examples.demo_story`.
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, PendingApproval, PendingInteraction
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem, UserMessage
-from worker.dev_server import DevServer
-from worker.follow import Commands
-from worker.render import render_approval
-from worker.runner import App, load_app, run_worker
+from durable_tools.worker.dev_server import DevServer
+from durable_tools.worker.follow import Commands
+from durable_tools.worker.render import render_approval
+from durable_tools.worker.runner import App, load_app, run_worker
 
 __all__ = ["DEMO_TIMEOUT", "DemoError", "main", "run_demo", "tool_activity_events"]
 
@@ -68,7 +68,7 @@ _FIRST_MESSAGE = "Write today's status report."
 _PERSON = "ana@example.com"
 _ANSWER = {"recipient": "ops@example.com"}
 _STEP = 5.0  # seconds one query or describe may take
-_TOOL_PREFIX = "tool."  # activities.agent_activities.TOOL_ACTIVITY_PREFIX
+_TOOL_PREFIX = "tool."  # durable_tools.activities.agent_activities.TOOL_ACTIVITY_PREFIX
 
 
 class DemoError(RuntimeError):

