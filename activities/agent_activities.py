@@ -32,9 +32,9 @@ from durable_tools.conversation import (
 from durable_tools.descriptor import descriptors_digest
 from durable_tools.errors import ConfigurationError
 from durable_tools.executor import encode_result, prepare_call
+from durable_tools.models.base import Model
 from durable_tools.models.registry import resolve_model
 from durable_tools.results import Failure, ToolCall, failed
-from durable_tools.testing import ModelAdapter
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
 from durable_tools.transcript import AssistantMessage, TranscriptItem
@@ -72,7 +72,7 @@ class AgentActivities:
     def __init__(
         self,
         toolkits: Mapping[str, Toolkit],
-        models: Mapping[str, ModelAdapter],
+        models: Mapping[str, Model],
         *,
         mcp: McpToolsets | None = None,
     ) -> None:
@@ -100,7 +100,7 @@ class AgentActivities:
             self._with_mcp[name] = cached
         return cached[1]
 
-    def _model(self, name: str) -> ModelAdapter:
+    def _model(self, name: str) -> Model:
         """A registered model, else the model its spec names (built once, then kept)."""
         model = self.models.get(name)
         if model is None:

@@ -26,7 +26,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.mcp.config import McpServerConfig
-from durable_tools.testing import ModelAdapter
+from durable_tools.models.base import Model
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 
@@ -101,7 +101,7 @@ class DurableToolsPlugin(SimplePlugin):
         self,
         *,
         toolkits: Mapping[str, Toolkit],
-        models: Mapping[str, ModelAdapter],
+        models: Mapping[str, Model],
         mcp_servers: Sequence[McpServerConfig] = (),
     ) -> None:
         self.mcp: McpToolsets | None = None

@@ -38,7 +38,7 @@ from temporalio.worker import Worker
 
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
-from durable_tools.testing import ModelAdapter
+from durable_tools.models.base import Model
 from durable_tools.toolkit import Toolkit
 from durable_tools.worker.plugin import DurableToolsPlugin
 
@@ -68,7 +68,7 @@ class App:
     """
 
     toolkits: Mapping[str, Toolkit] = field(default_factory=dict[str, Toolkit])
-    models: Mapping[str, ModelAdapter] = field(default_factory=dict[str, ModelAdapter])
+    models: Mapping[str, Model] = field(default_factory=dict[str, Model])
     mcp_servers: Sequence[McpServerConfig] = ()
 
 
@@ -136,9 +136,7 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
                 f"model {name!r} of {spec!r} is a {type(model).__name__}, not a model adapter "
                 "(an async callable taking a ModelRequest)"
             )
-    return App(
-        toolkits=cast(dict[str, Toolkit], kits), models=cast(dict[str, ModelAdapter], adapters)
-    )
+    return App(toolkits=cast(dict[str, Toolkit], kits), models=cast(dict[str, Model], adapters))
 
 
 async def run_worker(
@@ -146,7 +144,7 @@ async def run_worker(
     namespace: str,
     task_queue: str,
     toolkits: Mapping[str, Toolkit],
-    models: Mapping[str, ModelAdapter],
+    models: Mapping[str, Model],
     *,
     mcp_servers: Sequence[McpServerConfig] = (),
     graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,

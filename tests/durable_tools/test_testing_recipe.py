@@ -1,0 +1,92 @@
+"""`durable_tools.testing`: the documented recipe for testing your own agent runs as written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from durable_tools import Toolkit, tool
+from durable_tools.conversation import ConversationOptions
+from durable_tools.testing import AgentTestEnvironment, ScriptedModel, call
+from durable_tools.transcript import ToolCallOutput
+
+REFUNDS: list[dict[str, Any]] = []
+
+
+@tool(needs_approval=True)
+async def refund(order_id: str, amount_cents: int) -> dict[str, Any]:
+    """Refund an order; a person approves each refund.
+
+    Args:
+        order_id: The order to refund.
+        amount_cents: The amount in cents.
+    """
+    REFUNDS.append({"order_id": order_id, "amount_cents": amount_cents})
+    return {"refunded": amount_cents}
+
+
+@tool
+async def lookup_order(order_id: str) -> dict[str, Any]:
+    """Look up an order.
+
+    Args:
+        order_id: The order id.
+    """
+    return {"order_id": order_id, "total_cents": 1290}
+
+
+kit = Toolkit(refund, lookup_order)
+
+
+# The recipe of docs/testing.md and of durable_tools.testing's docstring, verbatim.
+async def test_refund_waits_for_approval() -> None:
+    model = ScriptedModel([[call("c1", "refund", order_id="A-1", amount_cents=5)], "Refunded."])
+    async with AgentTestEnvironment.start(toolkit=kit, model=model) as env:
+        chat = await env.start_conversation("Refund order A-1, please")
+        (approval,) = (await env.wait_for_pending(chat)).approvals
+        assert approval.tool == "refund"
+        await env.approve(chat, approval)
+        assert await env.wait_for_reply(chat) == "Refunded."
+
+
+async def test_denial_reaches_the_model_and_timers_skip(time_env: WorkflowEnvironment) -> None:
+    REFUNDS.clear()
+    model = ScriptedModel(
+        [
+            [
+                call("c1", "lookup_order", order_id="A-2"),
+                call("c2", "refund", order_id="A-2", amount_cents=9),
+            ],
+            "I could not refund it.",
+        ]
+    )
+    async with AgentTestEnvironment.start(toolkit=kit, model=model, env=time_env) as env:
+        chat = await env.start_conversation(
+            "Refund A-2", options=ConversationOptions(idle_timeout=3600)
+        )
+        (approval,) = (await env.wait_for_pending(chat)).approvals
+        await env.deny(chat, approval, reason="over the limit")
+        assert await env.wait_for_reply(chat) == "I could not refund it."
+        outputs = await env.tool_outputs(chat)
+        assert not outputs["c1"].is_error and "1290" in outputs["c1"].content
+        assert outputs["c2"].failure_kind == "denied"
+        assert "over the limit" in outputs["c2"].content
+        # The model saw both outputs on its second turn.
+        seen = {o.call_id for o in model.requests[1].transcript if isinstance(o, ToolCallOutput)}
+        assert seen == {"c1", "c2"}
+        # An hour of idle timeout passes at once on the time-skipping server.
+        result = await env.result(chat, timeout=30)
+        assert result.status == "idle_timeout"
+    assert REFUNDS == []
+
+
+async def test_missing_server_binary_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_tools import MissingExtra, testing
+
+    monkeypatch.setattr(testing.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(testing.sys, "executable", "/nonexistent/bin/python")
+    with pytest.raises(MissingExtra, match=r"durable-tools\[dev-server\]"):
+        async with AgentTestEnvironment.start(toolkit=kit, model=ScriptedModel([])):
+            pass
