@@ -67,6 +67,11 @@ class AgentActivities:
         models: Model adapters by name.
         mcp: The worker's MCP servers (started by the worker's run context);
             their tools join every toolkit.
+
+    Attributes:
+        deps: The worker's dependencies, given to every tool run as
+            `ToolContext.deps`; the plugin's run context sets it when the
+            worker starts (`App(deps=...)`), `None` otherwise.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class AgentActivities:
     ) -> None:
         self.toolkits = dict(toolkits)
         self.models = dict(models)
+        self.deps: Any = None
         self.mcp = mcp
         self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
 
@@ -197,6 +203,7 @@ class AgentActivities:
             tool=call.name,
             idempotency_key=request.idempotency_key,
             attempt=info.attempt,
+            deps=self.deps,
         )
         try:
             value = await prepared.tool.run(prepared.input, _heartbeat_emitter(), context)

@@ -12,7 +12,7 @@ import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, get_type_hints, overload
+from typing import Any, get_origin, get_type_hints, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -230,7 +230,7 @@ def _function_tool(
     for param in signature.parameters.values():
         hint = hints.get(param.name, param.annotation)
         positional_only = param.kind is param.POSITIONAL_ONLY
-        if hint is ToolContext:
+        if hint is ToolContext or get_origin(hint) is ToolContext:
             plan.append((param.name, positional_only, "ctx"))
             continue
         if hint == Emit or (param.name == "emit" and hint is inspect.Parameter.empty):

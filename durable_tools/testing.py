@@ -227,6 +227,7 @@ class AgentTestEnvironment:
         model: Model,
         instructions: str = "",
         settings: dict[str, Any] | None = None,
+        deps: Callable[[], Any] | None = None,
         env: WorkflowEnvironment | None = None,
     ) -> AsyncGenerator[AgentTestEnvironment]:
         """Start a server (unless `env` is given) and a worker for the block.
@@ -236,6 +237,8 @@ class AgentTestEnvironment:
             model: The model, usually a `ScriptedModel`, served as `"model"`.
             instructions: The agent's instructions (default none).
             settings: The agent's provider settings (default none).
+            deps: The tools' dependencies factory, as `App(deps=...)`:
+                built when the worker starts, closed when the block ends.
             env: An environment to reuse (e.g. a session-scoped pytest
                 fixture's), with durable-tools' search attributes registered
                 (`docs/operations.md`); default: a new time-skipping test
@@ -268,7 +271,9 @@ class AgentTestEnvironment:
         try:
             if owned:
                 await _register_search_attributes(env)
-            plugin = DurableToolsPlugin(toolkits={"default": toolkit}, models={"model": model})
+            plugin = DurableToolsPlugin(
+                toolkits={"default": toolkit}, models={"model": model}, deps=deps
+            )
             config = env.client.config()
             config["plugins"] = [plugin]
             client = Client(**config)

@@ -210,6 +210,7 @@ class Toolkit:
         decisions: Mapping[str, Decision] | None = None,
         transcript: Sequence[Any] = (),
         idempotency_key: Callable[[ToolCall], str] | None = None,
+        deps: Any = None,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     ) -> AsyncIterator[ToolEvent]:
         """Execute calls concurrently, yielding events as they happen.
@@ -229,6 +230,7 @@ class Toolkit:
             transcript: Passed to `needs_approval` functions.
             idempotency_key: `key(call)` for `ToolContext.idempotency_key`
                 (default: the call id).
+            deps: `ToolContext.deps` for every run (default `None`).
             max_argument_bytes: Size limit of argument text (default 1 MiB).
 
         Yields:
@@ -289,7 +291,9 @@ class Toolkit:
 
         async def one(prepared: PreparedCall) -> None:
             call = prepared.call
-            ctx = ToolContext(call_id=call.call_id, tool=call.name, idempotency_key=key(call))
+            ctx = ToolContext(
+                call_id=call.call_id, tool=call.name, idempotency_key=key(call), deps=deps
+            )
             try:
                 if limit is None:
                     result = await execute_prepared(prepared, context=ctx, emit=emitter(call))

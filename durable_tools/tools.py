@@ -21,7 +21,9 @@ import dataclasses
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Literal, Self, TypeGuard
+from typing import Any, ClassVar, Final, Generic, Literal, Self, TypeGuard, cast
+
+from typing_extensions import TypeVar
 
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES, parse_arguments
 from durable_tools.descriptor import ToolAnnotations, ToolDescriptor, ToolKind
@@ -59,9 +61,16 @@ the default) or, in plain-asyncio use of `Toolkit.run`, an exception that
 propagates to the caller (`"raise"`). The durable loop always returns."""
 
 
+DepsT = TypeVar("DepsT", default=Any)
+"""The type of the worker's dependencies object (`App(deps=...)`), default `Any`."""
+
+
 @dataclass(frozen=True, kw_only=True)
-class ToolContext:
+class ToolContext(Generic[DepsT]):
     """What a run knows about the call it serves.
+
+    Annotate a tool parameter `ctx: ToolContext[MyDeps]` to receive it with
+    the worker's dependencies typed.
 
     Attributes:
         call_id: The model's id for the call.
@@ -71,12 +80,17 @@ class ToolContext:
             across retries, worker restarts and continue-as-new; pass it to
             downstream APIs that deduplicate (payments, tickets, e-mail).
         attempt: The attempt number, starting at 1.
+        deps: The worker's dependencies (database pools, HTTP clients): the
+            object `App(deps=factory)` built once when the worker started,
+            shared by every call on that worker; `None` when the app has none
+            (and in `Toolkit.run` unless given).
     """
 
     call_id: str
     tool: str
     idempotency_key: str
     attempt: int = 1
+    deps: DepsT = cast(Any, None)
 
 
 @dataclass(frozen=True, kw_only=True)

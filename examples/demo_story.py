@@ -134,6 +134,7 @@ class _Workers:
                 self.app.toolkits,
                 self.app.models,
                 mcp_servers=self.app.mcp_servers,
+                deps=self.app.deps,
                 graceful_shutdown_timeout=5.0,
                 handle_signals=False,
                 stop=stop,

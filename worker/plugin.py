@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import pkgutil
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
@@ -33,7 +34,11 @@ from durable_tools.workflows.agent_workflow import AgentWorkflow
 if TYPE_CHECKING:
     from durable_tools.mcp.toolset import McpToolsets
 
-__all__ = ["PASSTHROUGH_MODULES", "DurableToolsPlugin", "sandbox_runner"]
+__all__ = ["PASSTHROUGH_MODULES", "DepsFactory", "DurableToolsPlugin", "sandbox_runner"]
+
+DepsFactory = Callable[[], Any]
+"""`App.deps`: returns the dependencies, an awaitable of them, or an async
+context manager of them (entered for the worker's lifetime)."""
 
 _SANDBOXED_SUBPACKAGES = frozenset({"workflows", "worker"})
 """`durable_tools` subpackages the sandbox re-imports per run: the workflow code
@@ -86,6 +91,8 @@ class DurableToolsPlugin(SimplePlugin):
         mcp_servers: MCP servers whose tools join every toolkit (as
             `prefix__tool`). The worker connects to them when it starts and
             closes them when it stops (see `durable_tools.mcp`).
+        deps: A factory of the tools' dependencies, called once when the
+            worker starts (its run context); see `App.deps`.
 
     Raises:
         ConfigurationError: Two MCP servers share a name. A conversation
@@ -103,8 +110,10 @@ class DurableToolsPlugin(SimplePlugin):
         toolkits: Mapping[str, Toolkit],
         models: Mapping[str, Model],
         mcp_servers: Sequence[McpServerConfig] = (),
+        deps: DepsFactory | None = None,
     ) -> None:
         self.mcp: McpToolsets | None = None
+        self.deps_factory = deps
         if mcp_servers:
             from durable_tools.mcp.toolset import McpToolsets  # imports the mcp SDK
 
@@ -116,20 +125,32 @@ class DurableToolsPlugin(SimplePlugin):
             activities=[self.agent_activities.model_turn, self.agent_activities.tool_call],
             workflows=[AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),
-            run_context=self._run_context if self.mcp is not None else None,
+            run_context=self._run_context if self.mcp or deps else None,
         )
 
     @contextlib.asynccontextmanager
     async def _run_context(self) -> AsyncGenerator[None]:
-        """Connect the MCP servers for the worker's lifetime."""
-        mcp = self.mcp
-        assert mcp is not None
-        await mcp.start()
-        try:
-            for name, kit in self.agent_activities.toolkits.items():
-                compose(
-                    kit, mcp.toolkit(), label=name
-                )  # DuplicateToolName now, not mid-conversation
+        """Build the tools' dependencies and connect the MCP servers for the worker's lifetime."""
+        async with contextlib.AsyncExitStack() as stack:
+            if self.deps_factory is not None:
+                self.agent_activities.deps = await _enter_deps(self.deps_factory, stack)
+                stack.callback(setattr, self.agent_activities, "deps", None)
+            mcp = self.mcp
+            if mcp is not None:
+                await mcp.start()
+                stack.push_async_callback(mcp.aclose)
+                for name, kit in self.agent_activities.toolkits.items():
+                    # DuplicateToolName now, not mid-conversation.
+                    compose(kit, mcp.toolkit(), label=name)
             yield
-        finally:
-            await mcp.aclose()
+
+
+async def _enter_deps(factory: DepsFactory, stack: contextlib.AsyncExitStack) -> Any:
+    made: Any = factory()
+    if inspect.isawaitable(made):
+        made = await made
+    if isinstance(made, contextlib.AbstractAsyncContextManager):
+        return await stack.enter_async_context(
+            cast(contextlib.AbstractAsyncContextManager[Any], made)
+        )
+    return made

@@ -40,7 +40,7 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.toolkit import Toolkit
-from durable_tools.worker.plugin import DurableToolsPlugin
+from durable_tools.worker.plugin import DepsFactory, DurableToolsPlugin
 
 __all__ = ["DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT", "App", "load_app", "run_worker"]
 
@@ -65,11 +65,29 @@ class App:
         models: Model adapters by name (`await adapter(request)` returns an
             `AssistantMessage`).
         mcp_servers: MCP servers whose tools join every toolkit (default none).
+        deps: A factory of the tools' dependencies (database pools, HTTP
+            clients), called once when a worker starts; tools receive its
+            result as `ToolContext.deps` (annotate `ctx: ToolContext[MyDeps]`).
+            The factory may return the object, an awaitable of it, or an
+            async context manager entered for the worker's lifetime and exited
+            at shutdown (e.g. an `@asynccontextmanager` function that opens and
+            closes a pool). Default none (`ctx.deps` is `None`).
+
+    Example:
+        ```python
+        @asynccontextmanager
+        async def shop_deps() -> AsyncIterator[ShopDeps]:
+            async with httpx.AsyncClient(base_url="https://shop.internal") as http:
+                yield ShopDeps(http=http)
+
+        app = App(toolkits={"shop": kit}, deps=shop_deps)
+        ```
     """
 
     toolkits: Mapping[str, Toolkit] = field(default_factory=dict[str, Toolkit])
     models: Mapping[str, Model] = field(default_factory=dict[str, Model])
     mcp_servers: Sequence[McpServerConfig] = ()
+    deps: DepsFactory | None = None
 
 
 def load_app(spec: str, *, app_dir: str | None = ".") -> App:
@@ -136,7 +154,17 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
                 f"model {name!r} of {spec!r} is a {type(model).__name__}, not a model adapter "
                 "(an async callable taking a ModelRequest)"
             )
-    return App(toolkits=cast(dict[str, Toolkit], kits), models=cast(dict[str, Model], adapters))
+    deps: object = getattr(found, "deps", None)
+    if deps is not None and not callable(deps):
+        raise ConfigurationError(
+            f"deps of {spec!r} is a {type(deps).__name__}, not a factory: give a function "
+            "that returns the dependencies (or an async context manager of them)"
+        )
+    return App(
+        toolkits=cast(dict[str, Toolkit], kits),
+        models=cast(dict[str, Model], adapters),
+        deps=cast(DepsFactory | None, deps),
+    )
 
 
 async def run_worker(
@@ -147,6 +175,7 @@ async def run_worker(
     models: Mapping[str, Model],
     *,
     mcp_servers: Sequence[McpServerConfig] = (),
+    deps: DepsFactory | None = None,
     graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
     max_concurrent_activities: int | None = None,
     handle_signals: bool = True,
@@ -163,6 +192,8 @@ async def run_worker(
         models: Model adapters by name.
         mcp_servers: MCP servers to connect at start; their tools join every
             toolkit (see `durable_tools.mcp`).
+        deps: The tools' dependencies factory (see `App.deps`); built when
+            the worker starts, closed when it stops.
         graceful_shutdown_timeout: Seconds running activities may finish once
             shutdown begins, before they are cancelled (default 30).
         max_concurrent_activities: Most activities this worker runs at once
@@ -178,7 +209,9 @@ async def run_worker(
         temporalio.service.RPCError: The namespace does not exist (`NOT_FOUND`),
             or another server-side error at startup.
     """
-    plugin = DurableToolsPlugin(toolkits=toolkits, models=models, mcp_servers=mcp_servers)
+    plugin = DurableToolsPlugin(
+        toolkits=toolkits, models=models, mcp_servers=mcp_servers, deps=deps
+    )
     client = await Client.connect(client_target, namespace=namespace, plugins=[plugin])
     # Fail with the server's NOT_FOUND before the worker starts polling a
     # namespace that does not exist (the worker would only log it).

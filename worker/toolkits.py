@@ -121,4 +121,6 @@ def load_served(
         from durable_tools.mcp import load_mcp_config  # imports the MCP SDK: only when asked
 
         servers += load_mcp_config(mcp_config)
-    return App(toolkits=toolkits, models=application.models, mcp_servers=servers)
+    return App(
+        toolkits=toolkits, models=application.models, mcp_servers=servers, deps=application.deps
+    )
