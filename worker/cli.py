@@ -38,7 +38,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -52,10 +52,11 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import PayloadCodec
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools.client import Conversations
+from durable_tools.codec import data_converter, load_codec
 from durable_tools.conversation import (
     AgentConfig,
     ConversationOptions,
@@ -115,6 +116,36 @@ app = _Typer(
 )
 
 _out = Console(highlight=False)
+
+
+@dataclass
+class _Globals:
+    codec_spec: str | None = None
+
+
+_globals = _Globals()
+
+
+@app.callback()
+def _global_options(
+    codec: Annotated[
+        str | None,
+        typer.Option(
+            "--codec",
+            envvar="DURABLE_TOOLS_CODEC",
+            help="Payload codec 'module:attr' (e.g. encryption) for every command; "
+            "see docs/operations.md.",
+        ),
+    ] = None,
+) -> None:
+    """Durable tool execution for LLM agents on Temporal."""
+    _globals.codec_spec = codec
+
+
+def _codec() -> PayloadCodec | None:
+    """The `--codec` payload codec, loaded on first use (ConfigurationError if bad)."""
+    return load_codec(_globals.codec_spec) if _globals.codec_spec else None
+
 
 EXIT_FAILURE = 1
 """Exit code of a failure (unknown conversation, rejected decision, no server)."""
@@ -305,7 +336,7 @@ def _rpc_message(exc: RPCError, *, conversation: str, address: str, namespace: s
 
 async def _conversations(address: str, namespace: str, task_queue: str) -> Conversations:
     client = await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter
+        address, namespace=namespace, data_converter=data_converter(_codec())
     )
     return Conversations(client, task_queue=task_queue)
 
@@ -447,6 +478,7 @@ def worker_command(
             served.models,
             mcp_servers=served.mcp_servers,
             deps=served.deps,
+            payload_codec=_codec() or served.payload_codec,
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
             on_ready=ready,
@@ -516,6 +548,7 @@ def dev_command(
                         served.models,
                         mcp_servers=served.mcp_servers,
                         deps=served.deps,
+                        payload_codec=_codec() or served.payload_codec,
                         graceful_shutdown_timeout=graceful_shutdown,
                         handle_signals=False,
                         stop=stop,
@@ -810,7 +843,7 @@ def _pending_everywhere(as_json: bool, *, address: str, namespace: str, timeout:
 
     async def main() -> list[PendingConversation]:
         client = await Client.connect(
-            address, namespace=namespace, data_converter=pydantic_data_converter
+            address, namespace=namespace, data_converter=data_converter(_codec())
         )
         found: list[PendingConversation] = []
         async for execution in client.list_workflows(PENDING_QUERY, limit=1000):
@@ -1035,6 +1068,47 @@ def result_command(
         timeout=timeout,
     )
     print(result.model_dump_json(indent=2))
+
+
+@app.command("codec-server")
+def codec_server_command(
+    codec: Annotated[
+        str | None,
+        typer.Argument(help="The payload codec 'module:attr' (default: --codec)."),
+    ] = None,
+    ip: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8081,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="Origin allowed to call it: the Temporal Web UI's (default "
+            "http://localhost:8233 and http://127.0.0.1:8233). Repeatable.",
+        ),
+    ] = None,
+) -> None:
+    """Serve Temporal's codec server protocol (POST /encode, /decode) for the Web UI."""
+    from durable_tools.worker.codec_server import DEFAULT_ORIGINS, serve
+
+    spec = codec or _globals.codec_spec
+    if not spec:
+        _fail("give the codec: durable-tools codec-server module:attr", EXIT_BAD_INPUT)
+    try:
+        loaded = load_codec(spec)
+    except ConfigurationError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    origins = tuple(cors_origin) if cors_origin else DEFAULT_ORIGINS
+
+    def ready(url: str) -> None:
+        _out.print(f"Codec server: {url} (allowing {', '.join(origins)})", soft_wrap=True)
+        _out.print("In the Web UI: Settings → Codec Server → this URL")
+
+    _run(
+        lambda: serve(loaded, host=ip, port=port, origins=origins, on_ready=ready),
+        address=f"{ip}:{port}",
+        namespace="",
+        timeout=_FOREVER,
+    )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """`DurableToolsPlugin`: one Temporal plugin that sets up a worker (and client).
 
 It bundles `AgentWorkflow`, the model and tool activities bound to the
-toolkits and models registered by name, the pydantic data converter and the
-sandbox pass-through modules, so an application only writes:
+toolkits and models registered by name, the pydantic payload converter (the
+client's payload codec and failure converter are kept: see
+`durable_tools.codec`) and the sandbox pass-through modules, so an application only writes:
 
 ```python
 plugin = DurableToolsPlugin(toolkits={"support": kit}, models={"gpt": adapter})
@@ -14,18 +15,17 @@ worker = Worker(client, task_queue="agents")  # the plugin adds the rest
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import pkgutil
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_tools.activities.agent_activities import AgentActivities
+from durable_tools.codec import with_pydantic_payloads
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.toolkit import Toolkit, compose
@@ -121,7 +121,9 @@ class DurableToolsPlugin(SimplePlugin):
         self.agent_activities = AgentActivities(toolkits, models, mcp=self.mcp)
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",
-            data_converter=lambda _: dataclasses.replace(pydantic_data_converter),
+            # Only the payload converter: the client's codec (encryption)
+            # and failure converter stay.
+            data_converter=with_pydantic_payloads,
             activities=[self.agent_activities.model_turn, self.agent_activities.tool_call],
             workflows=[AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),

@@ -34,8 +34,10 @@ from typing import cast
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
+from temporalio.converter import PayloadCodec
 from temporalio.worker import Worker
 
+from durable_tools.codec import data_converter
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
@@ -72,6 +74,9 @@ class App:
             async context manager entered for the worker's lifetime and exited
             at shutdown (e.g. an `@asynccontextmanager` function that opens and
             closes a pool). Default none (`ctx.deps` is `None`).
+        payload_codec: A Temporal `PayloadCodec` (e.g. encryption) for every
+            payload the worker writes and reads; clients of these
+            conversations need the same codec (`durable_tools.codec`).
 
     Example:
         ```python
@@ -88,6 +93,7 @@ class App:
     models: Mapping[str, Model] = field(default_factory=dict[str, Model])
     mcp_servers: Sequence[McpServerConfig] = ()
     deps: DepsFactory | None = None
+    payload_codec: PayloadCodec | None = None
 
 
 def load_app(spec: str, *, app_dir: str | None = ".") -> App:
@@ -160,10 +166,16 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
             f"deps of {spec!r} is a {type(deps).__name__}, not a factory: give a function "
             "that returns the dependencies (or an async context manager of them)"
         )
+    codec: object = getattr(found, "payload_codec", None)
+    if codec is not None and not isinstance(codec, PayloadCodec):
+        raise ConfigurationError(
+            f"payload_codec of {spec!r} is a {type(codec).__name__}, not a PayloadCodec"
+        )
     return App(
         toolkits=cast(dict[str, Toolkit], kits),
         models=cast(dict[str, Model], adapters),
         deps=cast(DepsFactory | None, deps),
+        payload_codec=codec,
     )
 
 
@@ -176,6 +188,7 @@ async def run_worker(
     *,
     mcp_servers: Sequence[McpServerConfig] = (),
     deps: DepsFactory | None = None,
+    payload_codec: PayloadCodec | None = None,
     graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
     max_concurrent_activities: int | None = None,
     handle_signals: bool = True,
@@ -194,6 +207,8 @@ async def run_worker(
             toolkit (see `durable_tools.mcp`).
         deps: The tools' dependencies factory (see `App.deps`); built when
             the worker starts, closed when it stops.
+        payload_codec: A payload codec (e.g. encryption) kept beside the
+            pydantic payload converter (see `durable_tools.codec`).
         graceful_shutdown_timeout: Seconds running activities may finish once
             shutdown begins, before they are cancelled (default 30).
         max_concurrent_activities: Most activities this worker runs at once
@@ -212,7 +227,12 @@ async def run_worker(
     plugin = DurableToolsPlugin(
         toolkits=toolkits, models=models, mcp_servers=mcp_servers, deps=deps
     )
-    client = await Client.connect(client_target, namespace=namespace, plugins=[plugin])
+    client = await Client.connect(
+        client_target,
+        namespace=namespace,
+        data_converter=data_converter(payload_codec),
+        plugins=[plugin],
+    )
     # Fail with the server's NOT_FOUND before the worker starts polling a
     # namespace that does not exist (the worker would only log it).
     await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))

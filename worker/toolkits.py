@@ -122,5 +122,9 @@ def load_served(
 
         servers += load_mcp_config(mcp_config)
     return App(
-        toolkits=toolkits, models=application.models, mcp_servers=servers, deps=application.deps
+        toolkits=toolkits,
+        models=application.models,
+        mcp_servers=servers,
+        deps=application.deps,
+        payload_codec=application.payload_codec,
     )
