@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import to_json
@@ -34,6 +34,7 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.executor import encode_result, prepare_call
 from durable_tools.models.base import Model
 from durable_tools.models.registry import resolve_model
+from durable_tools.redact import Redactor
 from durable_tools.results import Failure, ToolCall, failed
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
@@ -67,6 +68,9 @@ class AgentActivities:
         models: Model adapters by name.
         mcp: The worker's MCP servers (started by the worker's run context);
             their tools join every toolkit.
+        redact: Applied to every tool failure's text before it reaches
+            history or the model (default: `Redactor.from_environment()`, see
+            `durable_tools.redact`).
 
     Attributes:
         deps: The worker's dependencies, given to every tool run as
@@ -80,7 +84,9 @@ class AgentActivities:
         models: Mapping[str, Model],
         *,
         mcp: McpToolsets | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
+        self.redact: Callable[[str], str] = redact or Redactor.from_environment()
         self.toolkits = dict(toolkits)
         self.models = dict(models)
         self.deps: Any = None
@@ -197,7 +203,9 @@ class AgentActivities:
         call = request.call
         prepared = prepare_call(self._toolkit(request.toolkit), call)
         if isinstance(prepared, Failure):
-            return ToolActivityResult(result=prepared)
+            return ToolActivityResult(
+                result=prepared.model_copy(update={"reason": self.redact(prepared.reason)})
+            )
         context = ToolContext(
             call_id=call.call_id,
             tool=call.name,
@@ -208,9 +216,16 @@ class AgentActivities:
         try:
             value = await prepared.tool.run(prepared.input, _heartbeat_emitter(), context)
         except ToolFailure as exc:
+            reason = self.redact(exc.reason)
             if exc.retryable:
-                raise ApplicationError(exc.reason, type=exc.kind) from exc
-            return ToolActivityResult(result=failed(call, exc.kind, exc.reason))
+                raise ApplicationError(reason, type=exc.kind) from None
+            return ToolActivityResult(result=failed(call, exc.kind, reason))
+        except Exception as exc:
+            # Retried per the tool's policy under the exception's type name; the
+            # text Temporal records (and the model may see) is scrubbed, and
+            # `from None` keeps the raw message out of the failure's cause.
+            activity.logger.warning("tool %s raised", call.name, exc_info=True)
+            raise ApplicationError(self.redact(str(exc)), type=type(exc).__name__) from None
         result = encode_result(prepared, value)
         size = len(to_json(result.model_dump(mode="json")))
         if size > request.max_result_bytes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import pkgutil
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -27,6 +28,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.codec import with_pydantic_payloads
 from durable_tools.mcp.config import McpServerConfig
+from durable_tools.redact import Redactor, secret_env_values
 from durable_tools.models.base import Model
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.workflows.agent_workflow import AgentWorkflow
@@ -118,7 +120,12 @@ class DurableToolsPlugin(SimplePlugin):
             from durable_tools.mcp.toolset import McpToolsets  # imports the mcp SDK
 
             self.mcp = McpToolsets(mcp_servers)
-        self.agent_activities = AgentActivities(toolkits, models, mcp=self.mcp)
+        self.agent_activities = AgentActivities(
+            toolkits,
+            models,
+            mcp=self.mcp,
+            redact=Redactor.from_environment(_config_secrets(mcp_servers)),
+        )
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",
             # Only the payload converter: the client's codec (encryption)
@@ -145,6 +152,18 @@ class DurableToolsPlugin(SimplePlugin):
                     # DuplicateToolName now, not mid-conversation.
                     compose(kit, mcp.toolkit(), label=name)
             yield
+
+
+def _config_secrets(servers: Sequence[McpServerConfig]) -> list[str]:
+    """Secrets the MCP configurations hold: tokens, header values, secret-named env values."""
+    found: list[str] = []
+    for server in servers:
+        found += [*secret_env_values(server.env), *server.headers.values()]
+        if server.token:
+            found.append(server.token)
+        if server.token_env and os.environ.get(server.token_env):
+            found.append(os.environ[server.token_env])
+    return found
 
 
 async def _enter_deps(factory: DepsFactory, stack: contextlib.AsyncExitStack) -> Any:
