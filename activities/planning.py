@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from durable_tools.approvals import arguments_hash
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES, ArgumentsError, parse_arguments
@@ -100,7 +100,14 @@ def _plan(
                 **base, kind="signal", failure=failed(call, "execution_error", reason)
             )
         try:
-            action = _ACTION.validate_python(found.handler(parsed))
+            try:
+                produced = found.handler(parsed)
+            except ValidationError as exc:  # the handler validated the arguments further
+                reason = f"invalid arguments for {call.name}: {_one_line(exc)}"
+                return PlannedCall(
+                    **base, kind="signal", failure=failed(call, "input_validation_error", reason)
+                )
+            action = _ACTION.validate_python(produced)
         except Exception as exc:
             reason = f"{call.name} could not be interpreted: {type(exc).__name__}: {exc}"
             return PlannedCall(
@@ -135,4 +142,12 @@ def _plan(
         backoff_coefficient=retry.backoff_coefficient,
         maximum_interval=retry.maximum_interval,
         non_retryable_error_types=list(retry.non_retryable_error_types),
+    )
+
+
+def _one_line(exc: ValidationError) -> str:
+    """A pydantic ValidationError as one line: `loc: message` per error."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or '(root)'}: {error['msg']}"
+        for error in exc.errors()
     )

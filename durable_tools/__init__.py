@@ -33,6 +33,7 @@ from durable_tools.errors import (
     InvalidSchema,
     InvalidToolName,
     MissingExtra,
+    NoFinalOutput,
     StrictModeError,
     ToolNotFound,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "Middleware",
     "MissingExtra",
     "NeedsApproval",
+    "NoFinalOutput",
     "Ok",
     "Output",
     "Pause",

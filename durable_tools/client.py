@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, overload
 
+from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
@@ -42,10 +43,12 @@ from durable_tools.conversation import (
     SendMessage,
     TranscriptSlice,
 )
-from durable_tools.errors import ConfigurationError, DecisionRejected
+from durable_tools.errors import ConfigurationError, DecisionRejected, NoFinalOutput
 from durable_tools.transcript import TranscriptItem
 
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
+
+OutputT = TypeVar("OutputT", bound=BaseModel)
 
 WORKFLOW_TYPE = "AgentWorkflow"
 """Workflow type name of a conversation."""
@@ -267,13 +270,42 @@ class Conversations:
         """What the loop is doing (query; needs a running worker)."""
         return await self._handle(workflow_id).query("status", result_type=ConversationStatus)
 
-    async def result(self, workflow_id: str) -> ConversationResult:
+    @overload
+    async def result(self, workflow_id: str) -> ConversationResult: ...
+
+    @overload
+    async def result(self, workflow_id: str, *, output_type: type[OutputT]) -> OutputT: ...
+
+    async def result(
+        self, workflow_id: str, *, output_type: type[OutputT] | None = None
+    ) -> ConversationResult | OutputT:
         """Wait for the conversation to end and return its result.
 
         Follows continue-as-new runs to the final one.
+
+        Args:
+            workflow_id: The conversation.
+            output_type: The pydantic model of the agent's `finish` output
+                (`finish_tool(output_type=...)`); given, the `finish` output
+                is returned as that type instead of the `ConversationResult`.
+
+        Returns:
+            The `ConversationResult`, or the output as `output_type`.
+
+        Raises:
+            NoFinalOutput: `output_type` was given and the conversation ended
+                without `finish` (idle timeout, turn limit); it carries the
+                `ConversationResult`.
+            pydantic.ValidationError: The output does not fit `output_type`
+                (the agent's `finish` tool has another schema).
         """
         handle = self.client.get_workflow_handle(workflow_id, result_type=ConversationResult)
-        return await handle.result()
+        result: ConversationResult = await handle.result()
+        if output_type is None:
+            return result
+        if result.status != "finished":
+            raise NoFinalOutput(result)
+        return output_type.model_validate(result.output)
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancel the conversation; open calls are answered `cancelled` or `interrupted`."""

@@ -14,11 +14,14 @@ DurableToolsError
 │   ├── StrictModeError           a schema breaks an OpenAI strict-mode rule
 │   └── MissingExtra              a feature whose optional extra is not installed
 ├── ToolNotFound                  `Toolkit.get` / `with_run` on a missing name
-└── DecisionRejected              an approval or answer that fails its checks
+├── DecisionRejected              an approval or answer that fails its checks
+└── NoFinalOutput                 a typed result asked of a conversation that did not finish
 ```
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "ConfigurationError",
@@ -28,6 +31,7 @@ __all__ = [
     "InvalidSchema",
     "InvalidToolName",
     "MissingExtra",
+    "NoFinalOutput",
     "StrictModeError",
     "ToolNotFound",
 ]
@@ -116,3 +120,20 @@ class DecisionRejected(DurableToolsError):
     mismatch, answer not matching the answer schema). Signals that fail the same
     checks are recorded as rejected instead of raising.
     """
+
+
+class NoFinalOutput(DurableToolsError):
+    """`Conversations.result(id, output_type=...)` on a conversation that did not `finish`.
+
+    Attributes:
+        result: The `ConversationResult` (status `idle_timeout` or
+            `turn_limit`, output the last assistant text).
+    """
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+        status = getattr(result, "status", "?")
+        super().__init__(
+            f"the conversation ended with status {status!r}, not with the finish tool, "
+            "so it has no structured output"
+        )

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_tools.constructors import signal_tool
+from durable_tools.errors import ConfigurationError
 from durable_tools.tools import SignalTool
 
 __all__ = [
@@ -192,26 +193,56 @@ def handoff_tool(agents: Sequence[str] | Mapping[str, str], name: str = "handoff
     )
 
 
-def finish_tool(output: Mapping[str, Any] | None = None, name: str = "finish") -> SignalTool:
+def finish_tool(
+    output: Mapping[str, Any] | None = None,
+    name: str = "finish",
+    *,
+    output_type: type[BaseModel] | None = None,
+) -> SignalTool:
     """The built-in `finish` signal tool: end with a structured final output.
 
     Args:
         output: JSON Schema of the final output (default: any JSON value).
         name: Tool name (default `"finish"`).
+        output_type: A pydantic model whose JSON Schema becomes the output's
+            schema (instead of `output`). A `finish` call whose output does
+            not validate is answered `input_validation_error` naming the
+            problem, so the model tries again; `Conversations.result(id,
+            output_type=...)` reads the output back as that type.
 
     Returns:
         A `SignalTool` with parameters `{"output": <output schema>}` whose
         handler returns `Finish`.
+
+    Raises:
+        ConfigurationError: Both `output` and `output_type` are given.
     """
-    schema = {
+    definitions: dict[str, Any] = {}
+    if output_type is not None:
+        if output is not None:
+            raise ConfigurationError(f"finish_tool {name!r}: give output or output_type, not both")
+        output = dict(output_type.model_json_schema())
+        # `$ref`s point at the root: lift the model's `$defs` to the tool's schema.
+        definitions = output.pop("$defs", {})
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": {"output": dict(output) if output is not None else {}},
         "required": ["output"],
         "additionalProperties": False,
     }
+    if definitions:
+        schema["$defs"] = definitions
+
+    def handler(args: Any) -> Finish:
+        if output_type is None:
+            return Finish(output=args["output"])
+        # Validators JSON Schema cannot express (pydantic field validators)
+        # run here too; a ValidationError becomes `input_validation_error`.
+        return Finish(output=output_type.model_validate(args["output"]).model_dump(mode="json"))
+
     return signal_tool(
         name,
         description="Finish the conversation with its final output.",
         parameters=schema,
-        handler=lambda args: Finish(output=args["output"]),
+        handler=handler,
     )

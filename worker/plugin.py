@@ -28,8 +28,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.codec import with_pydantic_payloads
 from durable_tools.mcp.config import McpServerConfig
-from durable_tools.redact import Redactor, secret_env_values
 from durable_tools.models.base import Model
+from durable_tools.redact import Redactor, secret_env_values
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 
