@@ -457,16 +457,40 @@ def worker_command(
     max_concurrent_activities: Annotated[
         int | None, typer.Option(help="Most activities at once (default: the SDK's).")
     ] = None,
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DURABLE_TOOLS_DEPLOYMENT",
+            help="Worker Deployment name (with --build-id): a versioned worker.",
+        ),
+    ] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DURABLE_TOOLS_BUILD_ID", help="This worker's build id in --deployment."
+        ),
+    ] = None,
 ) -> None:
     """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
+    from temporalio.common import WorkerDeploymentVersion
+
     from durable_tools.worker.runner import run_worker
 
+    if (deployment is None) != (build_id is None):
+        _fail("give --deployment and --build-id together (or neither)", EXIT_BAD_INPUT)
+    version = (
+        WorkerDeploymentVersion(deployment_name=deployment, build_id=build_id)
+        if deployment is not None and build_id is not None
+        else None
+    )
     served = _served(app_spec, toolkit, mcp_config)
 
     def ready(_: object) -> None:
+        versioned = f", version {version.deployment_name}:{version.build_id}" if version else ""
         _out.print(
             f"worker polling task queue [bold]{escape(task_queue)}[/] on {escape(address)} "
-            f"(namespace {escape(namespace)}); {escape(_describe_served(served))}"
+            f"(namespace {escape(namespace)}{escape(versioned)}); "
+            f"{escape(_describe_served(served))}"
         )
 
     async def main() -> None:
@@ -481,6 +505,7 @@ def worker_command(
             payload_codec=_codec() or served.payload_codec,
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
+            deployment=version,
             on_ready=ready,
         )
         _out.print("worker stopped")
@@ -1068,6 +1093,44 @@ def result_command(
         timeout=timeout,
     )
     print(result.model_dump_json(indent=2))
+
+
+@app.command("check-upgrade")
+def check_upgrade_command(
+    query: Annotated[
+        str | None,
+        typer.Option(help="Visibility query (default: every running AgentWorkflow)."),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="Most runs to replay.")] = 100,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds for the whole check.")
+    ] = 300.0,
+) -> None:
+    """Replay running conversations against the code installed here; exit 1 if any would fail."""
+    from durable_tools.worker.check_upgrade import DEFAULT_QUERY, check_upgrade
+
+    async def main() -> list[Any]:
+        client = await Client.connect(
+            address, namespace=namespace, data_converter=data_converter(_codec())
+        )
+        return await check_upgrade(client, query=query or DEFAULT_QUERY, limit=limit)
+
+    verdicts = _run(main, address=address, namespace=namespace, timeout=timeout)
+    failing = [v for v in verdicts if v.problem]
+    for verdict in verdicts:
+        mark = "✗" if verdict.problem else "✓"
+        line = f"{mark} {verdict.workflow_id} (run {verdict.run_id})"
+        _out.print(
+            escape(line + (f": {verdict.problem}" if verdict.problem else "")), soft_wrap=True
+        )
+    _out.print(
+        f"{len(verdicts)} replayed, {len(failing)} would fail on this code"
+        + (" (keep their old workers, or pin them: docs/operations.md)" if failing else "")
+    )
+    if failing:
+        raise typer.Exit(EXIT_FAILURE)
 
 
 @app.command("codec-server")

@@ -34,8 +34,9 @@ from typing import cast
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.converter import PayloadCodec
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from durable_tools.codec import data_converter
 from durable_tools.errors import ConfigurationError
@@ -189,6 +190,7 @@ async def run_worker(
     mcp_servers: Sequence[McpServerConfig] = (),
     deps: DepsFactory | None = None,
     payload_codec: PayloadCodec | None = None,
+    deployment: WorkerDeploymentVersion | None = None,
     graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
     max_concurrent_activities: int | None = None,
     handle_signals: bool = True,
@@ -209,6 +211,11 @@ async def run_worker(
             the worker starts, closed when it stops.
         payload_codec: A payload codec (e.g. encryption) kept beside the
             pydantic payload converter (see `durable_tools.codec`).
+        deployment: The Worker Deployment version this worker serves
+            (`WorkerDeploymentVersion(deployment_name=..., build_id=...)`);
+            conversations are pinned to the version they start on and move to
+            the current version at their next turn boundary. `None` (default):
+            an unversioned worker. See docs/operations.md, "Upgrades".
         graceful_shutdown_timeout: Seconds running activities may finish once
             shutdown begins, before they are cancelled (default 30).
         max_concurrent_activities: Most activities this worker runs at once
@@ -241,6 +248,7 @@ async def run_worker(
         task_queue=task_queue,
         graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_timeout),
         max_concurrent_activities=max_concurrent_activities,
+        deployment_config=deployment_config(deployment),
     )
     stopping = stop or asyncio.Event()
     installed = _install_signal_handlers(stopping.set) if handle_signals else []
@@ -262,6 +270,20 @@ async def run_worker(
         loop = asyncio.get_running_loop()
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+def deployment_config(version: WorkerDeploymentVersion | None) -> WorkerDeploymentConfig | None:
+    """The worker's versioning settings for `version` (`None`: unversioned).
+
+    Conversations default to `PINNED` (also declared on `AgentWorkflow`).
+    """
+    if version is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=version,
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
 
 
 def _install_signal_handlers(callback: Callable[[], None]) -> list[signal.Signals]:

@@ -108,7 +108,16 @@ def _seconds(value: float) -> str:
 
 @workflow.defn(name="AgentWorkflow")
 class AgentWorkflow:
-    """One agent conversation. See the module docstring for the loop."""
+    """One agent conversation. See the module docstring for the loop.
+
+    On versioned workers (Worker Deployments; `run_worker(deployment=...)`
+    sets `PINNED` as the worker's default behavior, since declaring it here
+    would fail every workflow task on unversioned workers) each run is pinned
+    to the version it started on, so its history is only ever replayed by the code
+    that wrote it; when a new version becomes current, the conversation
+    continues as new at its next turn boundary with `AUTO_UPGRADE`, and the
+    new run starts on the new version (docs/operations.md, "Upgrades").
+    """
 
     @workflow.init
     def __init__(self, input: ConversationInput) -> None:
@@ -177,7 +186,16 @@ class AgentWorkflow:
                 carry = self._carry()
                 size = workflow.payload_converter().to_payloads([carry])[0].ByteSize()
                 if size <= _MAX_CARRY_BYTES:
-                    workflow.continue_as_new(carry)
+                    # A new current version: the next run starts on it.
+                    upgrade = workflow.info().is_target_worker_deployment_version_changed()
+                    workflow.continue_as_new(
+                        carry,
+                        initial_versioning_behavior=(
+                            workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+                            if upgrade
+                            else None
+                        ),
+                    )
                 # The transcript only grows: stay in this run from now on.
                 self._carry_too_large = True
                 workflow.logger.warning(
@@ -204,8 +222,11 @@ class AgentWorkflow:
         if self._turns_this_run == 0 or self._carry_too_large:
             return False
         every = self._options.continue_as_new_after_turns
-        return workflow.info().is_continue_as_new_suggested() or (
-            every is not None and self._turns_this_run >= every
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.is_target_worker_deployment_version_changed()
+            or (every is not None and self._turns_this_run >= every)
         )
 
     def _carry(self) -> ConversationInput:
