@@ -128,7 +128,10 @@ def _plan(
     except Exception as exc:
         reason = f"needs_approval raised {type(exc).__name__}: {exc}"
         return PlannedCall(**base, kind="local", failure=failed(call, "execution_error", reason))
-    retry = tool.retry
+    # The defaults follow the effect: an approved call runs at most once unless
+    # the tool is idempotent or chose its own retries (Tool.retry_policy_for).
+    retry = tool.retry_policy_for(gated=gated)
+    at_most_once = tool.at_most_once_for(gated=gated)
     return PlannedCall(
         **base,
         kind="local",
@@ -136,8 +139,8 @@ def _plan(
         approval_deadline=tool.approval_deadline,
         timeout=tool.timeout,
         heartbeat_timeout=tool.heartbeat_timeout,
-        max_attempts=1 if tool.at_most_once else retry.max_attempts,
-        at_most_once=tool.at_most_once,
+        max_attempts=1 if at_most_once else retry.max_attempts,
+        at_most_once=at_most_once,
         initial_interval=retry.initial_interval,
         backoff_coefficient=retry.backoff_coefficient,
         maximum_interval=retry.maximum_interval,

@@ -87,12 +87,35 @@ def normalize_run(fn: Callable[..., Any]) -> ToolRun:
     return run
 
 
-def _retry_policy(retry: RetryPolicy | int | None) -> RetryPolicy:
-    if retry is None:
-        return RetryPolicy()
+def _retry_policy(retry: RetryPolicy | int | None) -> RetryPolicy | None:
     if isinstance(retry, int):
         return RetryPolicy(max_attempts=retry)
     return retry
+
+
+def _effect(
+    given: ToolAnnotations | Mapping[str, Any] | None,
+    annotations: ToolAnnotations,
+    *,
+    idempotent: bool | None,
+    at_most_once: bool,
+    retry: RetryPolicy | None,
+) -> dict[str, bool]:
+    """The `idempotent` and `at_most_once` fields of a local tool.
+
+    A tool's own annotations are its author's word, so they count: read-only
+    or idempotent ones make it idempotent, destructive ones (MCP's reading: not
+    read-only and not `destructive=False`) make it at-most-once unless it is
+    idempotent or has its own `retry`. Without annotations nothing is declared.
+    """
+    declared = given is not None
+    if idempotent is None:
+        idempotent = (
+            declared and not at_most_once and (annotations.read_only or annotations.idempotent)
+        )
+    destructive = declared and annotations.destructive and not annotations.read_only
+    once = at_most_once or (destructive and not idempotent and retry is None)
+    return {"idempotent": idempotent, "at_most_once": once}
 
 
 def _annotations(annotations: ToolAnnotations | Mapping[str, Any] | None) -> ToolAnnotations:
@@ -118,6 +141,8 @@ def dynamic_tool(
     strict: bool = False,
     failure_mode: FailureMode = "return",
     approval_deadline: float | None = None,
+    idempotent: bool | None = None,
+    at_most_once: bool = False,
 ) -> Tool:
     """Build a local tool whose schema is known only at run time.
 
@@ -137,13 +162,24 @@ def dynamic_tool(
         timeout: Seconds per attempt (default 60; `None` = no limit).
         heartbeat_timeout: Seconds between progress events before an attempt
             fails (default `None`).
-        retry: A `RetryPolicy`, or an int for `max_attempts` (default 3 attempts).
+        retry: A `RetryPolicy`, or an int for `max_attempts`; wins over the
+            defaults, which follow the effect (`None`): 3 attempts, but one
+            for a call that needs approval or a destructive tool, unless it is
+            idempotent (see `Tool.retry_policy_for`).
         annotations: `ToolAnnotations` or a dict of its fields (MCP defaults).
+            Read-only or idempotent annotations make the tool idempotent;
+            destructive ones (not read-only, `destructive` not false) make it
+            at-most-once. Without annotations the tool declares neither.
         strict: Ask providers for strict schema adherence; the schema must
             already satisfy OpenAI's strict-mode rules (never rewritten).
         failure_mode: See `FailureMode`.
         approval_deadline: Seconds a call may wait for a decision before it
             expires (`None`: the conversation's deadline, default 7 days).
+        idempotent: Repeating a call has no more effect (default: what the
+            annotations say, else False); its calls are retried even when
+            they need approval.
+        at_most_once: Never run a call twice (default False): one attempt, and
+            an unknown outcome becomes Failure `interrupted`.
 
     Returns:
         A `Tool` with `dynamic=True`.
@@ -152,17 +188,20 @@ def dynamic_tool(
         InvalidToolName: `name` is not a valid tool name.
         InvalidSchema: `parameters` or `output` is not a valid schema.
         StrictModeError: `strict=True` with a schema that breaks strict mode.
+        ConfigurationError: `at_most_once=True` with `retry` of more than one
+            attempt or with `idempotent=True`.
     """
     params = compile_schema(
         parameters if parameters is not None else dict(EMPTY_PARAMETERS),
         what=f"parameters schema of tool {name!r}",
     )
+    hints, policy = _annotations(annotations), _retry_policy(retry)
     return Tool(
         name=name,
         description=description,
         parameters=params,
         strict=strict,
-        annotations=_annotations(annotations),
+        annotations=hints,
         run=normalize_run(run),
         output=compile_schema(output, what=f"output schema of tool {name!r}")
         if output is not None
@@ -170,10 +209,13 @@ def dynamic_tool(
         needs_approval=needs_approval,
         timeout=timeout,
         heartbeat_timeout=heartbeat_timeout,
-        retry=_retry_policy(retry),
+        retry=policy,
         failure_mode=failure_mode,
         approval_deadline=approval_deadline,
         dynamic=True,
+        **_effect(
+            annotations, hints, idempotent=idempotent, at_most_once=at_most_once, retry=policy
+        ),
     )
 
 
@@ -212,6 +254,8 @@ def _function_tool(
     failure_mode: FailureMode,
     approval_deadline: float | None,
     output: Any,
+    idempotent: bool | None,
+    at_most_once: bool,
 ) -> Tool:
     tool_name = check_tool_name(name or fn.__name__)
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
@@ -288,20 +332,24 @@ def _function_tool(
             return await fn(*args, **kwargs)
         return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
 
+    hints, policy = _annotations(annotations), _retry_policy(retry)
     return Tool(
         name=tool_name,
         description=text,
         parameters=schema,
         strict=strict,
-        annotations=_annotations(annotations),
+        annotations=hints,
         run=run,
         output=out_schema,
         needs_approval=needs_approval,
         timeout=timeout,
         heartbeat_timeout=heartbeat_timeout,
-        retry=_retry_policy(retry),
+        retry=policy,
         failure_mode=failure_mode,
         approval_deadline=approval_deadline,
+        **_effect(
+            annotations, hints, idempotent=idempotent, at_most_once=at_most_once, retry=policy
+        ),
     )
 
 
@@ -323,6 +371,8 @@ def tool(
     failure_mode: FailureMode = "return",
     approval_deadline: float | None = None,
     output: Any = None,
+    idempotent: bool | None = None,
+    at_most_once: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -341,6 +391,8 @@ def tool(
     failure_mode: FailureMode = "return",
     approval_deadline: float | None = None,
     output: Any = None,
+    idempotent: bool | None = None,
+    at_most_once: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a local tool from a typed sync or async function.
 
@@ -359,20 +411,33 @@ def tool(
         timeout: Seconds per attempt (default 60; `None` = no limit).
         heartbeat_timeout: Seconds between progress events before an attempt
             fails (default `None`).
-        retry: A `RetryPolicy`, or an int for `max_attempts` (default 3).
+        retry: A `RetryPolicy`, or an int for `max_attempts`; wins over the
+            defaults, which follow the effect (`None`): 3 attempts, but one
+            for a call that needs approval or a destructive tool, unless it is
+            idempotent (see `Tool.retry_policy_for`).
         annotations: `ToolAnnotations` or a dict of its fields (MCP defaults).
+            Read-only or idempotent annotations make the tool idempotent;
+            destructive ones (not read-only, `destructive` not false) make it
+            at-most-once. Without annotations the tool declares neither.
         strict: Ask providers for strict schema adherence.
         failure_mode: See `FailureMode` (default `"return"`).
         approval_deadline: Seconds a call may wait for a decision before it
             expires (`None`: the conversation's deadline, default 7 days).
         output: Success schema overriding the return annotation.
+        idempotent: Repeating a call has no more effect (default: what the
+            annotations say, else False); its calls are retried even when
+            they need approval.
+        at_most_once: Never run a call twice (default False): one attempt, and
+            an unknown outcome becomes Failure `interrupted`.
 
     Returns:
         A `Tool` (or a decorator producing one).
 
     Raises:
         InvalidToolName: The name is not a valid tool name.
-        ConfigurationError: A parameter lacks a type hint or is `*args`/`**kwargs`.
+        ConfigurationError: A parameter lacks a type hint or is `*args`/`**kwargs`;
+            or `at_most_once=True` with `retry` of more than one attempt or
+            with `idempotent=True`.
         StrictModeError: `strict=True` and a parameter is optional.
 
     Example:
@@ -402,6 +467,8 @@ def tool(
             failure_mode=failure_mode,
             approval_deadline=approval_deadline,
             output=output,
+            idempotent=idempotent,
+            at_most_once=at_most_once,
         )
 
     return build(fn) if fn is not None else build

@@ -32,6 +32,8 @@ from durable_tools.schema import Schema, compile_schema
 from durable_tools.strict import strict_mode_violations
 
 __all__ = [
+    "DEFAULT_RETRY",
+    "ONE_ATTEMPT",
     "TOOL_NAME_PATTERN",
     "AnyTool",
     "ApprovalContext",
@@ -145,6 +147,13 @@ class RetryPolicy:
             raise ConfigurationError(
                 "RetryPolicy needs initial_interval > 0 and backoff_coefficient >= 1"
             )
+
+
+DEFAULT_RETRY: Final[RetryPolicy] = RetryPolicy()
+"""The retry policy of a call whose tool chose none and that may run twice (3 attempts)."""
+
+ONE_ATTEMPT: Final[RetryPolicy] = RetryPolicy(max_attempts=1)
+"""The retry policy of an at-most-once call whose tool chose none."""
 
 
 class ToolFailure(Exception):
@@ -275,16 +284,29 @@ class Tool(_BaseTool):
         timeout: Start-to-close timeout of one attempt in seconds (default 60).
         heartbeat_timeout: Seconds without a heartbeat (progress `emit`) after
             which the attempt counts as failed; `None` disables it.
-        retry: Retry policy for exceptions raised by the run.
+        retry: The retry policy its author chose for exceptions raised by the
+            run; `None` (the default) lets the tool's effect decide (see
+            `retry_policy_for`).
         failure_mode: See `FailureMode` (default `"return"`).
         dynamic: True when built by `dynamic_tool` (see `is_dynamic`).
         approval_deadline: Seconds a call may wait for an approval decision
             before it expires; `None` uses the conversation's deadline
             (default 7 days).
+        idempotent: Repeating a call with the same arguments has no more
+            effect than running it once (default False): its calls keep the
+            default retries even when they need approval.
         at_most_once: The call must never run twice (default False). The
             durable loop gives it one attempt, and an attempt whose outcome is
             unknown (its worker was lost) becomes Failure `interrupted`
-            instead of `timed_out`. MCP tools not marked idempotent set it.
+            instead of `timed_out`. `@tool` and `dynamic_tool` set it for a
+            tool whose annotations mark it destructive (unless it is
+            idempotent or has its own `retry`); MCP tools not known to be
+            idempotent set it. Calls that need approval run at most once even
+            without it (see `at_most_once_for`).
+
+    Raises:
+        ConfigurationError: `at_most_once=True` with a `retry` of more than
+            one attempt, or with `idempotent=True`.
     """
 
     kind: ClassVar[ToolKind] = "local"
@@ -294,11 +316,67 @@ class Tool(_BaseTool):
     needs_approval: NeedsApproval = False
     timeout: float | None = 60.0
     heartbeat_timeout: float | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy | None = None
     failure_mode: FailureMode = "return"
     dynamic: bool = False
     approval_deadline: float | None = None
+    idempotent: bool = False
     at_most_once: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.at_most_once and self.retry is not None and self.retry.max_attempts > 1:
+            raise ConfigurationError(
+                f"tool {self.name!r}: retry={self.retry.max_attempts} (attempts) contradicts "
+                "at_most_once=True, which never runs a call twice; drop `retry`, or drop "
+                "`at_most_once` (and declare idempotent=True if repeating a call is harmless)"
+            )
+        if self.at_most_once and self.idempotent:
+            raise ConfigurationError(
+                f"tool {self.name!r}: at_most_once=True contradicts idempotent=True; an "
+                "idempotent tool may be retried, so keep one of them"
+            )
+
+    def at_most_once_for(self, *, gated: bool) -> bool:
+        """Whether one call runs at most once (one attempt, an unknown outcome is `interrupted`).
+
+        The defaults follow the effect: a tool declared `at_most_once` (or
+        destructive, see the class docstring) always; a call that needs
+        approval too, because a person approved one run, not several, unless
+        the tool is `idempotent` or its author chose a `retry` policy.
+
+        Args:
+            gated: The call waits for (or waited for) an approval decision.
+
+        Returns:
+            True when the call gets exactly one attempt.
+        """
+        if self.at_most_once:
+            return True
+        if self.retry is not None or self.idempotent:
+            return False
+        return gated
+
+    def retry_policy_for(self, *, gated: bool) -> RetryPolicy:
+        """The retry policy of one call: the tool's own `retry` wins, then the effect decides.
+
+        | the tool | attempts |
+        |---|---|
+        | `at_most_once=True` (or destructive annotations) | 1 |
+        | its own `retry=` | as given |
+        | `idempotent=True` | `RetryPolicy()` (3) |
+        | the call needs approval | 1 |
+        | otherwise | `RetryPolicy()` (3) |
+
+        Args:
+            gated: The call waits for (or waited for) an approval decision.
+
+        Returns:
+            The policy the durable loop gives the call's activity.
+        """
+        if self.at_most_once_for(gated=gated):
+            return self.retry if self.retry is not None else ONE_ATTEMPT
+        return self.retry if self.retry is not None else DEFAULT_RETRY
 
     def requires_approval(self, parsed_input: Any, context: ApprovalContext) -> bool:
         """Evaluate `needs_approval` for one call.

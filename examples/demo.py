@@ -194,6 +194,7 @@ TIME_SERVER = McpServerConfig(
     command=str(Path(sys.executable).with_name("mcp-server-time")),
     args=["--local-timezone", "Etc/UTC"],
     tools=["get_current_time"],
+    trust_annotations=True,  # a server we install and pin: its read-only hint is policy
 )
 """`mcp-server-time` (installed next to the interpreter); its tool is `time__get_current_time`."""
 

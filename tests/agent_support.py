@@ -267,6 +267,7 @@ def _mcp_servers_from_environment() -> list[Any]:
             command=sys.executable,
             args=[str(server), "stdio", "--log", log],
             heartbeat_timeout=3,
+            trust_annotations=True,  # no approval; its writing tools stay at-most-once
         )
     ]
 

@@ -29,7 +29,13 @@ if TYPE_CHECKING:
         McpConnection,
         McpStartError,
     )
-    from durable_tools.mcp.toolset import IDEMPOTENCY_KEY_META, McpToolsets, mcp_tool
+    from durable_tools.mcp.toolset import (
+        IDEMPOTENCY_KEY_META,
+        McpPolicy,
+        McpToolsets,
+        mcp_policy,
+        mcp_tool,
+    )
 
 # The connection and toolset modules import the `mcp` SDK (~1 s): load them on
 # first use, so configuration and the CLI stay fast.
@@ -39,7 +45,9 @@ _LAZY = {
     "McpConnection": "connection",
     "McpStartError": "connection",
     "IDEMPOTENCY_KEY_META": "toolset",
+    "McpPolicy": "toolset",
     "McpToolsets": "toolset",
+    "mcp_policy": "toolset",
     "mcp_tool": "toolset",
 }
 
@@ -58,11 +66,13 @@ __all__ = [
     "CallTimedOut",
     "ConnectionLost",
     "McpConnection",
+    "McpPolicy",
     "McpServerConfig",
     "McpStartError",
     "McpToolPolicy",
     "McpToolsets",
     "load_mcp_config",
+    "mcp_policy",
     "mcp_tool",
     "parse_mcp_config",
 ]

@@ -11,6 +11,7 @@ the configured server name unless `prefix` says otherwise.
 command = "mcp-server-time"
 args = ["--local-timezone", "Etc/UTC"]
 tools = ["get_current_time"]          # allow-list (optional)
+trust_annotations = true              # policy from the server's annotations
 
 [servers.files]
 url = "http://127.0.0.1:8000/mcp"
@@ -25,6 +26,12 @@ idempotent = true
 
 Secrets (`token`, `token_env`, `env`, `headers`) are resolved on the worker
 when it connects; none of them is ever part of a workflow's input or history.
+
+A server's tool annotations are hints from that server, untrusted unless its
+configuration says `trust_annotations = true` (MCP specification 2025-06-18,
+"Tool annotations"): by default every tool of a server needs approval and runs
+at most once; the overrides (`needs_approval`, `idempotent`, per server and
+per tool) are the operator's word and always win.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
 from durable_tools.errors import ConfigurationError
 
@@ -58,10 +65,12 @@ DEFAULT_CALL_TIMEOUT: float = 60.0
 class McpToolPolicy(BaseModel):
     """Policy overrides for the tools of a server (all fields optional).
 
-    `None` keeps what the tool's annotations say (MCP spec, `ToolAnnotations`):
-    read-only tools need no approval; destructive tools (the default for a tool
-    that is not read-only) need approval; only read-only or idempotent tools
-    are retried once their call may have reached the server.
+    `None` keeps the default: without `trust_annotations` on the server, every
+    tool needs approval and runs at most once; with it, what the tool's
+    annotations say (MCP spec, `ToolAnnotations`): read-only tools need no
+    approval; destructive tools (the default for a tool that is not
+    read-only) need approval; only read-only or idempotent tools are retried
+    once their call may have reached the server.
 
     Attributes:
         needs_approval: Force (True) or waive (False) the approval gate.
@@ -102,6 +111,10 @@ class McpServerConfig(BaseModel):
         heartbeat_timeout: Seconds without a sign of life from the worker
             running a call before Temporal counts the attempt as lost (default
             30; the call heartbeats every third of it).
+        trust_annotations: Derive each tool's policy from the annotations the
+            server declares (default False: annotations are untrusted hints,
+            so every tool needs approval and runs at most once). Set it only
+            for a server whose annotations you have checked, e.g. one you run.
         needs_approval: Server-wide approval override (see `McpToolPolicy`).
         idempotent: Server-wide idempotency override (see `McpToolPolicy`).
         tool_policy: Per-tool overrides, by the server's tool name.
@@ -123,6 +136,7 @@ class McpServerConfig(BaseModel):
     handshake_timeout: float = Field(default=DEFAULT_HANDSHAKE_TIMEOUT, gt=0)
     call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
     heartbeat_timeout: float = Field(default=30.0, gt=0)
+    trust_annotations: StrictBool = False
     needs_approval: bool | None = None
     idempotent: bool | None = None
     tool_policy: dict[str, McpToolPolicy] = Field(default_factory=dict[str, McpToolPolicy])

@@ -9,26 +9,32 @@ lists their tools and exposes each as a dynamic tool named `prefix__tool`:
   output schema when it has one.
 * **Results**: `is_error: true` becomes Failure `execution_error` with the
   server's text; progress notifications become progress events (heartbeats).
-* **Policy from annotations** (MCP `ToolAnnotations`, overridable per server
-  and per tool): read-only tools need no approval; destructive tools (the MCP
-  default for a tool that is not read-only) need approval; read-only or
-  idempotent tools are retried with backoff, others are *at-most-once*: once
-  their call may have reached the server, an unknown outcome becomes Failure
-  `interrupted`, never a second call. The call's idempotency key travels in
-  the request's `_meta` under `IDEMPOTENCY_KEY_META`.
+* **Policy**: annotations are hints from the server, untrusted unless its
+  configuration says `trust_annotations` (MCP specification 2025-06-18), so
+  by default every tool needs approval and is *at-most-once*: once its call
+  may have reached the server, an unknown outcome becomes Failure
+  `interrupted`, never a second call. For a trusted server the policy comes
+  from its `ToolAnnotations`: read-only tools need no approval; destructive
+  tools (the MCP default for a tool that is not read-only) need approval;
+  read-only or idempotent tools are retried with backoff, others are
+  at-most-once. The configuration's overrides (per server and per tool) win
+  either way. The call's idempotency key travels in the request's `_meta`
+  under `IDEMPOTENCY_KEY_META`.
 * **Connections** are pooled: one `McpConnection` per server per worker
   process (see `durable_tools.mcp.connection`).
 * **Changes**: a server's `tools/list_changed` marks it stale; `refresh()`
   (called by the model activity before each turn, never inside one) lists it
-  again.
+  again. A new listing never loosens a tool's policy: for the life of the
+  worker process, a tool that needed approval still does and one that was
+  at-most-once still is (`McpPolicy.stricter`), even on a trusted server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import mcp_types as types
@@ -47,6 +53,7 @@ from durable_tools.mcp.connection import (
 )
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import (
+    ONE_ATTEMPT,
     Emit,
     RetryPolicy,
     Tool,
@@ -55,7 +62,7 @@ from durable_tools.tools import (
     check_tool_name,
 )
 
-__all__ = ["IDEMPOTENCY_KEY_META", "McpToolsets", "mcp_tool"]
+__all__ = ["IDEMPOTENCY_KEY_META", "McpPolicy", "McpToolsets", "mcp_policy", "mcp_tool"]
 
 _log = logging.getLogger("durable_tools.mcp")
 
@@ -83,6 +90,54 @@ def _annotations(spec: types.Tool) -> ToolAnnotations:
     return ToolAnnotations(**{k: v for k, v in fields.items() if v is not None})
 
 
+@dataclass(frozen=True, kw_only=True)
+class McpPolicy:
+    """The effective policy of one MCP tool on this worker.
+
+    Attributes:
+        needs_approval: Every call waits for a person's decision.
+        idempotent: Calls are retried with backoff; otherwise at-most-once.
+    """
+
+    needs_approval: bool
+    idempotent: bool
+
+    def stricter(self, other: McpPolicy) -> McpPolicy:
+        """The policy at least as strict as both (approval if either, idempotent if both)."""
+        return McpPolicy(
+            needs_approval=self.needs_approval or other.needs_approval,
+            idempotent=self.idempotent and other.idempotent,
+        )
+
+
+def mcp_policy(config: McpServerConfig, spec: types.Tool) -> McpPolicy:
+    """The policy of one listed tool: the operator's overrides, then trusted annotations.
+
+    Args:
+        config: The server's configuration.
+        spec: The tool as the server listed it.
+
+    Returns:
+        Without `config.trust_annotations`, approval and at-most-once unless
+        overridden; with it, what the annotations imply (see the module
+        docstring), unless overridden.
+    """
+    if config.trust_annotations:
+        annotations = _annotations(spec)
+        read_only = annotations.read_only
+        needs_approval = annotations.destructive and not read_only
+        idempotent = read_only or annotations.idempotent
+    else:  # hints from an untrusted server are not policy
+        needs_approval, idempotent = True, False
+    override = config.policy(spec.name)
+    return McpPolicy(
+        needs_approval=override.needs_approval
+        if override.needs_approval is not None
+        else needs_approval,
+        idempotent=override.idempotent if override.idempotent is not None else idempotent,
+    )
+
+
 def _content_value(result: types.CallToolResult) -> Any:
     """What the model reads of a successful result."""
     if result.structured_content is not None:
@@ -98,16 +153,18 @@ def _error_text(result: types.CallToolResult) -> str:
     return "\n".join(texts).strip() or "the server reported an error without a message"
 
 
-def mcp_tool(connection: McpConnection, spec: types.Tool) -> Tool:
+def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | None = None) -> Tool:
     """Build the durable tool for one of a server's tools.
 
     Args:
         connection: The pooled connection to the server.
         spec: The tool as the server listed it.
+        policy: The tool's policy; `None` derives it (`mcp_policy`).
 
     Returns:
         A dynamic `Tool` named `prefix__name`, with the server's input and
-        output schemas, its annotations and the policy they imply.
+        output schemas, its annotations (shown to the model as hints) and the
+        policy.
 
     Raises:
         InvalidToolName: The prefixed name is not a valid tool name.
@@ -115,14 +172,10 @@ def mcp_tool(connection: McpConnection, spec: types.Tool) -> Tool:
     """
     config = connection.config
     annotations = _annotations(spec)
-    read_only = annotations.read_only
-    destructive = annotations.destructive and not read_only
-    policy = config.policy(spec.name)
-    needs_approval = policy.needs_approval if policy.needs_approval is not None else destructive
-    idempotent = (
-        policy.idempotent if policy.idempotent is not None else read_only or annotations.idempotent
-    )
-    call_timeout = policy.call_timeout or config.call_timeout
+    if policy is None:
+        policy = mcp_policy(config, spec)
+    needs_approval, idempotent = policy.needs_approval, policy.idempotent
+    call_timeout = config.policy(spec.name).call_timeout or config.call_timeout
     server_name, tool_name = config.name, spec.name
     keepalive_seconds = config.heartbeat_timeout / 3
 
@@ -183,7 +236,7 @@ def mcp_tool(connection: McpConnection, spec: types.Tool) -> Tool:
             raise ToolFailure("execution_error", _error_text(result))
         return _content_value(result)
 
-    tool = dynamic_tool(
+    return dynamic_tool(
         config.exposed_name(spec.name),
         run=run,
         parameters=spec.input_schema,
@@ -192,10 +245,11 @@ def mcp_tool(connection: McpConnection, spec: types.Tool) -> Tool:
         needs_approval=needs_approval,
         timeout=config.handshake_timeout + call_timeout + _ACTIVITY_MARGIN,
         heartbeat_timeout=config.heartbeat_timeout,
-        retry=_IDEMPOTENT_RETRY if idempotent else RetryPolicy(max_attempts=1),
+        retry=_IDEMPOTENT_RETRY if idempotent else ONE_ATTEMPT,
         annotations=annotations,
+        idempotent=idempotent,
+        at_most_once=not idempotent,
     )
-    return dataclasses.replace(tool, at_most_once=not idempotent)
 
 
 class McpToolsets:
@@ -225,6 +279,9 @@ class McpToolsets:
         }
         self.skipped: dict[str, str] = {}
         self._tools: dict[str, list[Tool]] = {}
+        # The strictest policy each (server, tool) had on this worker: a new
+        # listing (`tools/list_changed`) can tighten a tool's policy, never loosen it.
+        self._policies: dict[tuple[str, str], McpPolicy] = {}
         self._stale: set[str] = set()
         self._toolkit = Toolkit(label="mcp")
         self._listeners: list[Callable[[], None]] = []
@@ -297,7 +354,7 @@ class McpToolsets:
         for spec in wanted:
             try:
                 check_tool_name(config.exposed_name(spec.name))
-                tools.append(mcp_tool(connection, spec))
+                tools.append(mcp_tool(connection, spec, self._policy(config, spec)))
             except ConfigurationError as exc:
                 if config.tools is not None:
                     raise ConfigurationError(
@@ -305,6 +362,22 @@ class McpToolsets:
                     ) from None
                 _log.warning("MCP server %r: tool %r skipped: %s", config.name, spec.name, exc)
         return tools
+
+    def _policy(self, config: McpServerConfig, spec: types.Tool) -> McpPolicy:
+        listed = mcp_policy(config, spec)
+        key = (config.name, spec.name)
+        before = self._policies.get(key)
+        policy = listed if before is None else before.stricter(listed)
+        if policy != listed:
+            _log.warning(
+                "MCP server %r: tool %r now declares a looser policy (%s); keeping %s",
+                config.name,
+                spec.name,
+                listed,
+                policy,
+            )
+        self._policies[key] = policy
+        return policy
 
     def _rebuild(self) -> None:
         kits = [  # in configuration order, whichever server answered first

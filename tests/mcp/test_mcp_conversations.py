@@ -52,6 +52,9 @@ def _calls(log: Path, tool: str | None = None) -> list[dict[str, Any]]:
 
 
 def _stdio(log: Path, **fields: Any) -> McpServerConfig:
+    """The test server over stdio, trusted unless `trust_annotations=False` is given
+    (these tests are about transports and failures; test_mcp_trust.py is about trust)."""
+    fields.setdefault("trust_annotations", True)
     return McpServerConfig(
         name="notes",
         command=sys.executable,
@@ -109,7 +112,9 @@ def http_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
 async def test_time_server_through_a_conversation(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
-    time_server = McpServerConfig(name="time", command=str(BIN / "mcp-server-time"))
+    time_server = McpServerConfig(
+        name="time", command=str(BIN / "mcp-server-time"), trust_annotations=True
+    )
     async with _harness(dev_env, task_queue, tmp_path, time_server) as h:
         workflow_id = await h.start(
             _turns(
@@ -148,7 +153,9 @@ async def test_http_server_token_stays_on_the_worker(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, http_server: tuple[str, Path]
 ) -> None:
     url, log = http_server
-    server = McpServerConfig(name="remote", url=url, token_env="DT_TEST_MCP_TOKEN")
+    server = McpServerConfig(
+        name="remote", url=url, token_env="DT_TEST_MCP_TOKEN", trust_annotations=True
+    )
     async with _harness(dev_env, task_queue, tmp_path, server) as h:
         workflow_id = await h.start(
             _turns(
@@ -275,7 +282,7 @@ async def test_one_handshake_per_server_per_worker_across_20_calls(
     assert stats["starts"] == 1
 
 
-async def test_approval_policy_comes_from_annotations(
+async def test_approval_policy_comes_from_trusted_annotations(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "notes.jsonl"
@@ -303,7 +310,12 @@ async def test_policy_overrides_waive_approval(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "notes.jsonl"
-    server = _stdio(log, tool_policy={"delete_note": McpToolPolicy(needs_approval=False)})
+    # Untrusted (the default): the operator's override still waives approval.
+    server = _stdio(
+        log,
+        trust_annotations=False,
+        tool_policy={"delete_note": McpToolPolicy(needs_approval=False)},
+    )
     async with _harness(dev_env, task_queue, tmp_path, server) as h:
         workflow_id = await h.start(_turns([("del", "notes__delete_note", {"note": "x"})]))
         outputs = await h.wait_outputs(workflow_id, "del")

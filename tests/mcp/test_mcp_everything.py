@@ -1,8 +1,9 @@
 """MCP servers as tools, without Temporal: `@modelcontextprotocol/server-everything`
 (npm, installed by `make`) and the SDK test server of `mcp_test_server.py`.
 
-* annotations become policy (approval, retries, at-most-once), and the
-  configuration's overrides flip it;
+* annotations of a trusted server (`trust_annotations=True`, the default of
+  these helpers) become policy (approval, retries, at-most-once), and the
+  configuration's overrides flip it, on untrusted servers too;
 * descriptors keep the server's schemas exactly (draft-07 `$schema` included);
 * progress notifications arrive as `Progress` events before the `Output`;
 * structured content is the `Ok` value; server-side errors are Failures with
@@ -38,15 +39,19 @@ SERVER = Path(__file__).with_name("mcp_test_server.py")
 
 
 def _everything(name: str = "every", **fields: Any) -> McpServerConfig:
+    """server-everything; trusted unless `trust_annotations=False` is given."""
     if not EVERYTHING.exists():
         pytest.fail(
             f"{EVERYTHING} is missing: run `make install` and `npm ci` (or `make test`, which "
             "installs the npm MCP servers of package-lock.json) before running these tests"
         )
+    fields.setdefault("trust_annotations", True)
     return McpServerConfig(name=name, command=str(EVERYTHING), args=["stdio"], **fields)
 
 
 def _notes(log: Path, name: str = "notes", **fields: Any) -> McpServerConfig:
+    """The SDK test server; trusted unless `trust_annotations=False` is given."""
+    fields.setdefault("trust_annotations", True)
     return McpServerConfig(
         name=name, command=sys.executable, args=[str(SERVER), "stdio", "--log", str(log)], **fields
     )
@@ -165,7 +170,9 @@ async def test_destructive_tools_need_approval(kit: Toolkit, notes_log: Path) ->
 
 
 async def test_overrides_flip_the_policy(tmp_path: Path) -> None:
+    # Untrusted servers: the overrides alone decide, and they win.
     every = _everything(
+        trust_annotations=False,
         needs_approval=True,  # server-wide
         tool_policy={
             "echo": McpToolPolicy(needs_approval=False),
@@ -175,6 +182,7 @@ async def test_overrides_flip_the_policy(tmp_path: Path) -> None:
     )
     notes = _notes(
         tmp_path / "notes.jsonl",
+        trust_annotations=False,
         idempotent=True,  # server-wide
         tool_policy={"delete_note": McpToolPolicy(needs_approval=False, idempotent=False)},
     )

@@ -75,10 +75,13 @@ async def toolsets(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
             prefix="n",
             command=sys.executable,
             args=[str(SERVER), "stdio", "--log", str(tmp_path / "stdio.jsonl")],
+            trust_annotations=True,
         )
     else:
         url: str = request.getfixturevalue("http_url")
-        config = McpServerConfig(name="notes", prefix="n", url=url, token_env=TOKEN_ENV)
+        config = McpServerConfig(
+            name="notes", prefix="n", url=url, token_env=TOKEN_ENV, trust_annotations=True
+        )
     async with started(config) as toolsets:
         yield toolsets
 
@@ -99,6 +102,8 @@ async def _until_stale(toolsets: McpToolsets, seconds: float = 10) -> None:
             await asyncio.sleep(0.02)
 
 
+# The server is trusted here (its tools run without approval, so `grow` can be
+# called directly); test_mcp_trust.py covers policy across a change.
 async def test_list_changed_refreshes_between_turns(toolsets: McpToolsets) -> None:
     rebuilt: list[int] = []
     toolsets.on_change(lambda: rebuilt.append(toolsets.version))

@@ -35,7 +35,10 @@ async def time_server() -> AsyncIterator[McpToolsets]:
             f"{TIME_SERVER} is missing: run `make install` (mcp-server-time is a dev extra)"
         )
     server = McpServerConfig(
-        name="time", command=str(TIME_SERVER), args=["--local-timezone", "Etc/UTC"]
+        name="time",
+        command=str(TIME_SERVER),
+        args=["--local-timezone", "Etc/UTC"],
+        trust_annotations=True,  # its read-only hints are policy (test_mcp_trust.py: untrusted)
     )
     async with started(server) as toolsets:
         yield toolsets
@@ -60,7 +63,7 @@ def test_tools_and_schemas(kit: Toolkit) -> None:
     assert {t.name for t in kit} == {"time__get_current_time", "time__convert_time"}
     for tool in kit:
         assert isinstance(tool, Tool)
-        assert tool.annotations.read_only is True  # so: no approval, retried
+        assert tool.annotations.read_only is True  # trusted, so: no approval, retried
         assert (tool.needs_approval, tool.at_most_once) == (False, False)
         assert tool.output is not None  # the server's output schema
     current = kit.get("time__get_current_time").descriptor()
