@@ -33,6 +33,7 @@ from durable_tools.errors import (
     InvalidSchema,
     InvalidToolName,
     MissingExtra,
+    RetryRejected,
     StrictModeError,
     ToolNotFound,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "ProviderTool",
     "Reply",
     "RetryPolicy",
+    "RetryRejected",
     "Schema",
     "SchemaViolation",
     "SignalAction",

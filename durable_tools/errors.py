@@ -14,7 +14,8 @@ DurableToolsError
 │   ├── StrictModeError           a schema breaks an OpenAI strict-mode rule
 │   └── MissingExtra              a feature whose optional extra is not installed
 ├── ToolNotFound                  `Toolkit.get` / `with_run` on a missing name
-└── DecisionRejected              an approval or answer that fails its checks
+├── DecisionRejected              an approval or answer that fails its checks
+└── RetryRejected                 `retry_now` on a conversation whose model has not failed
 ```
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "InvalidSchema",
     "InvalidToolName",
     "MissingExtra",
+    "RetryRejected",
     "StrictModeError",
     "ToolNotFound",
 ]
@@ -115,4 +117,11 @@ class DecisionRejected(DurableToolsError):
     Raised by update validators (unknown call id, second decision, argument hash
     mismatch, answer not matching the answer schema). Signals that fail the same
     checks are recorded as rejected instead of raising.
+    """
+
+
+class RetryRejected(DurableToolsError):
+    """`Conversations.retry(..., wait=True)` on a conversation not in state `model_failed`.
+
+    The `retry` signal in that state is ignored instead.
     """
