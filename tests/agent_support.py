@@ -231,7 +231,23 @@ def directed(request: ModelRequest) -> AssistantMessage:
     return AssistantMessage(text=f"echo: {text}")
 
 
-MODELS = {"directed": ScriptedModel(directed), "specialist-model": ScriptedModel(directed)}
+async def slow_model(request: ModelRequest) -> AssistantMessage:
+    """A model whose request takes as many seconds as the last user message says.
+
+    Records each attempt's start and end with its process id in the ledger.
+    """
+    seconds = float(_last_user(request)[1])
+    record({"model": "slow", "turn": request.turn, "pid": os.getpid()})
+    await asyncio.sleep(seconds)
+    record({"model": "slow", "turn": request.turn, "done": True, "pid": os.getpid()})
+    return AssistantMessage(text=f"slow answer after {seconds:g} s")
+
+
+MODELS = {
+    "directed": ScriptedModel(directed),
+    "specialist-model": ScriptedModel(directed),
+    "slow-model": ScriptedModel(slow_model),
+}
 TOOLKITS = {"tests": TOOLKIT}
 AGENT = AgentConfig(name="main", model="directed", toolkit="tests")
 SPECIALIST = AgentConfig(

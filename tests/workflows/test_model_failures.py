@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
@@ -178,7 +179,14 @@ async def test_a_provider_error_over_the_failure_size_limit_becomes_one_short_li
             async with asyncio.timeout(30):
                 followed = await follower.follow(asyncio.Event())
             failure = await _failure(h, wf)
+            failed_events = [
+                e
+                async for e in h.client.get_workflow_handle(wf).fetch_history_events()
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+            ]
 
+    # Unbounded, the adapter's error and its cause (3 MB) were the recorded failure.
+    assert [e.ByteSize() < 16_000 for e in failed_events] == [True]
     assert "exceeds size limit" not in failure.message
     assert failure.message.startswith("retries ran out after 2 attempts: OpenAI answered HTTP 500")
     assert len(failure.message) <= 1000 and "\n" not in failure.message
@@ -212,8 +220,6 @@ async def test_options_bound_the_model_activity(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
     """The scheduled model activity carries the heartbeat timeout and the bounded policy."""
-    from temporalio.api.enums.v1 import EventType
-
     async with running(dev_env, task_queue, tmp_path / "l.jsonl") as h:
         wf = await h.start("hi", options=ConversationOptions())
         await h.wait_assistant_text(wf, "echo: hi")
