@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.converter import DataConverter
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import Harness, assistant_texts, running
+from workflow_helpers import Harness, assistant_texts, eventually, running
 
 from durable_tools.conversation import (
     AgentConfig,
@@ -232,3 +233,31 @@ async def test_options_bound_the_model_activity(
     assert model.heartbeat_timeout.ToSeconds() == 30
     assert model.schedule_to_close_timeout.ToSeconds() == 1800
     assert model.retry_policy.maximum_attempts == 10
+
+
+async def test_retry_takes_any_input_and_runs_the_turn_again_each_time(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """A `retry` signal with no input, two inputs or bytes retries; no workflow task fails."""
+    model = BrokenModel(lambda: http_error(400, "Invalid value for 'temperature'"))
+    async with running(dev_env, task_queue, tmp_path / "l.jsonl", models={"broken": model}) as h:
+        wf = await h.start("hello", agent=AgentConfig(model="broken", toolkit="tests"))
+        await _failure(h, wf)
+        handle = h.client.get_workflow_handle(wf)
+        plain = Client(**{**h.client.config(), "data_converter": DataConverter.default})
+        senders: list[Callable[[], Awaitable[None]]] = [
+            lambda: handle.signal("retry"),
+            lambda: handle.signal("retry", args=[{"requested_by": "a"}, 2]),
+            lambda: plain.get_workflow_handle(wf).signal("retry", b"\x00\xff"),
+        ]
+        for calls, send in enumerate(senders, start=2):
+            await send()
+
+            async def failed_again(calls: int = calls) -> bool:
+                status = await h.conversations.status(wf)
+                return model.calls == calls and status.state == "model_failed"
+
+            await eventually(failed_again, what=f"model call {calls} failing again")
+        events = [e.event_type async for e in handle.fetch_history_events()]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events
+    assert model.calls == 4
