@@ -806,6 +806,24 @@ def retry_command(
     _out.print(f"asked {escape(workflow_id)} to run its model turn again")
 
 
+@app.command("cancel")
+def cancel_command(
+    workflow_id: WorkflowId,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+) -> None:
+    """Cancel a conversation (open calls are answered cancelled or interrupted)."""
+    _on_conversation(
+        workflow_id,
+        lambda c: c.cancel(workflow_id),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
+    )
+    _out.print(f"asked {escape(workflow_id)} to cancel")
+
+
 @app.command("pending")
 def pending_command(
     workflow_id: Annotated[
