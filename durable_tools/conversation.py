@@ -67,7 +67,8 @@ class ModelRetry(BaseModel):
     Attributes:
         max_attempts: Attempts of one model turn, the first included (default 10).
         timeout: Seconds all attempts of one model turn may take together
-            (default 1800: 30 minutes; Temporal's schedule-to-close timeout).
+            (default 1800: 30 minutes; Temporal's schedule-to-close timeout;
+            never less than `ConversationOptions.model_timeout`).
         initial_interval: Seconds before the first retry (default 1).
         maximum_interval: Most seconds between retries (default 60).
         heartbeat_timeout: Seconds without a heartbeat after which an attempt

@@ -295,7 +295,9 @@ class AgentWorkflow:
             request,
             result_type=ModelTurn,
             start_to_close_timeout=timedelta(seconds=self._options.model_timeout),
-            schedule_to_close_timeout=timedelta(seconds=retry.timeout),
+            schedule_to_close_timeout=timedelta(
+                seconds=max(retry.timeout, self._options.model_timeout)
+            ),
             heartbeat_timeout=timedelta(seconds=retry.heartbeat_timeout),
             retry_policy=model_retry_policy(retry),
             summary=f"{agent.name}: {agent.model}, turn {number}",

@@ -6,6 +6,7 @@ SDKs' own HTTP transport (`tests/provider_replay.py`).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import anthropic
@@ -121,6 +122,9 @@ def test_a_bounded_failure_keeps_the_type_and_is_one_short_line() -> None:
     assert (plain.type, plain.non_retryable) == ("ValueError", False)
     assert plain.message.startswith("ValueError: bad y")
     assert len(plain.message) == MAX_FAILURE_MESSAGE_CHARS
+
+    delayed = ApplicationError("429", type="ProviderRateLimited", next_retry_delay=timedelta(7))
+    assert bounded_failure(delayed).next_retry_delay == timedelta(7)  # retry-after still honoured
 
     big_details = bounded_failure(ApplicationError("m", "z" * 10_000, type="T", non_retryable=True))
     assert (big_details.message, big_details.type, big_details.non_retryable) == ("m", "T", True)
