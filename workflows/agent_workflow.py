@@ -261,7 +261,10 @@ class AgentWorkflow:
             try:
                 turn = await self._request_model_turn()
             except ActivityError as exc:
-                if not workflow.patched(MODEL_FAILED_PATCH):
+                # A cancelled conversation cancels its model turn: that ends it.
+                if isinstance(exc.cause, CancelledError) or not workflow.patched(
+                    MODEL_FAILED_PATCH
+                ):
                     raise
                 await self._wait_after_model_failure(exc)
                 self._take_inbox()

@@ -261,3 +261,31 @@ async def test_retry_takes_any_input_and_runs_the_turn_again_each_time(
         events = [e.event_type async for e in handle.fetch_history_events()]
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events
     assert model.calls == 4
+
+
+class HangingModel:
+    """Never answers (until cancelled)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def __call__(self, request: ModelRequest) -> AssistantMessage:
+        self.started.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("not reached")
+
+
+async def test_cancelling_during_a_model_turn_cancels_it_and_does_not_wait(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    model = HangingModel()
+    async with running(dev_env, task_queue, tmp_path / "l.jsonl", models={"hang": model}) as h:
+        wf = await h.start("hello", agent=AgentConfig(model="hang", toolkit="tests"))
+        async with asyncio.timeout(20):
+            await model.started.wait()
+        await h.conversations.cancel(wf)
+        with pytest.raises(WorkflowFailureError) as ended:
+            async with asyncio.timeout(20):
+                await h.client.get_workflow_handle(wf).result()
+        assert isinstance(ended.value.cause, CancelledError)
+        assert await h.execution_status(wf) == WorkflowExecutionStatus.CANCELED
