@@ -21,12 +21,9 @@ from temporalio.exceptions import (
 )
 
 from durable_tools.conversation import ModelFailure, ModelRetry
+from durable_tools.models.errors import MAX_FAILURE_MESSAGE_CHARS
 
-__all__ = ["MAX_MESSAGE_CHARS", "describe_model_failure", "model_retry_policy"]
-
-MAX_MESSAGE_CHARS: Final[int] = 1000
-"""Longest `ModelFailure.message`, in characters (the activity already bounds
-what it raises to this; failures from elsewhere, e.g. the server, are cut here)."""
+__all__ = ["NON_RETRYABLE_TYPES", "describe_model_failure", "model_retry_policy"]
 
 NON_RETRYABLE_TYPES: Final[tuple[str, ...]] = (
     "ConfigurationError",
@@ -64,7 +61,10 @@ def model_retry_policy(retry: ModelRetry) -> RetryPolicy:
 
 def _one_line(text: str) -> str:
     line = " ".join(text.split())
-    return line if len(line) <= MAX_MESSAGE_CHARS else line[: MAX_MESSAGE_CHARS - 1] + "…"
+    # The activity already bounds what it raises; the prefix added here, and
+    # failures from elsewhere (the server's timeouts), are cut to the same length.
+    limit = MAX_FAILURE_MESSAGE_CHARS
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _root(error: BaseException) -> BaseException:
@@ -92,7 +92,7 @@ def describe_model_failure(
 
     Returns:
         The failure: the message of the last attempt's error (one line, cut to
-        `MAX_MESSAGE_CHARS`), its type, and whether retries ran out.
+        `MAX_FAILURE_MESSAGE_CHARS`), its type, and whether retries ran out.
     """
     root = _root(error)
     state = error.retry_state
