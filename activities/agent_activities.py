@@ -2,7 +2,11 @@
 
 * `model.turn` reads the transcript through a query to the workflow (so the
   transcript is never recorded as activity input: history grows linearly),
-  calls the model adapter, and plans the turn's calls (`planning.py`).
+  calls the model adapter, makes its output safe to record
+  (`model_output.py`), and plans the turn's calls (`planning.py`). It
+  heartbeats while it runs, so a worker lost during a slow provider request
+  is noticed after the heartbeat timeout, not the model timeout; whatever it
+  raises is bounded to one line (`bounded_failure`), its full text logged.
 * `tool.<name>` (one dynamic activity) runs one tool call. Its activity type
   names the tool, so `temporal workflow show` reads like the conversation.
 """
@@ -10,9 +14,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import to_json
@@ -20,6 +25,7 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.conversation import (
     ModelRequest,
@@ -33,6 +39,7 @@ from durable_tools.descriptor import descriptors_digest
 from durable_tools.errors import ConfigurationError
 from durable_tools.executor import encode_result, prepare_call
 from durable_tools.models.base import Model
+from durable_tools.models.errors import bounded_failure
 from durable_tools.models.registry import resolve_model
 from durable_tools.redact import Redactor
 from durable_tools.results import Failure, ToolCall, failed
@@ -150,11 +157,27 @@ class AgentActivities:
     async def model_turn(self, request: ModelTurnRequest) -> ModelTurn:
         """Call the model for one turn and plan its tool calls.
 
+        Heartbeats every third of the heartbeat timeout while it runs. A model
+        output that cannot be recorded as it is (an unpaired surrogate, a
+        control character or a 10 KB name in a call) is made safe and the call
+        answered `input_validation_error` (see `model_output.py`).
+
         Raises:
-            ApplicationError: Non-retryable, when the toolkit named by the agent
-                configuration is not registered on this worker, or its model
-                is neither registered nor a model spec `resolve_model` builds.
+            ApplicationError: Whatever failed, bounded by `bounded_failure`
+                (one line, no cause chain; the full text is logged).
+                Non-retryable when the toolkit named by the agent configuration
+                is not registered on this worker, or its model is neither
+                registered nor a model spec `resolve_model` builds, or the
+                model adapter raised a non-retryable error.
         """
+        try:
+            async with _heartbeating():
+                return await self._model_turn(request)
+        except Exception as exc:
+            activity.logger.warning("model turn %d failed", request.turn, exc_info=True)
+            raise bounded_failure(exc, self.redact) from None
+
+    async def _model_turn(self, request: ModelTurnRequest) -> ModelTurn:
         if self.mcp is not None:
             await self.mcp.refresh()  # between turns only: a turn sees one tool list
         toolkit = self._toolkit(request.agent.toolkit)
@@ -173,15 +196,30 @@ class AgentActivities:
                 settings=dict(request.agent.settings),
             )
         )
+        message, problems = safe_turn(message)
         message = _unique_call_ids(message, transcript)
         message = _bound_arguments(message)
         plans = plan_calls(toolkit, message.tool_calls, [*transcript, message])
-        return ModelTurn(
+        for index, problem in enumerate(problems):
+            if problem is not None:
+                plan = plans[index]
+                failure = failed(plan.call, "input_validation_error", problem)
+                plans[index] = plan.model_copy(update={"kind": "unknown", "failure": failure})
+        turn = ModelTurn(
             message=message,
             plans=plans,
             descriptors=None if digest == request.known_digest else descriptors,
             digest=digest,
         )
+        try:
+            to_json(turn)
+        except ValueError as exc:  # a model turn that cannot be recorded must not retry forever
+            raise ApplicationError(
+                f"the model's turn cannot be recorded: {exc}",
+                type="ModelOutputInvalid",
+                non_retryable=True,
+            ) from None
+        return turn
 
     @activity.defn(dynamic=True)
     async def tool_call(self, args: Sequence[RawValue]) -> ToolActivityResult:
@@ -236,6 +274,33 @@ class AgentActivities:
                 "(Temporal's payload limit is 2 MiB); ask for less data, e.g. a page or a summary",
             )
         return ToolActivityResult(result=result)
+
+
+@contextlib.asynccontextmanager
+async def _heartbeating() -> AsyncGenerator[None]:
+    """Heartbeat every third of the activity's heartbeat timeout until the block ends.
+
+    Without heartbeats, a worker lost during a provider request is noticed
+    only when the start-to-close timeout (`model_timeout`, 300 s) passes.
+    """
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        yield
+        return
+    interval = max(timeout.total_seconds() / 3, 0.05)
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _heartbeat_emitter() -> Any:

@@ -34,6 +34,7 @@ from durable_tools.errors import (
     InvalidToolName,
     MissingExtra,
     NoFinalOutput,
+    RetryRejected,
     StrictModeError,
     ToolNotFound,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "ProviderTool",
     "Reply",
     "RetryPolicy",
+    "RetryRejected",
     "Schema",
     "SchemaViolation",
     "SignalAction",

@@ -40,10 +40,16 @@ from durable_tools.conversation import (
     DecisionReceipt,
     PendingState,
     Resume,
+    RetryRequest,
     SendMessage,
     TranscriptSlice,
 )
-from durable_tools.errors import ConfigurationError, DecisionRejected, NoFinalOutput
+from durable_tools.errors import (
+    ConfigurationError,
+    DecisionRejected,
+    NoFinalOutput,
+    RetryRejected,
+)
 from durable_tools.transcript import TranscriptItem
 
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
@@ -306,6 +312,34 @@ class Conversations:
         if result.status != "finished":
             raise NoFinalOutput(result)
         return output_type.model_validate(result.output)
+
+    async def retry(self, workflow_id: str, *, requested_by: str = "", wait: bool = False) -> None:
+        """Run a failed model turn again (the conversation is in state `model_failed`).
+
+        Args:
+            workflow_id: The conversation.
+            requested_by: Who asks (recorded in the signal's input).
+            wait: Send the validated `retry_now` update instead of the `retry`
+                signal: it needs a running worker and raises at once when the
+                conversation is not waiting after a model failure (the signal
+                is then ignored).
+
+        Raises:
+            RetryRejected: With `wait=True`, the conversation's state is not
+                `model_failed`.
+        """
+        handle = self._handle(workflow_id)
+        request = RetryRequest(requested_by=requested_by)
+        if not wait:
+            await handle.signal("retry", request)
+            return
+        try:
+            await handle.execute_update("retry_now", request)  # pyright: ignore[reportUnknownMemberType]
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == "RetryRejected":
+                raise RetryRejected(cause.message) from exc
+            raise
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancel the conversation; open calls are answered `cancelled` or `interrupted`."""

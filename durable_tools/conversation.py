@@ -30,7 +30,9 @@ __all__ = [
     "ConversationResult",
     "ConversationStatus",
     "DecisionReceipt",
+    "ModelFailure",
     "ModelRequest",
+    "ModelRetry",
     "ModelTurn",
     "ModelTurnRequest",
     "PendingApproval",
@@ -39,6 +41,7 @@ __all__ = [
     "PlannedCall",
     "RejectedDecision",
     "Resume",
+    "RetryRequest",
     "SendMessage",
     "ToolActivityInput",
     "ToolActivityResult",
@@ -50,6 +53,70 @@ DEFAULT_APPROVAL_DEADLINE: float = 7 * 24 * 3600.0
 
 DEFAULT_IDLE_TIMEOUT: float = 7 * 24 * 3600.0
 """Seconds a conversation waits for the next user message before it ends (7 days)."""
+
+
+class ModelRetry(BaseModel):
+    """How the model activity is retried and watched.
+
+    Retryable failures (HTTP 408/409/429/5xx, connection errors, timeouts)
+    are retried with exponential backoff (a provider's `retry-after` replaces
+    the backoff for that attempt) until `max_attempts` or `timeout`; then, or
+    at once for a non-retryable failure, the conversation waits in state
+    `model_failed` for an operator (`retry`, `send` or `cancel`).
+
+    Attributes:
+        max_attempts: Attempts of one model turn, the first included (default 10).
+        timeout: Seconds all attempts of one model turn may take together
+            (default 1800: 30 minutes; Temporal's schedule-to-close timeout;
+            never less than `ConversationOptions.model_timeout`).
+        initial_interval: Seconds before the first retry (default 1).
+        maximum_interval: Most seconds between retries (default 60).
+        heartbeat_timeout: Seconds without a heartbeat after which an attempt
+            counts as lost (its worker died) and is retried (default 30);
+            the activity heartbeats every third of it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    max_attempts: int = Field(default=10, ge=1)
+    timeout: float = Field(default=1800.0, gt=0)
+    initial_interval: float = Field(default=1.0, gt=0)
+    maximum_interval: float = Field(default=60.0, gt=0)
+    heartbeat_timeout: float = Field(default=30.0, gt=0)
+
+
+class ModelFailure(BaseModel):
+    """Why a model turn failed and the conversation waits (state `model_failed`).
+
+    Attributes:
+        message: The error's message: one line of at most 1,000 characters
+            (the worker's log has the full text).
+        type: The error's type: a provider error (`ProviderBadRequest`,
+            `ProviderUnavailable`, `ContextLengthExceeded`, ...; see
+            `durable_tools.models.errors`), `ConfigurationError` (no such
+            toolkit or model on the worker), or a timeout
+            (`StartToClose`, `Heartbeat`, `ScheduleToClose`).
+        retries_exhausted: True when a retryable error ran out of attempts or
+            time; False when the error is not retryable.
+        turn: The model turn that failed (from 1).
+        failed_at: When (workflow time, UTC).
+    """
+
+    message: str
+    type: str = ""
+    retries_exhausted: bool = False
+    turn: int
+    failed_at: datetime
+
+
+class RetryRequest(BaseModel):
+    """Input of the `retry` signal and `retry_now` update (optional).
+
+    Attributes:
+        requested_by: Who asked for the retry.
+    """
+
+    requested_by: str = ""
 
 
 class AgentConfig(BaseModel):
@@ -64,6 +131,8 @@ class AgentConfig(BaseModel):
         toolkit: Name of a toolkit registered on the worker.
         settings: Provider settings passed to the model on every turn
             (e.g. `{"temperature": 0.2, "max_tokens": 1024}`); default none.
+        model_retry: How this agent's model turns are retried; `None` (the
+            default): `ConversationOptions.model_retry`.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -73,6 +142,7 @@ class AgentConfig(BaseModel):
     model: str
     toolkit: str
     settings: dict[str, Any] = Field(default_factory=dict[str, Any])
+    model_retry: ModelRetry | None = None
 
 
 class ConversationOptions(BaseModel):
@@ -92,6 +162,10 @@ class ConversationOptions(BaseModel):
             turns in one run even if Temporal does not suggest it yet (`None`:
             only when `is_continue_as_new_suggested()`).
         model_timeout: Start-to-close seconds of one model request (default 300).
+        model_retry: How model turns are retried and when the conversation
+            stops retrying and waits in state `model_failed` (default: 10
+            attempts or 30 minutes, 30 s heartbeat timeout); an agent's
+            `AgentConfig.model_retry` wins.
         search_attributes: Upsert the `DurableToolsPendingCount` /
             `DurableToolsPendingKinds` search attributes (they must be
             registered on the namespace; see docs/operations.md).
@@ -109,6 +183,7 @@ class ConversationOptions(BaseModel):
     max_model_turns: int = Field(default=1000, ge=1)
     continue_as_new_after_turns: int | None = Field(default=None, ge=1)
     model_timeout: float = 300.0
+    model_retry: ModelRetry = Field(default_factory=ModelRetry)
     search_attributes: bool = True
     transcript_in_activity_input: bool = False
 
@@ -181,11 +256,14 @@ class PendingState(BaseModel):
         interactions: Calls waiting for an answer.
         paused: The reason, when a `pause` signal tool waits for `resume`.
         rejected: Decisions and answers that failed their checks (latest 100).
+        model_failed: Why the model turn failed, while the conversation waits
+            for `retry`, a new message or `cancel`.
     """
 
     approvals: list[PendingApproval] = Field(default_factory=list[PendingApproval])
     interactions: list[PendingInteraction] = Field(default_factory=list[PendingInteraction])
     paused: str | None = None
+    model_failed: ModelFailure | None = None
     rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
 
 
@@ -438,7 +516,8 @@ class ConversationStatus(BaseModel):
 
     Attributes:
         state: What the loop is doing: `idle`, `model`, `tools`, `waiting`,
-            `sleeping`, `paused`, `finished`, `cancelled`.
+            `sleeping`, `paused`, `model_failed` (waiting for `retry`, a new
+            message or `cancel`), `finished`, `cancelled`.
         agent: Current agent configuration name.
         turns: Model turns so far.
         runs: Workflow runs so far (continue-as-new + 1).
@@ -447,6 +526,7 @@ class ConversationStatus(BaseModel):
         running_tools: Tool activities in flight.
         transcript_items: Length of the transcript.
         reconciled: Whether every call in the transcript has its output.
+        model_failed: Why the model turn failed, in state `model_failed`.
     """
 
     state: str
@@ -458,6 +538,7 @@ class ConversationStatus(BaseModel):
     running_tools: int
     transcript_items: int
     reconciled: bool
+    model_failed: ModelFailure | None = None
 
 
 class ConversationResult(BaseModel):

@@ -15,7 +15,8 @@ DurableToolsError
 │   └── MissingExtra              a feature whose optional extra is not installed
 ├── ToolNotFound                  `Toolkit.get` / `with_run` on a missing name
 ├── DecisionRejected              an approval or answer that fails its checks
-└── NoFinalOutput                 a typed result asked of a conversation that did not finish
+├── NoFinalOutput                 a typed result asked of a conversation that did not finish
+└── RetryRejected                 `retry_now` on a conversation whose model has not failed
 ```
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidToolName",
     "MissingExtra",
     "NoFinalOutput",
+    "RetryRejected",
     "StrictModeError",
     "ToolNotFound",
 ]
@@ -137,3 +139,10 @@ class NoFinalOutput(DurableToolsError):
             f"the conversation ended with status {status!r}, not with the finish tool, "
             "so it has no structured output"
         )
+
+
+class RetryRejected(DurableToolsError):
+    """`Conversations.retry(..., wait=True)` on a conversation not in state `model_failed`.
+
+    The `retry` signal in that state is ignored instead.
+    """

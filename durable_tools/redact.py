@@ -10,7 +10,7 @@ Web UI shows it) and shown to the model, so the worker passes it through a
    say secret: `*API_KEY*`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`,
    `*CREDENTIAL*`; MCP servers' tokens, headers and `env`), longest first;
 2. credential shapes: URL user-info (`https://user:pass@host`), `Bearer …` /
-   `Basic …`, `token=…` / `api_key=…` / `password=…` assignments, and
+   `Basic …`, `token=…` / `api_key=…` / `password=…` assignments and `?key=…` in URLs, and
    well-known key formats (`sk-…`, `ghp_…`, `xox?-…`, `AKIA…`);
 3. truncation to `max_chars` (default 2,000), so a failure always fits
    Temporal's failure size limit.
@@ -55,6 +55,8 @@ _PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
         ),
         r"\g<scheme>",
     ),
+    # ?key=... in a URL's query (Google-style API keys).
+    (re.compile(r"(?i)(?P<scheme>[?&]key=)[^&\s\"'#]+"), r"\g<scheme>"),
     # Well-known key formats.
     (re.compile(r"\b(?P<scheme>)(?:sk|rk|pk)-[A-Za-z0-9_-]{16,}"), r"\g<scheme>"),
     (re.compile(r"\b(?P<scheme>)gh[pousr]_[A-Za-z0-9]{20,}"), r"\g<scheme>"),

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from temporalio.exceptions import ApplicationError
+
 from durable_tools import (
     AssistantMessage,
     Emit,
@@ -231,7 +233,37 @@ def directed(request: ModelRequest) -> AssistantMessage:
     return AssistantMessage(text=f"echo: {text}")
 
 
-MODELS = {"directed": ScriptedModel(directed), "specialist-model": ScriptedModel(directed)}
+async def slow_model(request: ModelRequest) -> AssistantMessage:
+    """A model whose request takes as many seconds as the last user message says.
+
+    Records each attempt's start and end with its process id in the ledger.
+    """
+    seconds = float(_last_user(request)[1])
+    record({"model": "slow", "turn": request.turn, "pid": os.getpid()})
+    await asyncio.sleep(seconds)
+    record({"model": "slow", "turn": request.turn, "done": True, "pid": os.getpid()})
+    return AssistantMessage(text=f"slow answer after {seconds:g} s")
+
+
+_FAILED_ONCE: set[str] = set()
+
+
+def fails_once(request: ModelRequest) -> AssistantMessage:
+    """Fails its first request of each conversation (non-retryable), then answers "back"."""
+    if request.workflow_id not in _FAILED_ONCE:
+        _FAILED_ONCE.add(request.workflow_id)
+        raise ApplicationError(
+            "the model is down for maintenance", type="ProviderBadRequest", non_retryable=True
+        )
+    return AssistantMessage(text="back")
+
+
+MODELS = {
+    "directed": ScriptedModel(directed),
+    "fails-once": ScriptedModel(fails_once),
+    "specialist-model": ScriptedModel(directed),
+    "slow-model": ScriptedModel(slow_model),
+}
 TOOLKITS = {"tests": TOOLKIT}
 AGENT = AgentConfig(name="main", model="directed", toolkit="tests")
 SPECIALIST = AgentConfig(

@@ -36,6 +36,7 @@ from durable_tools.conversation import (
     PendingInteraction,
 )
 from durable_tools.mcp import McpServerConfig
+from durable_tools.models.base import Model
 from durable_tools.testing import ScriptedModel
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem
@@ -184,29 +185,33 @@ async def running(
     ledger: Path,
     *,
     toolkits: Mapping[str, Toolkit] | None = None,
+    models: Mapping[str, Model] | None = None,
     mcp_servers: Sequence[McpServerConfig] = (),
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
-    `toolkits` are registered beside the shared ones (`tests`); the tools of
+    `toolkits` and `models` are registered beside the shared ones (`tests`,
+    `directed`); the tools of
     `mcp_servers` join every toolkit (the harness's `plugin.mcp` has their stats).
     Conversations started through the harness that are still running when the
     block ends are terminated, so no timer of theirs outlives the test (on the
     time-skipping server a leftover workflow task would stall time skipping).
     """
-    models = {
+    scripted = {
         "directed": ScriptedModel(directed),
         "specialist-model": ScriptedModel(directed),
     }
     plugin = DurableToolsPlugin(
-        toolkits={**TOOLKITS, **(toolkits or {})}, models=models, mcp_servers=mcp_servers
+        toolkits={**TOOLKITS, **(toolkits or {})},
+        models={**scripted, **(models or {})},
+        mcp_servers=mcp_servers,
     )
     client = Client(**{**env.client.config(), "plugins": [plugin]})
     harness = Harness(
         env=env,
         client=client,
         conversations=Conversations(client, task_queue=task_queue),
-        models=models,
+        models=scripted,
         ledger=ledger,
         task_queue=task_queue,
         plugin=plugin,

@@ -61,7 +61,7 @@ from durable_tools.conversation import (
     AgentConfig,
     ConversationOptions,
 )
-from durable_tools.errors import ConfigurationError, DecisionRejected
+from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected
 from durable_tools.worker.follow import Commands, Followed, Follower, LostServer
 from durable_tools.worker.render import (
     PendingConversation,
@@ -275,7 +275,7 @@ def _run(
         return asyncio.run(bounded())
     except CliError as exc:
         _fail(str(exc), exc.code)
-    except DecisionRejected as exc:
+    except (DecisionRejected, RetryRejected) as exc:
         _fail(f"rejected: {exc}")
     except TimeoutError:
         _fail(f"no answer within {timeout:g} s from Temporal at {address} ({waiting_for})")
@@ -695,6 +695,14 @@ def _print_followed(followed: Followed, workflow_id: str, commands: Commands) ->
             soft_wrap=True,
         )
         raise typer.Exit(130)
+    if followed.outcome == "model_failed":
+        _out.print(
+            "the conversation waits: run the turn again with "
+            f"`{escape(commands('retry', workflow_id))}`, send a new message with "
+            f"`{escape(commands('send', workflow_id, 'MESSAGE'))}`, or cancel it",
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_FAILURE)
     if followed.outcome == "idle":
         _out.print(f"[bold]answer[/]: {escape(followed.answer)}", soft_wrap=True)
         _out.print(
@@ -829,6 +837,51 @@ def send_command(
         timeout=timeout,
     )
     _out.print(f"sent to {escape(workflow_id)}")
+
+
+@app.command("retry")
+def retry_command(
+    workflow_id: WorkflowId,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Send the validated update (needs a worker) and fail at once if the "
+            "conversation is not in state model_failed.",
+        ),
+    ] = False,
+    by: Annotated[str, typer.Option("--by", help="Who asks.")] = "",
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+) -> None:
+    """Run a failed model turn again (a conversation in state model_failed)."""
+    _on_conversation(
+        workflow_id,
+        lambda c: c.retry(workflow_id, requested_by=by or _whoami(), wait=wait),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
+    )
+    _out.print(f"asked {escape(workflow_id)} to run its model turn again")
+
+
+@app.command("cancel")
+def cancel_command(
+    workflow_id: WorkflowId,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+) -> None:
+    """Cancel a conversation (open calls are answered cancelled or interrupted)."""
+    _on_conversation(
+        workflow_id,
+        lambda c: c.cancel(workflow_id),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
+    )
+    _out.print(f"asked {escape(workflow_id)} to cancel")
 
 
 @app.command("pending")

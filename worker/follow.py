@@ -14,8 +14,10 @@ by half up to `max_interval` while nothing changes (no busy loop):
   questions, each with the exact command that decides it.
 
 It returns when the conversation ends (`ended`), when the model answered in
-text and the conversation waits for the next user message (`idle`), or when
-`stop` is set (`detached`; the conversation goes on).
+text and the conversation waits for the next user message (`idle`), when a
+model turn failed for good and the conversation waits for an operator
+(`model_failed`: its one-line message and the commands that go on are
+shown), or when `stop` is set (`detached`; the conversation goes on).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from durable_tools.client import Conversations
 from durable_tools.conversation import (
     ConversationResult,
     ConversationStatus,
+    ModelFailure,
     PendingApproval,
     PendingInteraction,
     TranscriptSlice,
@@ -96,14 +99,18 @@ class Followed:
     Attributes:
         outcome: `ended` (the workflow closed; `result` is set), `idle` (the
             model answered in text; the conversation waits for the next
-            message) or `detached` (`stop` was set; it goes on).
+            message), `model_failed` (a model turn failed for good; the
+            conversation waits for `retry`, a message or `cancel`) or
+            `detached` (`stop` was set; it goes on).
         result: The conversation's result when `ended`.
         answer: The last assistant text when `idle`.
+        failure: Why the model turn failed, when `model_failed`.
     """
 
-    outcome: Literal["ended", "idle", "detached"]
+    outcome: Literal["ended", "idle", "model_failed", "detached"]
     result: ConversationResult | None = None
     answer: str = ""
+    failure: ModelFailure | None = None
 
 
 class LostServer(Exception):
@@ -236,6 +243,13 @@ class Follower:
         if not running:
             result: ConversationResult = await self._conversations.result(self._workflow_id)
             return True, Followed(outcome="ended", result=result)
+        if status is not None and status.state == "model_failed" and status.model_failed:
+            failure = status.model_failed
+            self._emit(
+                f"[bold red]✗ model turn {failure.turn} failed[/] ({escape(failure.type)}): "
+                f"{escape(failure.message)}"
+            )
+            return True, Followed(outcome="model_failed", failure=failure)
         if status is not None and self._is_idle(status):
             last = self._seen.last
             text = last.text if isinstance(last, AssistantMessage) else ""

@@ -126,6 +126,14 @@ def render_pending(state: PendingState) -> Group:
         parts.append(table)
     if state.paused is not None:
         parts.append(Text(f"paused: {state.paused} (resume it with a new message: `send`)"))
+    failure = state.model_failed
+    if failure is not None:
+        parts.append(
+            Text(
+                f"model_failed: turn {failure.turn} ({failure.type}): {failure.message} "
+                "(run it again: `durable-tools retry`, or `send` a new message, or `cancel`)"
+            )
+        )
     if state.rejected:
         table = Table(title="Rejected decisions (latest)", title_justify="left")
         for column in ("call id", "by", "received", "reason"):
@@ -135,7 +143,7 @@ def render_pending(state: PendingState) -> Group:
                 escape(r.call_id), escape(r.decided_by), when(r.received_at), escape(r.reason)
             )
         parts.append(table)
-    if not (state.approvals or state.interactions or state.paused is not None):
+    if not (state.approvals or state.interactions or state.paused is not None or failure):
         parts.insert(0, Text("nothing pending"))
     return Group(*parts)
 
@@ -179,8 +187,13 @@ def render_status(workflow_id: str, status: ConversationStatus) -> Table:
     table = Table(title=f"Conversation {escape(workflow_id)}", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    for name, value in status.model_dump().items():
+    for name, value in status.model_dump(exclude={"model_failed"}).items():
         table.add_row(name.replace("_", " "), escape(str(value)))
+    failure = status.model_failed
+    if failure is not None:
+        table.add_row(
+            "model failed", escape(f"turn {failure.turn} ({failure.type}): {failure.message}")
+        )
     return table
 
 

@@ -13,6 +13,12 @@ tool call of the turn exactly once:
 * calls answered before running (unknown tool, invalid arguments, provider
   tools) get their Failure from the plan.
 
+A model turn that fails for good (a non-retryable error, or retries of the
+bounded `ModelRetry` policy ran out) does not end the conversation: it waits
+in state `model_failed` (the `status` and `pending` queries, the
+`model_failed` pending kind, the current details) for the `retry` signal /
+`retry_now` update, a new message (`send`), or cancellation.
+
 Workflow code is deterministic: no I/O, clocks or randomness outside
 Temporal's APIs. Everything that needs application code runs in activities.
 """
@@ -34,6 +40,8 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
+from durable_tools.workflows.model_failure import describe_model_failure, model_retry_policy
+
 with workflow.unsafe.imports_passed_through():
     from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
     from durable_tools.approvals import Decision
@@ -44,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationResult,
         ConversationStatus,
         DecisionReceipt,
+        ModelFailure,
         ModelTurn,
         ModelTurnRequest,
         PendingApproval,
@@ -87,7 +96,10 @@ PENDING_COUNT = SearchAttributeKey.for_int("DurableToolsPendingCount")
 """Search attribute: approvals + interactions waiting (0 when none)."""
 
 PENDING_KINDS = SearchAttributeKey.for_keyword_list("DurableToolsPendingKinds")
-"""Search attribute: what is pending (`approval`, `interaction`, `pause`)."""
+"""Search attribute: what is pending (`approval`, `interaction`, `pause`, `model_failed`)."""
+
+MODEL_FAILED_PATCH = "model-failed-waits"
+"""Patch id: histories recorded before it failed the workflow on a model error."""
 
 _MAX_REJECTED = 100
 _MAX_EARLY = 1000
@@ -152,7 +164,9 @@ class AgentWorkflow:
         self._state = "idle"
         self._turns_this_run = 0
         self._running = 0
-        self._published: tuple[int, tuple[str, ...]] | None = None
+        self._published: tuple[int, tuple[str, ...], str] | None = None
+        self._model_failed: ModelFailure | None = None
+        self._retry_requested = False
         self._carry_too_large = False
 
     # ------------------------------------------------------------------ run
@@ -203,9 +217,7 @@ class AgentWorkflow:
                     size,
                     _MAX_CARRY_BYTES,
                 )
-            for message in self._inbox:
-                self._transcript.append(UserMessage(text=message.text))
-            self._inbox.clear()
+            self._take_inbox()
             if self._turns >= self._options.max_model_turns:
                 return self._result("turn_limit", self._last_text())
             turn = await self._model_turn()
@@ -214,6 +226,11 @@ class AgentWorkflow:
                 finish = await self._answer_calls(turn)
                 if finish is not None:
                     return self._result("finished", finish.output)
+
+    def _take_inbox(self) -> None:
+        for message in self._inbox:
+            self._transcript.append(UserMessage(text=message.text))
+        self._inbox.clear()
 
     def _needs_model(self) -> bool:
         return bool(self._transcript) and not isinstance(self._transcript[-1], AssistantMessage)
@@ -260,15 +277,36 @@ class AgentWorkflow:
     # ---------------------------------------------------------------- model
 
     async def _model_turn(self) -> ModelTurn:
+        """Run the model turn until it succeeds; between failures, wait for an operator."""
+        while True:
+            try:
+                turn = await self._request_model_turn()
+            except ActivityError as exc:
+                # A cancelled conversation cancels its model turn: that ends it.
+                if isinstance(exc.cause, CancelledError) or not workflow.patched(
+                    MODEL_FAILED_PATCH
+                ):
+                    raise
+                await self._wait_after_model_failure(exc)
+                self._take_inbox()
+                continue
+            self._turns += 1
+            self._turns_this_run += 1
+            if turn.descriptors is not None:
+                self._descriptors = turn.descriptors
+                self._digest = turn.digest
+            return turn
+
+    async def _request_model_turn(self) -> ModelTurn:
         agent = self._input.agents[self._agent]
-        self._turns += 1
-        self._turns_this_run += 1
+        retry = agent.model_retry or self._options.model_retry
+        number = self._turns + 1
         self._state = "model"
         info = workflow.info()
         request = ModelTurnRequest(
             workflow_id=info.workflow_id,
             run_id=info.run_id,
-            turn=self._turns,
+            turn=number,
             upto=len(self._transcript),
             agent=agent,
             known_digest=self._digest,
@@ -276,21 +314,64 @@ class AgentWorkflow:
             if self._options.transcript_in_activity_input
             else None,
         )
-        turn = await workflow.execute_activity(
+        return await workflow.execute_activity(
             MODEL_TURN_ACTIVITY,
             request,
             result_type=ModelTurn,
             start_to_close_timeout=timedelta(seconds=self._options.model_timeout),
-            retry_policy=RetryPolicy(
-                maximum_interval=timedelta(seconds=60),
-                non_retryable_error_types=["ConfigurationError", "PayloadsTooLarge"],
+            schedule_to_close_timeout=timedelta(
+                seconds=max(retry.timeout, self._options.model_timeout)
             ),
-            summary=f"{agent.name}: {agent.model}, turn {self._turns}",
+            heartbeat_timeout=timedelta(seconds=retry.heartbeat_timeout),
+            retry_policy=model_retry_policy(retry),
+            summary=f"{agent.name}: {agent.model}, turn {number}",
         )
-        if turn.descriptors is not None:
-            self._descriptors = turn.descriptors
-            self._digest = turn.digest
-        return turn
+
+    async def _wait_after_model_failure(self, error: ActivityError) -> None:
+        agent = self._input.agents[self._agent]
+        failure = describe_model_failure(
+            error,
+            retry=agent.model_retry or self._options.model_retry,
+            turn=self._turns + 1,
+            now=workflow.now(),
+        )
+        workflow.logger.warning("model turn %d failed: %s", failure.turn, failure.message)
+        self._model_failed = failure
+        self._retry_requested = False
+        self._state = "model_failed"
+        self._publish()
+        try:
+            await workflow.wait_condition(lambda: self._retry_requested or bool(self._inbox))
+        finally:
+            self._model_failed = None
+            self._publish()
+
+    @workflow.signal(name="retry")
+    def retry(self, *args: Any) -> None:
+        """Run a failed model turn again (state `model_failed`; durable).
+
+        Takes an optional `RetryRequest`; any input (none, several, not JSON)
+        counts as a plain retry. Ignored in any other state.
+        """
+        if self._model_failed is not None:
+            self._retry_requested = True
+
+    @workflow.update(name="retry_now")
+    def retry_now(self, *args: Any) -> None:
+        """Run a failed model turn again; rejected unless the state is `model_failed`.
+
+        Takes an optional `RetryRequest` (any input is accepted).
+        """
+        self._retry_requested = True
+
+    @retry_now.validator
+    def _validate_retry_now(self, *args: Any) -> None:
+        if self._model_failed is None:
+            raise ApplicationError(
+                f"the conversation is not waiting after a model failure (state {self._state!r})",
+                type="RetryRejected",
+                non_retryable=True,
+            )
 
     # ---------------------------------------------------------------- calls
 
@@ -708,6 +789,7 @@ class AgentWorkflow:
             interactions=list(self._interactions.values()),
             paused=self._paused,
             rejected=list(self._rejected),
+            model_failed=self._model_failed,
         )
 
     @workflow.query(name="status")
@@ -723,6 +805,7 @@ class AgentWorkflow:
             running_tools=self._running,
             transcript_items=len(self._transcript),
             reconciled=is_reconciled(self._transcript),
+            model_failed=self._model_failed,
         )
 
     # ----------------------------------------------------------- visibility
@@ -741,13 +824,16 @@ class AgentWorkflow:
                 ("approval", bool(self._approvals)),
                 ("interaction", bool(self._interactions)),
                 ("pause", self._paused is not None),
+                ("model_failed", self._model_failed is not None),
             )
             if present
         )
-        count = len(self._approvals) + len(self._interactions)
-        if self._published == (count, kinds):
+        failed = self._model_failed
+        count = len(self._approvals) + len(self._interactions) + (failed is not None)
+        published = (count, kinds, failed.message if failed is not None else "")
+        if self._published == published:
             return
-        self._published = (count, kinds)
+        self._published = published
         if self._options.search_attributes:
             workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType]
                 [PENDING_COUNT.value_set(count), PENDING_KINDS.value_set(list(kinds))]
@@ -759,4 +845,9 @@ class AgentWorkflow:
         lines += [f"- question: `{i.tool}` call `{i.call_id}`" for i in self._interactions.values()]
         if self._paused is not None:
             lines.append(f"- paused: {self._paused}")
+        if failed is not None:
+            lines.append(
+                f"- model_failed (turn {failed.turn}, {failed.type}): {failed.message}\n"
+                f"  run it again: `durable-tools retry {workflow.info().workflow_id}`"
+            )
         workflow.set_current_details("**Pending**\n" + "\n".join(lines) if lines else "")

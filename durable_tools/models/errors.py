@@ -15,6 +15,7 @@ timeout. Each provider failure is raised as a
 | HTTP 408, 409, 425, 5xx (and Anthropic's 529) | `ProviderUnavailable` | yes |
 | no answer: connection refused or reset, DNS | `ProviderUnavailable` | yes |
 | no answer in time | `ProviderTimeout` | yes |
+| HTTP 400, 413, 422 saying the context window is exceeded | `ContextLengthExceeded` | no |
 | HTTP 400, 413, 422 | `ProviderBadRequest` | no |
 | HTTP 401 | `ProviderAuthentication` | no |
 | HTTP 403 | `ProviderPermissionDenied` | no |
@@ -29,26 +30,44 @@ provider, the HTTP status and code, the provider's own message, and a hint
 (for 401: which environment variable holds the key). `details[0]` is a dict
 `{"provider", "status", "code", "request_id", "retry_after"}` (seconds;
 absent values are `None`).
+
+A context-length error is raised as `ContextLengthExceeded` (an
+`ApplicationError` subclass whose `type` is `"ContextLengthExceeded"`), so
+code that shortens the transcript can tell it from other bad requests: in the
+model activity by class, in the workflow by the failure's `type`.
+
+Whatever a model adapter raises, the model activity passes it on through
+`bounded_failure`: one line of at most `MAX_FAILURE_MESSAGE_CHARS`, with no
+cause chain and small details, so the failure always fits Temporal's failure
+size limit (a failure over it is replaced by "Failure exceeds size limit.");
+the full text goes to the worker's log.
 """
 
 from __future__ import annotations
 
 import email.utils
 import math
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, cast
 
+from pydantic_core import to_json
 from temporalio.exceptions import ApplicationError
 
 __all__ = [
+    "CONTEXT_LENGTH_EXCEEDED",
+    "ContextLengthExceeded",
+    "MAX_FAILURE_MESSAGE_CHARS",
     "NON_RETRYABLE_TYPES",
     "ProviderContext",
     "RETRYABLE_TYPES",
+    "bounded_failure",
     "connection_error",
     "invalid_response",
+    "is_context_length_error",
     "retry_after",
     "status_error",
 ]
@@ -56,7 +75,11 @@ __all__ = [
 RETRYABLE_TYPES: Final = ("ProviderRateLimited", "ProviderUnavailable", "ProviderTimeout")
 """`ApplicationError.type`s raised retryable."""
 
+CONTEXT_LENGTH_EXCEEDED: Final = "ContextLengthExceeded"
+"""`ApplicationError.type` of a request over the model's context window."""
+
 NON_RETRYABLE_TYPES: Final = (
+    CONTEXT_LENGTH_EXCEEDED,
     "ProviderAuthentication",
     "ProviderBadRequest",
     "ProviderNotFound",
@@ -69,6 +92,101 @@ NON_RETRYABLE_TYPES: Final = (
 
 _RETRYABLE_STATUSES: Final = frozenset({408, 409, 425, 429})
 _MAX_MESSAGE_CHARS: Final = 500
+
+MAX_FAILURE_MESSAGE_CHARS: Final = 1000
+"""Longest failure message the model activity raises, in characters (Temporal
+replaces a failure over its size limit, 2 MiB by default, with "Failure
+exceeds size limit.")."""
+
+_MAX_DETAILS_BYTES: Final = 4096
+
+# Codes and phrases providers use for a request over the context window:
+# OpenAI `context_length_exceeded`; llama.cpp's server `exceed_context_size_error`;
+# Anthropic "prompt is too long: 210000 tokens > 200000 maximum"; vLLM "This
+# model's maximum context length is 4096 tokens"; Gemini "exceeds the maximum
+# number of tokens".
+_CONTEXT_CODES: Final = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+_CONTEXT_PHRASES: Final = re.compile(
+    r"context[ _-]?(length|window|size)|prompt is too long|maximum context|"
+    r"exceeds the maximum number of tokens|too many tokens",
+    re.IGNORECASE,
+)
+
+
+class ContextLengthExceeded(ApplicationError):
+    """The request was over the model's context window (non-retryable).
+
+    Its `type` is `CONTEXT_LENGTH_EXCEEDED`; `details[0]` is the same dict as
+    the other provider errors'. Retrying the same transcript cannot succeed:
+    shorten it (drop or summarize old turns) or use a model with a larger
+    window.
+    """
+
+    def __init__(self, message: str, details: dict[str, Any]) -> None:
+        """Build the error (see the class docstring)."""
+        super().__init__(message, details, type=CONTEXT_LENGTH_EXCEEDED, non_retryable=True)
+
+
+def is_context_length_error(status: int, code: str | None, message: str) -> bool:
+    """Whether an HTTP error answer says the request is over the context window.
+
+    Args:
+        status: The HTTP status (only 400, 413 and 422 can say so).
+        code: The provider's error code, if any.
+        message: The provider's error message.
+
+    Returns:
+        True for OpenAI's `context_length_exceeded`, llama.cpp's
+        `exceed_context_size_error`, and messages such as Anthropic's
+        "prompt is too long".
+    """
+    if status not in (400, 413, 422):
+        return False
+    return (code or "") in _CONTEXT_CODES or _CONTEXT_PHRASES.search(message) is not None
+
+
+def bounded_failure(
+    error: BaseException, redact: Callable[[str], str] | None = None
+) -> ApplicationError:
+    """`error` as an `ApplicationError` that always fits Temporal's failure size limit.
+
+    The message becomes one line of at most `MAX_FAILURE_MESSAGE_CHARS`
+    characters (an exception that is not an `ApplicationError` is prefixed
+    with its class name, and its class name becomes the `type`); the cause
+    chain is dropped; details over 4 KB of JSON are dropped. `type`,
+    `non_retryable`, `next_retry_delay` and the class (e.g.
+    `ContextLengthExceeded`) are kept. Raise the result `from None`.
+
+    Args:
+        error: What the model adapter (or the activity) raised.
+        redact: Applied to the message first (the worker's
+            `durable_tools.redact.Redactor`: secrets become `[redacted]`).
+
+    Returns:
+        The bounded error.
+    """
+    if isinstance(error, ApplicationError):
+        message, kind = error.message, error.type
+        details: tuple[Any, ...] = tuple(error.details)
+        non_retryable, delay = error.non_retryable, error.next_retry_delay
+    else:
+        message, kind = f"{type(error).__name__}: {error}", type(error).__name__
+        details, non_retryable, delay = (), False, None
+    line = " ".join((redact(message) if redact is not None else message).split())
+    if len(line) > MAX_FAILURE_MESSAGE_CHARS:
+        line = line[: MAX_FAILURE_MESSAGE_CHARS - 1] + "…"
+    try:
+        if len(to_json(details, fallback=str)) > _MAX_DETAILS_BYTES:
+            details = ()
+    except ValueError:  # e.g. an unpaired surrogate: not JSON at all
+        details = ()
+    if isinstance(error, ContextLengthExceeded):
+        first: Any = details[0] if details else None
+        fields = cast(dict[str, Any], first) if isinstance(first, dict) else {}
+        return ContextLengthExceeded(line, fields)
+    return ApplicationError(
+        line, *details, type=kind, non_retryable=non_retryable, next_retry_delay=delay
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +325,14 @@ def status_error(
     where = f" for model {context.model!r}"
     suffix = f" [request id {request_id}]" if request_id else ""
     retryable = (status in _RETRYABLE_STATUSES or status >= 500) and code != "insufficient_quota"
+    if not retryable and is_context_length_error(status, code, message):
+        return ContextLengthExceeded(
+            _one_line(
+                f"{what}{where}: {message} — the transcript is over the model's context "
+                f"window; shorten it or use a model with a larger one{suffix}"
+            ),
+            details,
+        )
     if retryable:
         kind = "ProviderRateLimited" if status == 429 else "ProviderUnavailable"
         return ApplicationError(

@@ -126,3 +126,12 @@ async def test_tool_failures_reach_history_and_model_scrubbed(
     assert "reports.example.com/mon" in outputs["c1"].content  # what is not secret stays
     assert outputs["c2"].failure_kind == "permission_denied"
     assert REDACTED in outputs["c2"].content
+
+
+def test_model_failures_are_scrubbed_too() -> None:
+    from durable_tools.models.errors import bounded_failure
+
+    error = RuntimeError(f"POST https://api.example.com/v1?key=abcdef123456 with {ENV_TOKEN}")
+    bounded = bounded_failure(error, Redactor([ENV_TOKEN]))
+    assert "abcdef123456" not in bounded.message and ENV_TOKEN not in bounded.message
+    assert bounded.message.startswith("RuntimeError: POST https://api.example.com/v1?key=")

@@ -292,3 +292,27 @@ def test_deny_by_signal_reaches_the_model(live: Live) -> None:
     output = json.loads(result.stdout)["output"]
     assert output["resolution"] == "refund_not_issued"
     assert "over the limit" in output["note"]
+
+
+def test_a_model_failure_is_shown_by_run_status_and_pending_and_retry_reruns_it(
+    live: Live,
+) -> None:
+    """A toolkit this worker does not serve (e.g. during a rolling deploy)."""
+    wf = f"model-failed-{uuid.uuid4().hex[:8]}"
+    ran = live.cli("run", "--id", wf, "--toolkit", "not-served", "hello", task_queue=True)
+    assert ran.exit_code == 1, ran.output
+    assert "model turn 1 failed" in ran.output
+    assert "no toolkit named 'not-served'" in ran.output
+    assert f"durable-tools retry {wf}" in ran.output
+
+    status = live.cli("status", wf)
+    assert status.exit_code == 0, status.output
+    assert "model_failed" in status.output and "no toolkit named" in status.output
+    pending = live.cli("pending", wf)
+    assert pending.exit_code == 0, pending.output
+    assert "no toolkit named 'not-served'" in pending.output
+
+    retried = live.cli("retry", wf, "--wait")
+    assert retried.exit_code == 0, retried.output
+    cancelled = live.cli("cancel", wf)
+    assert cancelled.exit_code == 0, cancelled.output

@@ -187,6 +187,18 @@ async def cancelled(c: Conversations, wid: str) -> None:
     await c.cancel(wid)
 
 
+async def model_failed_retry(c: Conversations, wid: str) -> None:
+    """A model turn fails (non-retryable): state `model_failed` until the `retry` signal."""
+    agent = AGENT.model_copy(update={"model": "fails-once"})
+    await c.start(wid, agent=agent, message="hello", options=OPTIONS)
+
+    async def failed() -> bool:
+        return (await c.status(wid)).state == "model_failed"
+
+    await _until(failed, "the model failure")
+    await c.retry(wid, requested_by="ops")
+
+
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (
@@ -202,6 +214,7 @@ SCENARIOS: dict[str, Scenario] = {
         handoff_finish,
         continue_as_new,
         cancelled,
+        model_failed_retry,
     )
 }
 

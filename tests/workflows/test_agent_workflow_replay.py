@@ -119,3 +119,16 @@ async def test_a_modified_workflow_fails_replay_with_nondeterminism(modified: ty
     assert "nondetermin" in str(failure.value).lower()
     # The same history replays against the real workflow.
     await _replayer(AgentWorkflow).replay_workflow(history)
+
+
+async def test_a_model_failure_recorded_before_model_failed_still_fails_the_same_way() -> None:
+    """Before `model_failed`, a failed model turn failed the workflow (`legacy/`).
+
+    Recorded with the code of that time; today's code must replay it to the
+    same end (the `model-failed-waits` patch), not wait for an operator.
+    """
+    path = HISTORIES / "legacy" / "model_failed_before_patch.json"
+    result = await _replayer(AgentWorkflow).replay_workflow(
+        _history(path), raise_on_replay_failure=False
+    )
+    assert result.replay_failure is None, repr(result.replay_failure)

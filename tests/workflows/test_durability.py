@@ -6,6 +6,9 @@
 * A worker killed with SIGKILL in the middle of a tool activity: the attempt is
   retried on a second worker process with the same idempotency key, and every
   call keeps exactly one output.
+* A worker killed with SIGKILL during a slow model request: the model activity's
+  heartbeats stop, and a second worker runs the turn after the heartbeat
+  timeout, long before the model timeout (300 s).
 
 Tools record what they do to a JSON-lines ledger (`tests/agent_support.py`),
 which is how runs are counted, across processes too.
@@ -20,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -35,7 +39,13 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from durable_tools.client import Conversations
-from durable_tools.conversation import ConversationResult, PendingApproval, PendingState
+from durable_tools.conversation import (
+    AgentConfig,
+    ConversationResult,
+    ModelRetry,
+    PendingApproval,
+    PendingState,
+)
 from durable_tools.transcript import (
     AssistantMessage,
     ToolCallOutput,
@@ -461,3 +471,48 @@ async def test_worker_killed_mid_mcp_call_gives_interrupted_never_a_second_call(
     assert lost.is_error and lost.failure_kind == "interrupted", lost
     assert "not idempotent" in lost.content
     assert [c["tool"] for c in calls()] == ["slow_record"]  # sent once, never again
+
+
+async def test_worker_killed_mid_model_call_is_noticed_by_its_heartbeat(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    workflow_id = f"sigkill-model-{uuid.uuid4()}"
+    conv = Conversations(_client(dev_env), task_queue=task_queue)
+    # A 5 s heartbeat timeout keeps the test short; the default is 30 s.
+    agent = AgentConfig(
+        model="slow-model", toolkit="tests", model_retry=ModelRetry(heartbeat_timeout=5)
+    )
+    workers: list[_WorkerProcess] = []
+    try:
+        first = _WorkerProcess(dev_env, task_queue, ledger, tmp_path / "worker-1.log")
+        workers.append(first)
+        await first.ready()
+        handle = await conv.start(workflow_id, agent=agent, message="4")
+
+        async def model_started() -> bool | None:
+            return any(e.get("model") == "slow" for e in read_ledger(ledger)) or None
+
+        await _eventually(model_started, "the first attempt of the model turn")
+        killed_at = time.monotonic()
+        first.kill()
+        second = _WorkerProcess(dev_env, task_queue, ledger, tmp_path / "worker-2.log")
+        workers.append(second)
+        await second.ready()
+
+        async def answered() -> list[TranscriptItem] | None:
+            items = await conv.history(workflow_id)
+            texts = [i.text for i in items if isinstance(i, AssistantMessage)]
+            return items if "slow answer after 4 s" in texts else None
+
+        await _eventually(answered, "the model turn on the second worker", timeout=60)
+        took = time.monotonic() - killed_at
+    finally:
+        for worker in workers:
+            worker.kill()
+
+    assert took < 60, took  # the model timeout is 300 s
+    starts = [(e["pid"], e.get("done", False)) for e in read_ledger(ledger)]
+    assert starts == [(first.pid, False), (second.pid, False), (second.pid, True)]
+    model_starts = [s for s in await _activity_starts(handle) if s[0] == "model.turn"]
+    assert [attempt for _, _, attempt in model_starts] == [2]
