@@ -17,7 +17,7 @@ from durable_tools.approvals import Decision
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
-from durable_tools.transcript import AssistantMessage, TranscriptItem
+from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage
 
 __all__ = [
     "DEFAULT_APPROVAL_DEADLINE",
@@ -479,6 +479,7 @@ class CarriedState(BaseModel):
         early_answers: Answers that arrived before their call was pending.
         rejected: Rejected decisions (latest 100).
         runs: Runs so far (continue-as-new count + 1).
+        usage: Tokens so far, per model name (`AgentConfig.model`).
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -491,6 +492,7 @@ class CarriedState(BaseModel):
     early_answers: dict[str, Answer] = Field(default_factory=dict[str, Answer])
     rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
     runs: int = 1
+    usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
 
 
 class ConversationInput(BaseModel):
@@ -527,6 +529,8 @@ class ConversationStatus(BaseModel):
         transcript_items: Length of the transcript.
         reconciled: Whether every call in the transcript has its output.
         model_failed: Why the model turn failed, in state `model_failed`.
+        usage: Tokens in and out per model name, over the whole conversation
+            (every run; turns whose provider reports no usage count 0).
     """
 
     state: str
@@ -539,6 +543,7 @@ class ConversationStatus(BaseModel):
     transcript_items: int
     reconciled: bool
     model_failed: ModelFailure | None = None
+    usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
 
 
 class ConversationResult(BaseModel):
@@ -551,12 +556,14 @@ class ConversationResult(BaseModel):
         turns: Model turns in the whole conversation.
         transcript_items: Length of the final transcript (read it with the
             `history` query).
+        usage: Tokens in and out per model name over the whole conversation.
     """
 
     status: Literal["finished", "idle_timeout", "turn_limit"]
     output: Any = None
     turns: int
     transcript_items: int
+    usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
 
 
 class ToolActivityResult(BaseModel):

@@ -85,6 +85,14 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cached_input_tokens: int = 0
 
+    def __add__(self, other: Usage) -> Usage:
+        """The sum of two counts, field by field."""
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+        )
+
 
 class ToolCallOutput(BaseModel):
     """The output of one tool call, shaped for the wire.

@@ -187,8 +187,14 @@ def render_status(workflow_id: str, status: ConversationStatus) -> Table:
     table = Table(title=f"Conversation {escape(workflow_id)}", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    for name, value in status.model_dump(exclude={"model_failed"}).items():
+    for name, value in status.model_dump(exclude={"model_failed", "usage"}).items():
         table.add_row(name.replace("_", " "), escape(str(value)))
+    for model, usage in status.usage.items():
+        cached = f" ({usage.cached_input_tokens} cached)" if usage.cached_input_tokens else ""
+        table.add_row(
+            f"tokens {escape(model)}",
+            f"{usage.input_tokens} in{cached}, {usage.output_tokens} out",
+        )
     failure = status.model_failed
     if failure is not None:
         table.add_row(

@@ -85,6 +85,7 @@ with workflow.unsafe.imports_passed_through():
         AssistantMessage,
         ToolCallOutput,
         TranscriptItem,
+        Usage,
         UserMessage,
         is_reconciled,
         to_tool_call_output,
@@ -143,6 +144,7 @@ class AgentWorkflow:
         self._inbox: list[SendMessage] = list(state.inbox)
         self._turns = state.turns
         self._runs = state.runs
+        self._usage: dict[str, Usage] = dict(state.usage)
         self._descriptors = list(state.descriptors)
         self._digest = state.digest
         self._early_decisions: dict[str, Decision] = dict(state.early_decisions)
@@ -258,6 +260,7 @@ class AgentWorkflow:
             early_answers=self._early_answers,
             rejected=self._rejected[-_MAX_REJECTED:],
             runs=self._runs + 1,
+            usage=self._usage,
         )
         return self._input.model_copy(update={"messages": [], "state": state, "agent": self._agent})
 
@@ -265,7 +268,11 @@ class AgentWorkflow:
         self._state = "finished"
         self._publish()
         return ConversationResult(
-            status=status, output=output, turns=self._turns, transcript_items=len(self._transcript)
+            status=status,
+            output=output,
+            turns=self._turns,
+            transcript_items=len(self._transcript),
+            usage=self._usage,
         )
 
     def _last_text(self) -> str:
@@ -292,6 +299,9 @@ class AgentWorkflow:
                 continue
             self._turns += 1
             self._turns_this_run += 1
+            if turn.message.usage is not None:
+                model = self._input.agents[self._agent].model
+                self._usage[model] = self._usage.get(model, Usage()) + turn.message.usage
             if turn.descriptors is not None:
                 self._descriptors = turn.descriptors
                 self._digest = turn.digest
@@ -806,6 +816,7 @@ class AgentWorkflow:
             transcript_items=len(self._transcript),
             reconciled=is_reconciled(self._transcript),
             model_failed=self._model_failed,
+            usage=self._usage,
         )
 
     # ----------------------------------------------------------- visibility
