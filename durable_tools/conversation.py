@@ -158,19 +158,29 @@ class PendingInteraction(BaseModel):
 
 
 class RejectedDecision(BaseModel):
-    """A decision or answer that failed its checks (recorded, never applied).
+    """A signal input that was recorded and never applied.
+
+    Either a decision or answer that failed its checks, or any `decide` /
+    `answer` / `send` / `resume` input that could not be decoded (no input,
+    several inputs, a payload that is not JSON, another shape).
 
     Attributes:
-        call_id: The call it named.
-        reason: Why it was rejected.
-        decided_by: Who sent it.
+        call_id: The call it named (`""` when it named none, e.g. an
+            undecodable payload or a `send`).
+        reason: Why it was rejected (at most 500 characters), e.g.
+            `arguments hash does not match call 'r1'` or
+            `undecodable decide signal: no input; expected one Decision`.
+        decided_by: Who sent it, when the input said so.
         received_at: When the workflow received it.
+        signal: The signal that carried it (`decide`, `answer`, `send`,
+            `resume`); `""` in records made before this field existed.
     """
 
     call_id: str
     reason: str
     decided_by: str = ""
     received_at: datetime
+    signal: str = ""
 
 
 class PendingState(BaseModel):
