@@ -411,6 +411,8 @@ class CarriedState(BaseModel):
         early_answers: Answers that arrived before their call was pending.
         rejected: Rejected decisions (latest 100).
         runs: Runs so far (continue-as-new count + 1).
+        early_resume: A `resume` that arrived while nothing was paused; it
+            applies to the next pause.
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -423,6 +425,7 @@ class CarriedState(BaseModel):
     early_answers: dict[str, Answer] = Field(default_factory=dict[str, Answer])
     rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
     runs: int = 1
+    early_resume: Resume | None = None
 
 
 class ConversationInput(BaseModel):
@@ -457,6 +460,9 @@ class ConversationStatus(BaseModel):
         running_tools: Tool activities in flight.
         transcript_items: Length of the transcript.
         reconciled: Whether every call in the transcript has its output.
+        unanswered_messages: Once the conversation has ended (`state`
+            `finished`), the user messages that arrived after the model's last
+            turn; they were never given to the model. Empty before.
     """
 
     state: str
@@ -468,6 +474,7 @@ class ConversationStatus(BaseModel):
     running_tools: int
     transcript_items: int
     reconciled: bool
+    unanswered_messages: list[SendMessage] = Field(default_factory=list[SendMessage])
 
 
 class ConversationResult(BaseModel):
@@ -480,12 +487,18 @@ class ConversationResult(BaseModel):
         turns: Model turns in the whole conversation.
         transcript_items: Length of the final transcript (read it with the
             `history` query).
+        unanswered_messages: User messages that arrived after the model's
+            last turn (e.g. while it called `finish`); the model never saw
+            them. Kept here so they are not lost; a message sent after the
+            run closed is refused by Temporal (`workflow execution already
+            completed`).
     """
 
     status: Literal["finished", "idle_timeout", "turn_limit"]
     output: Any = None
     turns: int
     transcript_items: int
+    unanswered_messages: list[SendMessage] = Field(default_factory=list[SendMessage])
 
 
 class ToolActivityResult(BaseModel):

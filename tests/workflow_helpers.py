@@ -184,11 +184,13 @@ async def running(
     ledger: Path,
     *,
     toolkits: Mapping[str, Toolkit] | None = None,
+    models: Mapping[str, ScriptedModel] | None = None,
     mcp_servers: Sequence[McpServerConfig] = (),
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
-    `toolkits` are registered beside the shared ones (`tests`); the tools of
+    `toolkits` and `models` are registered beside the shared ones (`tests`;
+    `directed`, `specialist-model`); the tools of
     `mcp_servers` join every toolkit (the harness's `plugin.mcp` has their stats).
     Conversations started through the harness that are still running when the
     block ends are terminated, so no timer of theirs outlives the test (on the
@@ -197,6 +199,7 @@ async def running(
     models = {
         "directed": ScriptedModel(directed),
         "specialist-model": ScriptedModel(directed),
+        **(models or {}),
     }
     plugin = DurableToolsPlugin(
         toolkits={**TOOLKITS, **(toolkits or {})}, models=models, mcp_servers=mcp_servers

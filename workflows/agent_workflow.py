@@ -151,6 +151,7 @@ class AgentWorkflow:
         self._started: set[str] = set()
         self._paused: str | None = None
         self._resume: Resume | None = None
+        self._early_resume: Resume | None = state.early_resume
         self._sleeping = False
         self._superseded = False
         self._state = "idle"
@@ -184,7 +185,9 @@ class AgentWorkflow:
                         timeout_summary="idle: waiting for the next user message",
                     )
                 except builtins.TimeoutError:
-                    return self._result("idle_timeout", self._last_text())
+                    if not self._inbox:
+                        return self._result("idle_timeout", self._last_text())
+                    # A message arrived with the timer: it is answered, not dropped.
             if self._should_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 carry = self._carry()
@@ -233,14 +236,21 @@ class AgentWorkflow:
             early_answers=self._early_answers,
             rejected=self._rejected[-_MAX_REJECTED:],
             runs=self._runs + 1,
+            early_resume=self._early_resume,
         )
         return self._input.model_copy(update={"messages": [], "state": state, "agent": self._agent})
 
     def _result(self, status: Any, output: Any) -> ConversationResult:
+        # Messages that arrived after the model's last turn (e.g. while it was
+        # calling `finish`) are returned with the result, never dropped silently.
         self._state = "finished"
         self._publish()
         return ConversationResult(
-            status=status, output=output, turns=self._turns, transcript_items=len(self._transcript)
+            status=status,
+            output=output,
+            turns=self._turns,
+            transcript_items=len(self._transcript),
+            unanswered_messages=list(self._inbox),
         )
 
     def _last_text(self) -> str:
@@ -287,7 +297,9 @@ class AgentWorkflow:
     # ---------------------------------------------------------------- calls
 
     async def _answer_calls(self, turn: ModelTurn) -> Finish | None:
-        self._superseded = False
+        # A message that arrived while the model was thinking supersedes this
+        # turn's waits exactly as one arriving while they wait does (`send`).
+        self._superseded = bool(self._inbox)
         self._state = "tools"
         toolkit = self._input.agents[self._agent].toolkit
         limit = asyncio.Semaphore(self._options.max_concurrent_tool_calls)
@@ -622,7 +634,8 @@ class AgentWorkflow:
             self._record(Ok(call_id=call.call_id, tool=call.name, value=woke))
         elif isinstance(action, Pause):
             self._paused = action.reason or "paused"
-            self._resume = None
+            # A `resume` that arrived before this pause registered applies to it.
+            self._resume, self._early_resume = self._early_resume, None
             self._state = "paused"
             self._publish()
             try:
@@ -654,10 +667,15 @@ class AgentWorkflow:
     def resume(self, resume: Resume) -> None:
         """The `resume` signal: resume a conversation paused by the `pause` signal tool.
 
-        Routed by `_signal`; no input (or `null`) means `Resume()`.
+        Routed by `_signal`; no input (or `null`) means `Resume()`. A resume
+        that arrives while nothing is paused (e.g. while the model is still
+        deciding to pause) is kept and applies to the next pause; a later one
+        replaces it.
         """
         if self._paused is not None:
             self._resume = resume
+        else:
+            self._early_resume = resume
 
     def send(self, message: SendMessage) -> None:
         """The `send` signal: add a user message; it wakes an idle conversation.
@@ -814,6 +832,7 @@ class AgentWorkflow:
             running_tools=self._running,
             transcript_items=len(self._transcript),
             reconciled=is_reconciled(self._transcript),
+            unanswered_messages=list(self._inbox) if self._state == "finished" else [],
         )
 
     # ----------------------------------------------------------- visibility
