@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
         ToolActivityResult,
         TranscriptSlice,
     )
-    from durable_tools.errors import InvalidSchema
+    from durable_tools.formats import check_answer
     from durable_tools.handler_input import Undecodable, clean_text, decode_input
     from durable_tools.results import (
         Failure,
@@ -72,7 +72,6 @@ with workflow.unsafe.imports_passed_through():
         interrupted,
         timed_out,
     )
-    from durable_tools.schema import SchemaViolation, compile_schema
     from durable_tools.signals import Finish, Handoff, Pause, Reply, Sleep
     from durable_tools.transcript import (
         AssistantMessage,
@@ -582,10 +581,9 @@ class AgentWorkflow:
         if answer.arguments_hash != pending.arguments_hash:
             return f"arguments hash does not match call {call_id!r}"
         if pending.answer_schema is not None:
-            try:
-                compile_schema(pending.answer_schema, what="answer schema").validate(answer.value)
-            except (SchemaViolation, InvalidSchema) as exc:
-                return f"answer does not match the answer schema: {exc}"
+            # Formats by a fixed stdlib checker: the verdict, and so the replay,
+            # does not depend on the worker's installed packages.
+            return check_answer(pending.answer_schema, answer.value)
         return None
 
     def _accept_or_reject_answer(self, answer: Answer) -> None:

@@ -130,6 +130,24 @@ async def interaction_answered(c: Conversations, wid: str) -> None:
     await c.answer(wid, "a1", "yes", arguments_hash=digest, answered_by="customer")
 
 
+async def answer_with_format(c: Conversations, wid: str) -> None:
+    """`format: date` answers: a malformed one is rejected (call expires); a valid one counts."""
+    script = turns(
+        [("d1", "ask_date", {"question": "Ship when?"}), ("d2", "ask_date", {"question": "Bill?"})]
+    )
+    options = OPTIONS.model_copy(update={"approval_deadline": 2.0})
+    await c.start(wid, agent=AGENT, message=script, options=options)
+    d1 = await _interaction(c, wid, "d1")
+    d2 = await _interaction(c, wid, "d2")
+    await c.answer(wid, "d1", "next tuesday", arguments_hash=d1, answered_by="customer")
+
+    async def rejected() -> bool:
+        return any(r.call_id == "d1" for r in (await c.pending(wid)).rejected)
+
+    await _until(rejected, "the malformed date to be rejected")
+    await c.answer(wid, "d2", "2026-11-24", arguments_hash=d2, answered_by="customer")
+
+
 async def sleep(c: Conversations, wid: str) -> None:
     """The `sleep` signal tool: a durable timer."""
     script = turns([("s1", "sleep", {"seconds": 1})])
@@ -196,6 +214,7 @@ SCENARIOS: dict[str, Scenario] = {
         early_decision,
         failures,
         interaction_answered,
+        answer_with_format,
         sleep,
         pause_resume,
         superseded,
