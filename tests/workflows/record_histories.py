@@ -148,6 +148,27 @@ async def answer_with_format(c: Conversations, wid: str) -> None:
     await c.answer(wid, "d2", "2026-11-24", arguments_hash=d2, answered_by="customer")
 
 
+async def undecodable_inputs(c: Conversations, wid: str) -> None:
+    """Signals with no input, two inputs and a `binary/plain` payload are recorded as rejected."""
+    from temporalio.api.common.v1 import Payload
+    from temporalio.common import RawValue
+
+    script = turns([("r1", "refund", {"order": "o7", "amount": 4})])
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+    digest = await _approval(c, wid, "r1")
+    handle = c.client.get_workflow_handle(wid)
+    await handle.signal("decide")
+    await handle.signal("send", args=[{"text": "a"}, {"text": "b"}])
+    binary = RawValue(Payload(metadata={"encoding": b"binary/plain"}, data=b"approve"))
+    await handle.signal("answer", binary)
+
+    async def rejected() -> bool:
+        return len((await c.pending(wid)).rejected) == 3
+
+    await _until(rejected, "three rejected inputs")
+    await c.approve(wid, "r1", arguments_hash=digest, decided_by="ana")
+
+
 async def sleep(c: Conversations, wid: str) -> None:
     """The `sleep` signal tool: a durable timer."""
     script = turns([("s1", "sleep", {"seconds": 1})])
@@ -215,6 +236,7 @@ SCENARIOS: dict[str, Scenario] = {
         failures,
         interaction_answered,
         answer_with_format,
+        undecodable_inputs,
         sleep,
         pause_resume,
         superseded,
