@@ -162,3 +162,15 @@ async def test_a_resume_sent_while_the_model_decides_to_pause_applies_to_it(
     model.gate.set()
     assert (await harness.wait_outputs(wf, "p1"))["p1"].content == "go on"
     assert "p1" in outputs_by_id(await harness.wait_assistant_text(wf, "done (gated)"))
+
+
+async def test_an_early_resume_is_carried_across_continue_as_new(harness: Harness) -> None:
+    options = OPTIONS.model_copy(update={"continue_as_new_after_turns": 1})
+    wf = await harness.start("hello", options=options)
+    await harness.wait_assistant_text(wf, "echo: hello")
+    await harness.conversations.resume(wf, "resumed before the new run")
+    # The next message starts a new run first (one turn per run), then the pause.
+    await harness.conversations.send(wf, turns([("p1", "pause", {})]))
+    output = (await harness.wait_outputs(wf, "p1"))["p1"]
+    assert output.content == "resumed before the new run"
+    assert (await harness.conversations.status(wf)).runs >= 2
