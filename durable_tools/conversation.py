@@ -233,19 +233,29 @@ class PendingInteraction(BaseModel):
 
 
 class RejectedDecision(BaseModel):
-    """A decision or answer that failed its checks (recorded, never applied).
+    """A signal input that was recorded and never applied.
+
+    Either a decision or answer that failed its checks, or any `decide` /
+    `answer` / `send` / `resume` input that could not be decoded (no input,
+    several inputs, a payload that is not JSON, another shape).
 
     Attributes:
-        call_id: The call it named.
-        reason: Why it was rejected.
-        decided_by: Who sent it.
+        call_id: The call it named (`""` when it named none, e.g. an
+            undecodable payload or a `send`).
+        reason: Why it was rejected (at most 500 characters), e.g.
+            `arguments hash does not match call 'r1'` or
+            `undecodable decide signal: no input; expected one Decision`.
+        decided_by: Who sent it, when the input said so.
         received_at: When the workflow received it.
+        signal: The signal that carried it (`decide`, `answer`, `send`,
+            `resume`); `""` in records made before this field existed.
     """
 
     call_id: str
     reason: str
     decided_by: str = ""
     received_at: datetime
+    signal: str = ""
 
 
 class PendingState(BaseModel):
@@ -480,6 +490,8 @@ class CarriedState(BaseModel):
         rejected: Rejected decisions (latest 100).
         runs: Runs so far (continue-as-new count + 1).
         usage: Tokens so far, per model name (`AgentConfig.model`).
+        early_resume: A `resume` that arrived while nothing was paused; it
+            applies to the next pause.
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -493,6 +505,7 @@ class CarriedState(BaseModel):
     rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
     runs: int = 1
     usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
+    early_resume: Resume | None = None
 
 
 class ConversationInput(BaseModel):
@@ -531,6 +544,9 @@ class ConversationStatus(BaseModel):
         model_failed: Why the model turn failed, in state `model_failed`.
         usage: Tokens in and out per model name, over the whole conversation
             (every run; turns whose provider reports no usage count 0).
+        unanswered_messages: Once the conversation has ended (`state`
+            `finished`), the user messages that arrived after the model's last
+            turn; they were never given to the model. Empty before.
     """
 
     state: str
@@ -544,6 +560,7 @@ class ConversationStatus(BaseModel):
     reconciled: bool
     model_failed: ModelFailure | None = None
     usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
+    unanswered_messages: list[SendMessage] = Field(default_factory=list[SendMessage])
 
 
 class ConversationResult(BaseModel):
@@ -557,6 +574,11 @@ class ConversationResult(BaseModel):
         transcript_items: Length of the final transcript (read it with the
             `history` query).
         usage: Tokens in and out per model name over the whole conversation.
+        unanswered_messages: User messages that arrived after the model's
+            last turn (e.g. while it called `finish`); the model never saw
+            them. Kept here so they are not lost; a message sent after the
+            run closed is refused by Temporal (`workflow execution already
+            completed`).
     """
 
     status: Literal["finished", "idle_timeout", "turn_limit"]
@@ -564,6 +586,7 @@ class ConversationResult(BaseModel):
     turns: int
     transcript_items: int
     usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
+    unanswered_messages: list[SendMessage] = Field(default_factory=list[SendMessage])
 
 
 class ToolActivityResult(BaseModel):

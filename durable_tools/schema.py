@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import jsonschema
+from jsonschema import FormatChecker
 from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema.exceptions import ValidationError as JsonSchemaError
 from jsonschema.protocols import Validator
@@ -137,13 +138,19 @@ def _dialect_name(dialect: type[Validator]) -> str:
     return f"draft {name[:4]}-{name[4:]}" if len(name) == 6 else f"draft {name}"
 
 
-def compile_schema(spec: Any, *, what: str = "schema") -> Schema:
+def compile_schema(
+    spec: Any, *, what: str = "schema", format_checker: FormatChecker | None = None
+) -> Schema:
     """Compile a pydantic type or a raw JSON Schema dict.
 
     Args:
         spec: A JSON Schema dict (draft 2020-12), a pydantic model class, or
             any type pydantic accepts (`list[str]`, a dataclass, `int`, …).
         what: What the schema describes, for error messages.
+        format_checker: Checks `format` in a raw schema; `None` (default):
+            the dialect's default checker, whose checks depend on the optional
+            packages installed. Workflow code passes
+            `durable_tools.formats.STDLIB_FORMAT_CHECKER`.
 
     Returns:
         A compiled `Schema`.
@@ -165,7 +172,9 @@ def compile_schema(spec: Any, *, what: str = "schema") -> Schema:
                 f"the {what} is not a valid JSON Schema ({_dialect_name(dialect)}): "
                 f"{exc.message} at {_path(exc.absolute_path)}"
             ) from None
-        validator = dialect(raw, format_checker=dialect.FORMAT_CHECKER)
+        validator = dialect(
+            raw, format_checker=dialect.FORMAT_CHECKER if format_checker is None else format_checker
+        )
         return Schema(json_schema=raw, validator=validator)
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(spec)

@@ -170,6 +170,13 @@ ask = interaction_tool(
     answer={"type": "string", "enum": ["yes", "no"]},
 )
 
+ask_date = interaction_tool(
+    "ask_date",
+    description="Ask the customer for a date.",
+    parameters={"type": "object", "properties": {"question": {"type": "string"}}},
+    answer={"type": "string", "format": "date"},
+)
+
 TOOLKIT = Toolkit(
     get_weather,
     refund,
@@ -180,6 +187,7 @@ TOOLKIT = Toolkit(
     slow_heartbeat,
     echo,
     ask,
+    ask_date,
     sleep_tool(),
     pause_tool(),
     finish_tool(),

@@ -190,8 +190,8 @@ async def running(
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
-    `toolkits` and `models` are registered beside the shared ones (`tests`,
-    `directed`); the tools of
+    `toolkits` and `models` are registered beside the shared ones (`tests`;
+    `directed`, `specialist-model`); the tools of
     `mcp_servers` join every toolkit (the harness's `plugin.mcp` has their stats).
     Conversations started through the harness that are still running when the
     block ends are terminated, so no timer of theirs outlives the test (on the
@@ -200,6 +200,7 @@ async def running(
     scripted = {
         "directed": ScriptedModel(directed),
         "specialist-model": ScriptedModel(directed),
+        **(models or {}),
     }
     plugin = DurableToolsPlugin(
         toolkits={**TOOLKITS, **(toolkits or {})},

@@ -69,6 +69,7 @@ from durable_tools.worker.render import (
     render_pending_conversations,
     render_status,
     render_transcript,
+    render_unanswered,
 )
 
 if TYPE_CHECKING:
@@ -717,6 +718,12 @@ def _print_followed(followed: Followed, workflow_id: str, commands: Commands) ->
     shown = output if isinstance(output, str) else json.dumps(output, indent=2, default=str)
     label = "final answer" if result.status == "finished" else f"ended ({result.status})"
     _out.print(f"[bold]{label}[/]: {escape(shown)}", soft_wrap=True)
+    if result.unanswered_messages:
+        _out.print(
+            f"[bold]unanswered[/] (sent after the model's last turn, never seen by it):\n"
+            f"{escape(render_unanswered(result.unanswered_messages))}",
+            soft_wrap=True,
+        )
 
 
 @app.command("run")

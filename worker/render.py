@@ -17,7 +17,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from durable_tools.conversation import ConversationStatus, PendingApproval, PendingState
+from durable_tools.conversation import (
+    ConversationStatus,
+    PendingApproval,
+    PendingState,
+    SendMessage,
+)
 from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
 
 __all__ = [
@@ -27,6 +32,7 @@ __all__ = [
     "render_pending_conversations",
     "render_status",
     "render_transcript",
+    "render_unanswered",
     "when",
 ]
 
@@ -187,7 +193,9 @@ def render_status(workflow_id: str, status: ConversationStatus) -> Table:
     table = Table(title=f"Conversation {escape(workflow_id)}", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    for name, value in status.model_dump(exclude={"model_failed", "usage"}).items():
+    for name, value in status.model_dump(
+        exclude={"model_failed", "usage", "unanswered_messages"}
+    ).items():
         table.add_row(name.replace("_", " "), escape(str(value)))
     for model, usage in status.usage.items():
         cached = f" ({usage.cached_input_tokens} cached)" if usage.cached_input_tokens else ""
@@ -200,7 +208,16 @@ def render_status(workflow_id: str, status: ConversationStatus) -> Table:
         table.add_row(
             "model failed", escape(f"turn {failure.turn} ({failure.type}): {failure.message}")
         )
+    if status.unanswered_messages:
+        table.add_row("unanswered messages", escape(render_unanswered(status.unanswered_messages)))
     return table
+
+
+def render_unanswered(messages: Sequence[SendMessage]) -> str:
+    """User messages the model never saw (they arrived after its last turn), one per line."""
+    return "\n".join(
+        f"{m.text!r}" + (f" (from {m.sent_by})" if m.sent_by else "") for m in messages
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

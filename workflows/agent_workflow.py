@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -66,7 +67,8 @@ with workflow.unsafe.imports_passed_through():
         ToolActivityResult,
         TranscriptSlice,
     )
-    from durable_tools.errors import InvalidSchema
+    from durable_tools.formats import check_answer
+    from durable_tools.handler_input import Undecodable, clean_text, decode_input
     from durable_tools.results import (
         Failure,
         Ok,
@@ -79,7 +81,6 @@ with workflow.unsafe.imports_passed_through():
         interrupted,
         timed_out,
     )
-    from durable_tools.schema import SchemaViolation, compile_schema
     from durable_tools.signals import Finish, Handoff, Pause, Reply, Sleep
     from durable_tools.transcript import (
         AssistantMessage,
@@ -103,6 +104,17 @@ MODEL_FAILED_PATCH = "model-failed-waits"
 """Patch id: histories recorded before it failed the workflow on a model error."""
 
 _MAX_REJECTED = 100
+_MAX_ID_CHARS = 200
+# The page an undecodable `transcript_slice` argument gets; the client pages by
+# the same size (Temporal's query results are limited to about 2 MB).
+_DEFAULT_PAGE_BYTES = 1_000_000
+_SIGNAL_INPUTS: dict[str, tuple[type[Decision | Answer | SendMessage | Resume], Any]] = {
+    "decide": (Decision, None),
+    "answer": (Answer, None),
+    "send": (SendMessage, None),
+    "resume": (Resume, Resume()),
+}
+_UPDATE_INPUTS: dict[str, type[Decision | Answer]] = {"decide_now": Decision, "answer_now": Answer}
 _MAX_EARLY = 1000
 _NO_TIMEOUT = timedelta(days=1)
 _UNKNOWN = "unknown"
@@ -161,6 +173,7 @@ class AgentWorkflow:
         self._started: set[str] = set()
         self._paused: str | None = None
         self._resume: Resume | None = None
+        self._early_resume: Resume | None = state.early_resume
         self._sleeping = False
         self._superseded = False
         self._state = "idle"
@@ -196,7 +209,9 @@ class AgentWorkflow:
                         timeout_summary="idle: waiting for the next user message",
                     )
                 except builtins.TimeoutError:
-                    return self._result("idle_timeout", self._last_text())
+                    if not self._inbox:
+                        return self._result("idle_timeout", self._last_text())
+                    # A message arrived with the timer: it is answered, not dropped.
             if self._should_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 carry = self._carry()
@@ -261,10 +276,13 @@ class AgentWorkflow:
             rejected=self._rejected[-_MAX_REJECTED:],
             runs=self._runs + 1,
             usage=self._usage,
+            early_resume=self._early_resume,
         )
         return self._input.model_copy(update={"messages": [], "state": state, "agent": self._agent})
 
     def _result(self, status: Any, output: Any) -> ConversationResult:
+        # Messages that arrived after the model's last turn (e.g. while it was
+        # calling `finish`) are returned with the result, never dropped silently.
         self._state = "finished"
         self._publish()
         return ConversationResult(
@@ -273,6 +291,7 @@ class AgentWorkflow:
             turns=self._turns,
             transcript_items=len(self._transcript),
             usage=self._usage,
+            unanswered_messages=list(self._inbox),
         )
 
     def _last_text(self) -> str:
@@ -386,7 +405,9 @@ class AgentWorkflow:
     # ---------------------------------------------------------------- calls
 
     async def _answer_calls(self, turn: ModelTurn) -> Finish | None:
-        self._superseded = False
+        # A message that arrived while the model was thinking supersedes this
+        # turn's waits exactly as one arriving while they wait does (`send`).
+        self._superseded = bool(self._inbox)
         self._state = "tools"
         toolkit = self._input.agents[self._agent].toolkit
         limit = asyncio.Semaphore(self._options.max_concurrent_tool_calls)
@@ -579,10 +600,14 @@ class AgentWorkflow:
             return f"a decision for call {call_id!r} was already received"
         return _UNKNOWN
 
-    def _reject(self, call_id: str, reason: str, by: str) -> None:
+    def _reject(self, call_id: str, reason: str, by: str, signal: str) -> None:
         self._rejected.append(
             RejectedDecision(
-                call_id=call_id, reason=reason, decided_by=by, received_at=workflow.now()
+                call_id=clean_text(call_id, _MAX_ID_CHARS),
+                reason=clean_text(reason),
+                decided_by=clean_text(by, _MAX_ID_CHARS),
+                received_at=workflow.now(),
+                signal=signal,
             )
         )
         del self._rejected[:-_MAX_REJECTED]
@@ -595,29 +620,24 @@ class AgentWorkflow:
             self._early_decisions[decision.call_id] = decision
         else:
             reason = f"unknown call id {decision.call_id!r}" if problem == _UNKNOWN else problem
-            self._reject(decision.call_id, reason, decision.decided_by)
+            self._reject(decision.call_id, reason, decision.decided_by, "decide")
 
-    @workflow.signal(name="decide")
     def decide(self, decision: Decision) -> None:
-        """Approve or deny a gated call (durable: stored even with no worker running).
+        """The `decide` signal: approve or deny a gated call (durable).
 
-        A decision for a call that is not pending yet is kept until it is; one
-        that fails its checks is recorded as rejected (see `pending`).
+        Stored by the server even with no worker running. A decision for a
+        call that is not pending yet is kept until it is; one that fails its
+        checks is recorded as rejected (see `pending`). Routed by `_signal`.
         """
         self._accept_or_reject_decision(decision)
 
-    @workflow.update(name="decide_now")
     def decide_now(self, decision: Decision) -> DecisionReceipt:
-        """Approve or deny a pending call and get an acknowledgement at once."""
+        """The `decide_now` update: decide a pending call, acknowledged at once.
+
+        Routed by `_update` after `_validate_update` checked it.
+        """
         self._decisions[decision.call_id] = decision
         return DecisionReceipt(call_id=decision.call_id)
-
-    @decide_now.validator
-    def _validate_decide_now(self, decision: Decision) -> None:
-        problem = self._decision_problem(decision)
-        if problem is not None:
-            reason = f"unknown call id {decision.call_id!r}" if problem == _UNKNOWN else problem
-            raise ApplicationError(reason, type="DecisionRejected", non_retryable=True)
 
     # --------------------------------------------------------- interactions
 
@@ -670,10 +690,9 @@ class AgentWorkflow:
         if answer.arguments_hash != pending.arguments_hash:
             return f"arguments hash does not match call {call_id!r}"
         if pending.answer_schema is not None:
-            try:
-                compile_schema(pending.answer_schema, what="answer schema").validate(answer.value)
-            except (SchemaViolation, InvalidSchema) as exc:
-                return f"answer does not match the answer schema: {exc}"
+            # Formats by a fixed stdlib checker: the verdict, and so the replay,
+            # does not depend on the worker's installed packages.
+            return check_answer(pending.answer_schema, answer.value)
         return None
 
     def _accept_or_reject_answer(self, answer: Answer) -> None:
@@ -684,25 +703,22 @@ class AgentWorkflow:
             self._early_answers[answer.call_id] = answer
         else:
             reason = f"unknown call id {answer.call_id!r}" if problem == _UNKNOWN else problem
-            self._reject(answer.call_id, reason, answer.answered_by)
+            self._reject(answer.call_id, reason, answer.answered_by, "answer")
 
-    @workflow.signal(name="answer")
     def answer(self, answer: Answer) -> None:
-        """Answer an interaction tool call (durable; invalid answers are recorded as rejected)."""
+        """The `answer` signal: answer an interaction call (durable).
+
+        Invalid answers are recorded as rejected. Routed by `_signal`.
+        """
         self._accept_or_reject_answer(answer)
 
-    @workflow.update(name="answer_now")
     def answer_now(self, answer: Answer) -> DecisionReceipt:
-        """Answer a pending interaction and get an acknowledgement at once."""
+        """The `answer_now` update: answer a pending interaction, acknowledged at once.
+
+        Routed by `_update` after `_validate_update` checked it.
+        """
         self._answers[answer.call_id] = answer
         return DecisionReceipt(call_id=answer.call_id)
-
-    @answer_now.validator
-    def _validate_answer_now(self, answer: Answer) -> None:
-        problem = self._answer_problem(answer)
-        if problem is not None:
-            reason = f"unknown call id {answer.call_id!r}" if problem == _UNKNOWN else problem
-            raise ApplicationError(reason, type="DecisionRejected", non_retryable=True)
 
     # --------------------------------------------------------- signal tools
 
@@ -725,7 +741,8 @@ class AgentWorkflow:
             self._record(Ok(call_id=call.call_id, tool=call.name, value=woke))
         elif isinstance(action, Pause):
             self._paused = action.reason or "paused"
-            self._resume = None
+            # A `resume` that arrived before this pause registered applies to it.
+            self._resume, self._early_resume = self._early_resume, None
             self._state = "paused"
             self._publish()
             try:
@@ -754,15 +771,21 @@ class AgentWorkflow:
             self._record(failed(call, "execution_error", "signal tool produced no action"))
         return None
 
-    @workflow.signal(name="resume")
     def resume(self, resume: Resume) -> None:
-        """Resume a conversation paused by the `pause` signal tool."""
+        """The `resume` signal: resume a conversation paused by the `pause` signal tool.
+
+        Routed by `_signal`; no input (or `null`) means `Resume()`. A resume
+        that arrives while nothing is paused (e.g. while the model is still
+        deciding to pause) is kept and applies to the next pause; a later one
+        replaces it.
+        """
         if self._paused is not None:
             self._resume = resume
+        else:
+            self._early_resume = resume
 
-    @workflow.signal(name="send")
     def send(self, message: SendMessage) -> None:
-        """Add a user message; it wakes an idle conversation.
+        """The `send` signal: add a user message; it wakes an idle conversation.
 
         While approvals, answers, a pause or a sleep are pending, the message
         supersedes them: they are answered `cancelled` (or woken) and the model
@@ -772,16 +795,118 @@ class AgentWorkflow:
         if self._approvals or self._interactions or self._paused is not None or self._sleeping:
             self._superseded = True
 
+    # ------------------------------------------------------ raw input routing
+    # Handlers that take input are dynamic: the SDK hands over raw payloads,
+    # which never fail to decode, and `decode_input` decodes them here, so no
+    # input (none, several, any encoding, any shape) fails a workflow task.
+
+    def _decoded_signal(self, name: str, args: Sequence[RawValue]) -> Any:
+        converter = workflow.payload_converter()
+        model, default = _SIGNAL_INPUTS[name]
+        decoded = decode_input(args, model, converter, default=default)
+        if isinstance(decoded, Undecodable):
+            reason = f"undecodable {name} signal: {decoded.reason}"
+            self._reject(decoded.call_id, reason, decoded.sent_by, name)
+            workflow.logger.warning("rejected a %s signal: %s", name, decoded.reason)
+            return None
+        return decoded
+
+    @workflow.signal(dynamic=True)
+    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Route the `decide`, `answer`, `send` and `resume` signals.
+
+        An input that cannot be decoded into the signal's model is recorded in
+        `pending().rejected` with the reason; a signal of another name is
+        logged and ignored.
+        """
+        if name not in _SIGNAL_INPUTS:
+            workflow.logger.warning("ignoring signal %r: no such signal", clean_text(name, 100))
+            return
+        decoded = self._decoded_signal(name, args)
+        if isinstance(decoded, Decision):
+            self.decide(decoded)
+        elif isinstance(decoded, Answer):
+            self.answer(decoded)
+        elif isinstance(decoded, SendMessage):
+            self.send(decoded)
+        elif isinstance(decoded, Resume):
+            self.resume(decoded)
+
+    def _decoded_update(self, name: str, args: Sequence[RawValue]) -> Decision | Answer:
+        """The update's input, or `ApplicationError` `DecisionRejected` saying why not."""
+        if name not in _UPDATE_INPUTS:
+            known = ", ".join(sorted(_UPDATE_INPUTS))
+            raise ApplicationError(
+                f"no update named {clean_text(name, 100)!r}; known updates: {known}",
+                type="UnknownUpdate",
+                non_retryable=True,
+            )
+        decoded = decode_input(args, _UPDATE_INPUTS[name], workflow.payload_converter())
+        if isinstance(decoded, Undecodable):
+            raise ApplicationError(
+                f"undecodable {name} update: {decoded.reason}",
+                type="DecisionRejected",
+                non_retryable=True,
+            )
+        return decoded
+
+    @workflow.update(dynamic=True)
+    def _update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt:
+        """Route the `decide_now` and `answer_now` updates (validated by `_validate_update`)."""
+        decoded = self._decoded_update(name, args)
+        if isinstance(decoded, Decision):
+            return self.decide_now(decoded)
+        return self.answer_now(decoded)
+
+    @_update.validator
+    def _validate_update(self, name: str, args: Sequence[RawValue]) -> None:
+        """Reject an update (nothing recorded) whose input cannot be decoded or fails its checks.
+
+        Raises:
+            ApplicationError: Type `DecisionRejected` (the client raises
+                `DecisionRejected`) with the reason, or `UnknownUpdate` for a
+                name other than `decide_now` / `answer_now`.
+        """
+        decoded = self._decoded_update(name, args)
+        if isinstance(decoded, Decision):
+            problem = self._decision_problem(decoded)
+        else:
+            problem = self._answer_problem(decoded)
+        if problem is not None:
+            reason = f"unknown call id {decoded.call_id!r}" if problem == _UNKNOWN else problem
+            raise ApplicationError(clean_text(reason), type="DecisionRejected", non_retryable=True)
+
+    @workflow.query(dynamic=True)
+    def _query(self, name: str, args: Sequence[RawValue]) -> list[TranscriptItem]:
+        """Route the `transcript_slice` query; an undecodable argument reads the first page.
+
+        Raises:
+            ApplicationError: For a query name this workflow does not have
+                (the query fails, the workflow does not).
+        """
+        if name != "transcript_slice":
+            raise ApplicationError(
+                f"no query named {clean_text(name, 100)!r}; known queries: "
+                "history, pending, status, transcript_slice",
+                type="UnknownQuery",
+            )
+        request = decode_input(args, TranscriptSlice, workflow.payload_converter())
+        if isinstance(request, Undecodable):
+            request = TranscriptSlice(upto=len(self._transcript), max_bytes=_DEFAULT_PAGE_BYTES)
+        return self.transcript_slice(request)
+
     # -------------------------------------------------------------- queries
 
     @workflow.query(name="history")
-    def history(self) -> list[TranscriptItem]:
-        """The transcript (reconciled between turns)."""
+    def history(self, *_ignored: object) -> list[TranscriptItem]:
+        """The transcript (reconciled between turns); arguments are ignored."""
         return list(self._transcript)
 
-    @workflow.query(name="transcript_slice")
     def transcript_slice(self, request: TranscriptSlice) -> list[TranscriptItem]:
-        """Transcript items `start` to `upto`, paged by `max_bytes` (what the model reads)."""
+        """The `transcript_slice` query: items `start` to `upto`, paged by `max_bytes`.
+
+        What the model activity reads. Routed by `_query`.
+        """
         items = self._transcript[request.start : request.upto]
         if request.max_bytes is not None:
             size = 0
@@ -792,8 +917,8 @@ class AgentWorkflow:
         return items
 
     @workflow.query(name="pending")
-    def pending(self) -> PendingState:
-        """Approvals and interactions waiting, the pause reason, rejected decisions."""
+    def pending(self, *_ignored: object) -> PendingState:
+        """Approvals and interactions waiting, the pause reason, rejected inputs."""
         return PendingState(
             approvals=list(self._approvals.values()),
             interactions=list(self._interactions.values()),
@@ -803,8 +928,8 @@ class AgentWorkflow:
         )
 
     @workflow.query(name="status")
-    def status(self) -> ConversationStatus:
-        """What the loop is doing now, with counts."""
+    def status(self, *_ignored: object) -> ConversationStatus:
+        """What the loop is doing now, with counts; arguments are ignored."""
         return ConversationStatus(
             state=self._state,
             agent=self._agent,
@@ -817,6 +942,7 @@ class AgentWorkflow:
             reconciled=is_reconciled(self._transcript),
             model_failed=self._model_failed,
             usage=self._usage,
+            unanswered_messages=list(self._inbox) if self._state == "finished" else [],
         )
 
     # ----------------------------------------------------------- visibility

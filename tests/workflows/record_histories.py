@@ -130,6 +130,45 @@ async def interaction_answered(c: Conversations, wid: str) -> None:
     await c.answer(wid, "a1", "yes", arguments_hash=digest, answered_by="customer")
 
 
+async def answer_with_format(c: Conversations, wid: str) -> None:
+    """`format: date` answers: a malformed one is rejected (call expires); a valid one counts."""
+    script = turns(
+        [("d1", "ask_date", {"question": "Ship when?"}), ("d2", "ask_date", {"question": "Bill?"})]
+    )
+    options = OPTIONS.model_copy(update={"approval_deadline": 2.0})
+    await c.start(wid, agent=AGENT, message=script, options=options)
+    d1 = await _interaction(c, wid, "d1")
+    d2 = await _interaction(c, wid, "d2")
+    await c.answer(wid, "d1", "next tuesday", arguments_hash=d1, answered_by="customer")
+
+    async def rejected() -> bool:
+        return any(r.call_id == "d1" for r in (await c.pending(wid)).rejected)
+
+    await _until(rejected, "the malformed date to be rejected")
+    await c.answer(wid, "d2", "2026-11-24", arguments_hash=d2, answered_by="customer")
+
+
+async def undecodable_inputs(c: Conversations, wid: str) -> None:
+    """Signals with no input, two inputs and a `binary/plain` payload are recorded as rejected."""
+    from temporalio.api.common.v1 import Payload
+    from temporalio.common import RawValue
+
+    script = turns([("r1", "refund", {"order": "o7", "amount": 4})])
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+    digest = await _approval(c, wid, "r1")
+    handle = c.client.get_workflow_handle(wid)
+    await handle.signal("decide")
+    await handle.signal("send", args=[{"text": "a"}, {"text": "b"}])
+    binary = RawValue(Payload(metadata={"encoding": b"binary/plain"}, data=b"approve"))
+    await handle.signal("answer", binary)
+
+    async def rejected() -> bool:
+        return len((await c.pending(wid)).rejected) == 3
+
+    await _until(rejected, "three rejected inputs")
+    await c.approve(wid, "r1", arguments_hash=digest, decided_by="ana")
+
+
 async def sleep(c: Conversations, wid: str) -> None:
     """The `sleep` signal tool: a durable timer."""
     script = turns([("s1", "sleep", {"seconds": 1})])
@@ -208,6 +247,8 @@ SCENARIOS: dict[str, Scenario] = {
         early_decision,
         failures,
         interaction_answered,
+        answer_with_format,
+        undecodable_inputs,
         sleep,
         pause_resume,
         superseded,

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 from agent_support import MODELS, TOOLKITS
+from jsonschema import FormatChecker
 from record_histories import SCENARIOS
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from durable_tools import formats
 from durable_tools.conversation import (
     ConversationInput,
     ConversationResult,
@@ -132,3 +134,20 @@ async def test_a_model_failure_recorded_before_model_failed_still_fails_the_same
         _history(path), raise_on_replay_failure=False
     )
     assert result.replay_failure is None, repr(result.replay_failure)
+
+
+async def test_an_answer_format_verdict_is_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`answer_with_format`: a malformed `format: date` answer was rejected and the call expired.
+
+    It replays with the fixed stdlib checker whatever the worker has installed;
+    a checker that does not check `date` (as jsonschema's default one would on
+    an image without the stdlib check) accepts that answer, cancels the
+    deadline timer the history shows firing, and fails the replay.
+    """
+    history = _history(HISTORIES / "answer_with_format.json")
+    await _replayer(AgentWorkflow).replay_workflow(history)
+    monkeypatch.setattr(formats, "STDLIB_FORMAT_CHECKER", FormatChecker(formats=()))
+    result = await _replayer(AgentWorkflow).replay_workflow(history, raise_on_replay_failure=False)
+    # Core reports it as the cancelled deadline timer meeting its TimerFired event.
+    assert result.replay_failure is not None
+    assert "TimerFired" in str(result.replay_failure)
