@@ -25,7 +25,12 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
@@ -33,7 +38,6 @@ from durable_tools.approvals import Decision
 from durable_tools.conversation import (
     AgentConfig,
     Answer,
-    ConversationInput,
     ConversationOptions,
     ConversationResult,
     ConversationStatus,
@@ -43,9 +47,10 @@ from durable_tools.conversation import (
     RetryRequest,
     SendMessage,
     TranscriptSlice,
+    TurnOutcome,
+    conversation_input,
 )
 from durable_tools.errors import (
-    ConfigurationError,
     DecisionRejected,
     NoFinalOutput,
     RetryRejected,
@@ -108,16 +113,8 @@ class Conversations:
         Raises:
             ConfigurationError: Two agent configurations share a name.
         """
-        agents: dict[str, AgentConfig] = {}
-        for config in (agent, *handoffs):
-            if config.name in agents:
-                raise ConfigurationError(f"two agent configurations are named {config.name!r}")
-            agents[config.name] = config
-        conversation = ConversationInput(
-            agents=agents,
-            agent=agent.name,
-            messages=[message] if message else [],
-            options=options or ConversationOptions(),
+        conversation = conversation_input(
+            agent, message=message, handoffs=handoffs, options=options
         )
         return await self.client.start_workflow(
             WORKFLOW_TYPE,
@@ -128,6 +125,57 @@ class Conversations:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=summary or f"conversation with {agent.name} ({agent.model})",
         )
+
+    async def start_and_wait(
+        self,
+        workflow_id: str,
+        *,
+        agent: AgentConfig,
+        message: str,
+        handoffs: Sequence[AgentConfig] = (),
+        options: ConversationOptions | None = None,
+        summary: str | None = None,
+    ) -> TurnOutcome:
+        """Start a conversation and return its first answer or first wait, in one call.
+
+        For web backends: one round trip (Temporal's update-with-start) starts
+        the workflow (or attaches to the running one with that id) and waits,
+        through the `await_turn` update, until the model has answered, a call
+        waits for a person, or the model failed. Needs a worker to be running
+        (an update is answered by a worker; `start` alone does not).
+
+        Args:
+            workflow_id: Caller-chosen id.
+            agent: The agent configuration to start with.
+            message: The first user message.
+            handoffs: Other configurations `handoff` may switch to.
+            options: Limits and deadlines.
+            summary: Shown in the Temporal UI.
+
+        Returns:
+            The `TurnOutcome`: `reply` (the model's text), or `pending`
+            (approvals and questions to show, with their hashes).
+
+        Raises:
+            ConfigurationError: Two agent configurations share a name.
+            temporalio.client.WorkflowUpdateFailedError: The update failed.
+        """
+        start: WithStartWorkflowOperation[Any, ConversationResult] = WithStartWorkflowOperation(
+            WORKFLOW_TYPE,
+            conversation_input(agent, message=message, handoffs=handoffs, options=options),
+            id=workflow_id,
+            task_queue=self.task_queue,
+            result_type=ConversationResult,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=summary or f"conversation with {agent.name} ({agent.model})",
+        )
+        outcome: TurnOutcome = await self.client.execute_update_with_start_workflow(  # pyright: ignore[reportUnknownMemberType]
+            "await_turn",
+            {"after_turns": 0},
+            start_workflow_operation=start,
+            result_type=TurnOutcome,
+        )
+        return outcome
 
     async def send(self, workflow_id: str, text: str, *, sent_by: str = "") -> None:
         """Send a user message (signal; durable even with no worker running)."""

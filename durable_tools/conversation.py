@@ -8,6 +8,7 @@ workflow, the activities and `durable_tools.client`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durable_tools.approvals import Decision
 from durable_tools.descriptor import ToolDescriptor
+from durable_tools.errors import ConfigurationError
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage
@@ -46,6 +48,8 @@ __all__ = [
     "ToolActivityInput",
     "ToolActivityResult",
     "TranscriptSlice",
+    "TurnOutcome",
+    "conversation_input",
 ]
 
 DEFAULT_APPROVAL_DEADLINE: float = 7 * 24 * 3600.0
@@ -597,3 +601,56 @@ class ToolActivityResult(BaseModel):
     """
 
     result: ToolResult
+
+
+class TurnOutcome(BaseModel):
+    """What the `await_turn` update returns: where the conversation settled.
+
+    It settles when the model has answered (`reply`), something waits for a
+    person (`pending` has approvals or questions, or `paused`), the model
+    failed (`pending.model_failed`), or the conversation ended.
+
+    Attributes:
+        state: The `status` state then (`idle`, `waiting`, `paused`,
+            `model_failed`, `finished`, ...).
+        reply: The model's last text when it answered (state `idle` or
+            `finished`), else `None`.
+        pending: What waits for a person (the `pending` query's value).
+        turns: Model turns so far.
+    """
+
+    state: str
+    reply: str | None = None
+    pending: PendingState
+    turns: int
+
+
+def conversation_input(
+    agent: AgentConfig,
+    *,
+    message: str | None = None,
+    handoffs: Sequence[AgentConfig] = (),
+    options: ConversationOptions | None = None,
+) -> ConversationInput:
+    """The `AgentWorkflow` input for a new conversation.
+
+    Args:
+        agent: The agent configuration to start with.
+        message: The first user message (default none: it waits for `send`).
+        handoffs: Other configurations `handoff` may switch to.
+        options: Limits and deadlines (default `ConversationOptions()`).
+
+    Raises:
+        ConfigurationError: Two agent configurations share a name.
+    """
+    agents: dict[str, AgentConfig] = {}
+    for config in (agent, *handoffs):
+        if config.name in agents:
+            raise ConfigurationError(f"two agent configurations are named {config.name!r}")
+        agents[config.name] = config
+    return ConversationInput(
+        agents=agents,
+        agent=agent.name,
+        messages=[message] if message else [],
+        options=options or ConversationOptions(),
+    )

@@ -29,7 +29,7 @@ import asyncio
 import builtins
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         ToolActivityInput,
         ToolActivityResult,
         TranscriptSlice,
+        TurnOutcome,
     )
     from durable_tools.formats import check_answer
     from durable_tools.handler_input import Undecodable, clean_text, decode_input
@@ -916,6 +917,30 @@ class AgentWorkflow:
                     return items[:n]
         return items
 
+    @workflow.update(name="await_turn")
+    async def await_turn(self, *args: Any) -> TurnOutcome:
+        """Wait until the conversation settles after more than `after_turns` model turns.
+
+        Takes an optional `{"after_turns": n}` (default 0; any other input
+        counts as 0). Settled: the model answered (state `idle`), a call waits
+        for a person, the loop is paused, the model failed, or the
+        conversation ended. `Conversations.start_and_wait` sends it with the
+        start (update-with-start).
+        """
+        after = _after_turns(args)
+        await workflow.wait_condition(lambda: self._turns > after and self._settled())
+        reply = self._last_text() if self._state in ("idle", "finished") else None
+        return TurnOutcome(
+            state=self._state, reply=reply, pending=self.pending(), turns=self._turns
+        )
+
+    def _settled(self) -> bool:
+        return (
+            self._state in ("idle", "paused", "model_failed", "finished", "cancelled")
+            or bool(self._approvals)
+            or bool(self._interactions)
+        )
+
     @workflow.query(name="pending")
     def pending(self, *_ignored: object) -> PendingState:
         """Approvals and interactions waiting, the pause reason, rejected inputs."""
@@ -988,3 +1013,11 @@ class AgentWorkflow:
                 f"  run it again: `durable-tools retry {workflow.info().workflow_id}`"
             )
         workflow.set_current_details("**Pending**\n" + "\n".join(lines) if lines else "")
+
+
+def _after_turns(args: Sequence[Any]) -> int:
+    """`after_turns` of an `await_turn` input, 0 for anything else."""
+    first: Any = args[0] if args else None
+    fields = cast(dict[str, Any], first) if isinstance(first, dict) else {}
+    value = fields.get("after_turns")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
