@@ -426,6 +426,14 @@ def worker_command(
     max_concurrent_activities: Annotated[
         int | None, typer.Option(help="Most activities at once (default: the SDK's).")
     ] = None,
+    search_attributes: Annotated[
+        bool,
+        typer.Option(
+            help="Check at start that the namespace has DurableToolsPendingCount and "
+            "DurableToolsPendingKinds; --no-search-attributes: run without them "
+            "(conversations make no upserts; `pending` without an id cannot find them)."
+        ),
+    ] = True,
 ) -> None:
     """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
     from durable_tools.worker.runner import run_worker
@@ -449,6 +457,7 @@ def worker_command(
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
             on_ready=ready,
+            search_attributes=search_attributes,
         )
         _out.print("worker stopped")
 

@@ -16,19 +16,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import pkgutil
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkflowRunner
+from temporalio.worker import PatchActivationInput, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.testing import ModelAdapter
 from durable_tools.toolkit import Toolkit, compose
-from durable_tools.workflows.agent_workflow import AgentWorkflow
+from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
 
 if TYPE_CHECKING:
     from durable_tools.mcp.toolset import McpToolsets
@@ -86,6 +86,11 @@ class DurableToolsPlugin(SimplePlugin):
         mcp_servers: MCP servers whose tools join every toolkit (as
             `prefix__tool`). The worker connects to them when it starts and
             closes them when it stops (see `durable_tools.mcp`).
+        search_attributes: Whether conversations this worker starts running
+            upsert `DurableToolsPendingCount` / `DurableToolsPendingKinds`
+            (default True; they must be registered on the namespace). False
+            records `NO_SEARCH_ATTRIBUTES_PATCH` in each run it runs first,
+            so replays on any worker skip the upserts as well.
 
     Raises:
         ConfigurationError: Two MCP servers share a name. A conversation
@@ -103,7 +108,9 @@ class DurableToolsPlugin(SimplePlugin):
         toolkits: Mapping[str, Toolkit],
         models: Mapping[str, ModelAdapter],
         mcp_servers: Sequence[McpServerConfig] = (),
+        search_attributes: bool = True,
     ) -> None:
+        self.search_attributes = search_attributes
         self.mcp: McpToolsets | None = None
         if mcp_servers:
             from durable_tools.mcp.toolset import McpToolsets  # imports the mcp SDK
@@ -119,6 +126,15 @@ class DurableToolsPlugin(SimplePlugin):
             run_context=self._run_context if self.mcp is not None else None,
         )
 
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Add the plugin's parts; `NO_SEARCH_ATTRIBUTES_PATCH` follows `search_attributes`."""
+        config = super().configure_worker(config)
+        given = config.get("patch_activation_callback")  # pyright: ignore[reportUnknownMemberType]
+        config["patch_activation_callback"] = _patch_activation(
+            given, search_attributes=self.search_attributes
+        )
+        return config
+
     @contextlib.asynccontextmanager
     async def _run_context(self) -> AsyncGenerator[None]:
         """Connect the MCP servers for the worker's lifetime."""
@@ -133,3 +149,16 @@ class DurableToolsPlugin(SimplePlugin):
             yield
         finally:
             await mcp.aclose()
+
+
+def _patch_activation(
+    given: Callable[[PatchActivationInput], bool] | None, *, search_attributes: bool
+) -> Callable[[PatchActivationInput], bool]:
+    """The worker's patch activation: ours for our patch, the given one (or on) for others."""
+
+    def activate(patch: PatchActivationInput) -> bool:
+        if patch.patch_id == NO_SEARCH_ATTRIBUTES_PATCH:
+            return not search_attributes
+        return True if given is None else given(patch)
+
+    return activate

@@ -81,13 +81,22 @@ with workflow.unsafe.imports_passed_through():
         to_tool_call_output,
     )
 
-__all__ = ["PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
+__all__ = ["NO_SEARCH_ATTRIBUTES_PATCH", "PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
 
 PENDING_COUNT = SearchAttributeKey.for_int("DurableToolsPendingCount")
 """Search attribute: approvals + interactions waiting (0 when none)."""
 
 PENDING_KINDS = SearchAttributeKey.for_keyword_list("DurableToolsPendingKinds")
 """Search attribute: what is pending (`approval`, `interaction`, `pause`)."""
+
+NO_SEARCH_ATTRIBUTES_PATCH = "durable-tools/no-search-attributes"
+"""Patch id a run records when a worker with search attributes off runs it.
+
+`DurableToolsPlugin(search_attributes=False)` activates this patch (the
+worker's `patch_activation_callback`); the marker in history then makes every
+replay skip the upserts too, whatever the replaying worker's setting, and a
+history without it (every history recorded before) upserts as before.
+"""
 
 _MAX_REJECTED = 100
 _MAX_EARLY = 1000
@@ -727,7 +736,7 @@ class AgentWorkflow:
         if self._published == (count, kinds):
             return
         self._published = (count, kinds)
-        if self._options.search_attributes:
+        if self._options.search_attributes and not workflow.patched(NO_SEARCH_ATTRIBUTES_PATCH):
             workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType]
                 [PENDING_COUNT.value_set(count), PENDING_KINDS.value_set(list(kinds))]
             )
