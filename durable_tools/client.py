@@ -20,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,6 +43,7 @@ from durable_tools.conversation import (
     TranscriptSlice,
 )
 from durable_tools.errors import ConfigurationError, DecisionRejected
+from durable_tools.models._settings import check_settings
 from durable_tools.transcript import TranscriptItem
 
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
@@ -77,6 +78,7 @@ class Conversations:
         handoffs: Sequence[AgentConfig] = (),
         options: ConversationOptions | None = None,
         summary: str | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[Any, ConversationResult]:
         """Start a conversation, or return the running one with the same id.
 
@@ -92,13 +94,22 @@ class Conversations:
             handoffs: Other agent configurations `handoff` may switch to.
             options: Limits and deadlines (defaults: `ConversationOptions()`).
             summary: Shown in the Temporal UI and `temporal workflow describe`.
+            settings: Model settings for this conversation (`{"temperature":
+                0.2, "tool_choice": "required"}`), merged over `agent.settings`
+                key by key; JSON values, sent as request body fields. Names the
+                adapters render themselves (`RENDERED_FIELDS`: `model`,
+                `messages`, `tools`, ...) are refused.
 
         Returns:
             The workflow handle.
 
         Raises:
-            ConfigurationError: Two agent configurations share a name.
+            ConfigurationError: Two agent configurations share a name, or a
+                setting names a rendered field or is not JSON.
         """
+        if settings:
+            extra = check_settings(settings)
+            agent = agent.model_copy(update={"settings": {**agent.settings, **extra}})
         agents: dict[str, AgentConfig] = {}
         for config in (agent, *handoffs):
             if config.name in agents:
