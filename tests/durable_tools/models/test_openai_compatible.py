@@ -11,34 +11,13 @@ never `null` (which that server answers with HTTP 500).
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from typing import Any
-
-import openai
+from openai_compatible_support import weather_conversation
 from provider_replay import Replay, fixture
-from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from durable_tools.client import Conversations
-from durable_tools.constructors import tool
-from durable_tools.conversation import AgentConfig, ConversationOptions
-from durable_tools.models.openai import OpenAIChatModel
-from durable_tools.toolkit import Toolkit
-from durable_tools.worker.plugin import DurableToolsPlugin
+from durable_tools.transcript import AssistantMessage, ToolCallOutput
 
 EXCHANGES = "openai_compatible_tool_round_trip.json"
-
-
-@tool(annotations={"read_only": True, "idempotent": True})
-async def city_weather(city: str) -> dict[str, Any]:
-    """Current weather for a city.
-
-    Args:
-        city: City name.
-    """
-    return {"city": city, "temp_c": 21}
 
 
 async def test_a_tool_call_round_trip_sends_what_compatible_servers_accept(
@@ -47,46 +26,18 @@ async def test_a_tool_call_round_trip_sends_what_compatible_servers_accept(
     exchanges = fixture(EXCHANGES)["exchanges"]
     replay = Replay()
     for exchange in exchanges:
-        replay.answer(200, exchange["response"])
-    model = OpenAIChatModel(
-        model="gemma-3-270m-it",
-        client=openai.AsyncOpenAI(
-            api_key="not-needed",
-            base_url="http://127.0.0.1:8080/v1",
-            max_retries=0,
-            http_client=replay.http_client(),
-        ),
-    )
-    plugin = DurableToolsPlugin(
-        toolkits={"weather": Toolkit(city_weather, label="weather")}, models={"local": model}
-    )
-    client = Client(**{**dev_env.client.config(), "plugins": [plugin]})
-    conversations = Conversations(client, task_queue=task_queue)
-    agent = AgentConfig(
-        model="local",
-        toolkit="weather",
-        instructions="Answer with the weather.",
-        settings={"temperature": 0.7, "seed": 7},
-    )
+        replay.answer(exchange.get("status", 200), exchange["response"])
 
-    async with Worker(client, task_queue=task_queue):
-        handle = await conversations.start(
-            f"conv-{uuid.uuid4()}",
-            agent=agent,
-            message="Weather in Oslo?",
-            options=ConversationOptions(idle_timeout=1.0),
-            settings={"temperature": 0, "max_tokens": 256},
-        )
-        async with asyncio.timeout(30):
-            result = await handle.result()
+    outcome = await weather_conversation(dev_env, task_queue, replay.http_client())
 
-    assert (result.status, result.output, result.turns) == (
-        "idle_timeout",
-        "It is 21 °C in Oslo.",
-        2,
-    )
+    final = exchanges[-1]["response"]["choices"][0]["message"]["content"]
+    assert (outcome.result.status, outcome.result.output) == ("idle_timeout", final)
+    calls = [i for i in outcome.transcript if isinstance(i, AssistantMessage) and i.tool_calls]
+    outputs = [i for i in outcome.transcript if isinstance(i, ToolCallOutput)]
+    assert len(calls) == 1 and len(outputs) == 1 and not outputs[0].is_error
     sent = [s.body for s in replay.sent]
     assert sent == [exchange["request"] for exchange in exchanges]
     assistant = sent[1]["messages"][2]
     assert assistant["role"] == "assistant" and assistant["content"] == ""
     assert all(body["tool_choice"] == "auto" for body in sent)
+    assert all(body["temperature"] == 0 and body["seed"] == 7 for body in sent)
