@@ -9,11 +9,12 @@ a session per turn or per call pay that handshake every time.
   a backoff that doubles with each consecutive failure (0.5 s up to 10 s).
 * A call that outlives its timeout ends with `CallTimedOut`; a call whose
   caller is cancelled (the tool activity is cancelled) re-raises the
-  cancellation. Either way only that request ends: the client sends
-  `notifications/cancelled` for its id (the MCP SDK's dispatcher does, when
-  the task awaiting the request is cancelled) and drops it, so a late answer
-  is discarded. The session, and every other call in flight on it, go on; a
-  session is replaced only when its transport ends.
+  cancellation. Either way only that request ends: the MCP SDK, when the task
+  awaiting the request is cancelled, cancels it at the server (it sends
+  `notifications/cancelled` with the request id; over streamable HTTP at
+  protocol 2026-07-28 it closes that request's response stream) and drops
+  it, so a late answer is discarded. The session, and every other call in
+  flight on it, go on; a session is replaced only when its transport ends.
 * A call whose connection is lost raises `ConnectionLost`, with `sent=True`
   when the request may have reached the server (the caller decides whether
   retrying is safe: only for idempotent tools).
@@ -442,7 +443,7 @@ class McpConnection:
             ConnectionLost: The connection ended during the call (`sent=True`:
                 the call may have reached the server).
             CallTimedOut: No answer within `timeout`; the request was cancelled
-                (`notifications/cancelled`), the session left open.
+                at the server, the session left open.
             MCPError: The server answered with a JSON-RPC error.
             RuntimeError: The SDK rejected the result (e.g. structured content
                 that violates the tool's output schema).
@@ -506,7 +507,8 @@ async def _abandon(request: asyncio.Future[Any]) -> None:
     """End one request: cancel the task awaiting it and let it say so to the server.
 
     Cancelling the task that awaits `ClientSession.call_tool` makes the SDK
-    write `notifications/cancelled` for the request id and drop its waiter.
+    cancel the request at the server (`notifications/cancelled`, or closing
+    its HTTP response stream) and drop its waiter.
     Waiting for that is bounded, and a cancellation of our own caller during
     the wait is held until the request has ended, then re-raised.
     """
