@@ -26,7 +26,9 @@ from temporalio.worker import Worker
 from durable_tools.client import Conversations
 from durable_tools.constructors import tool
 from durable_tools.conversation import AgentConfig, ConversationOptions, ConversationResult
+from durable_tools.descriptor import ToolDescriptor
 from durable_tools.models.openai import OpenAIChatModel
+from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import TranscriptItem
 from durable_tools.worker.plugin import DurableToolsPlugin
@@ -44,18 +46,50 @@ AGENT = AgentConfig(
     ),
     settings={"temperature": 0.7, "seed": 7},
 )
+FINISHING_AGENT = AGENT.model_copy(
+    update={
+        "instructions": (
+            "You answer questions about the weather. First call city_weather to learn the "
+            "weather of a city, then call finish with your answer."
+        )
+    }
+)
+"""The agent of the live tier: it ends with the `finish` tool (see `weather_toolkit`)."""
 START_SETTINGS: dict[str, Any] = {"temperature": 0, "max_tokens": 256}
 """Settings given to `Conversations.start`, merged over `AGENT.settings`."""
 
 
-@tool(annotations={"read_only": True, "idempotent": True})
-async def city_weather(city: str) -> dict[str, Any]:
-    """Current weather for a city.
+def weather_toolkit(*, offer_once: bool = False) -> Toolkit:
+    """A toolkit with `city_weather`; `offer_once`: offered only until it has run, then `finish`.
 
-    Args:
-        city: City name.
+    llama-cpp-python's `chatml-function-calling` format leaves tool messages
+    out of the prompt, so a model offered the tool again after calling it
+    calls it again (Gemma 3 270M does, every turn), and offered no tools it
+    answers with empty text. With `offer_once` the toolkit also has the
+    `finish` signal tool, and the turn after the call offers only `finish`:
+    Gemma 3 270M then ends the conversation with an answer as its output.
     """
-    return {"city": city, "temp_c": 21}
+    ran: list[str] = []
+
+    @tool(annotations={"read_only": True, "idempotent": True})
+    async def city_weather(city: str) -> dict[str, Any]:
+        """Current weather for a city.
+
+        Args:
+            city: City name.
+        """
+        ran.append(city)
+        return {"city": city, "temp_c": 21}
+
+    class OfferedOnce(Toolkit):
+        def descriptors(self) -> list[ToolDescriptor]:
+            offered = super().descriptors()
+            return [d for d in offered if d.name != "city_weather"] if ran else offered
+
+    if offer_once:
+        answer = finish_tool(output={"type": "string", "description": "A short sentence."})
+        return OfferedOnce(city_weather, answer, label="weather")
+    return Toolkit(city_weather, label="weather")
 
 
 @dataclass
@@ -79,6 +113,9 @@ class Recorder(httpx2.AsyncBaseTransport):
         headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-length"]
         return httpx2.Response(response.status_code, headers=headers, content=body)
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
     def save(self, path: Path, about: str) -> None:
         path.write_text(
             json.dumps({"_about": about, "exchanges": self.exchanges}, indent=2, ensure_ascii=False)
@@ -101,8 +138,13 @@ async def weather_conversation(
     base_url: str = "http://127.0.0.1:8080/v1",
     max_model_turns: int = 4,
     timeout: float = 30,
+    offer_once: bool = False,
 ) -> Outcome:
-    """Run `MESSAGE` through `AGENT` on `env` with an `OpenAIChatModel` over `http_client`."""
+    """Run `MESSAGE` on `env` with an `OpenAIChatModel` over `http_client`.
+
+    The agent is `AGENT`, or `FINISHING_AGENT` with `weather_toolkit(offer_once=True)`.
+    """
+    agent = FINISHING_AGENT if offer_once else AGENT
     model = OpenAIChatModel(
         model=MODEL,
         client=openai.AsyncOpenAI(
@@ -110,7 +152,7 @@ async def weather_conversation(
         ),
     )
     plugin = DurableToolsPlugin(
-        toolkits={"weather": Toolkit(city_weather, label="weather")}, models={"local": model}
+        toolkits={"weather": weather_toolkit(offer_once=offer_once)}, models={"local": model}
     )
     client = Client(**{**env.client.config(), "plugins": [plugin]})
     conversations = Conversations(client, task_queue=task_queue)
@@ -118,7 +160,7 @@ async def weather_conversation(
     async with Worker(client, task_queue=task_queue):
         handle = await conversations.start(
             workflow_id,
-            agent=AGENT,
+            agent=agent,
             message=MESSAGE,
             options=ConversationOptions(idle_timeout=1.0, max_model_turns=max_model_turns),
             settings=START_SETTINGS,

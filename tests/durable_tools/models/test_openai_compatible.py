@@ -11,6 +11,8 @@ never `null` (which that server answers with HTTP 500).
 
 from __future__ import annotations
 
+import json
+
 from openai_compatible_support import weather_conversation
 from provider_replay import Replay, fixture
 from temporalio.testing import WorkflowEnvironment
@@ -41,3 +43,28 @@ async def test_a_tool_call_round_trip_sends_what_compatible_servers_accept(
     assert assistant["role"] == "assistant" and assistant["content"] == ""
     assert all(body["tool_choice"] == "auto" for body in sent)
     assert all(body["temperature"] == 0 and body["seed"] == 7 for body in sent)
+
+
+async def test_exchanges_recorded_from_llama_cpp_python_replay(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """Recorded from the real server by `make test-local-model` (see tests/local_model/)."""
+    exchanges = fixture("llama_cpp_python_tool_round_trip.json")["exchanges"]
+    replay = Replay()
+    for exchange in exchanges:
+        replay.answer(exchange["status"], exchange["response"])
+
+    outcome = await weather_conversation(dev_env, task_queue, replay.http_client(), offer_once=True)
+
+    sent = [s.body for s in replay.sent]
+    assert sent == [exchange["request"] for exchange in exchanges]
+    first, second = sent
+    assert first["tool_choice"] == "auto"
+    assert [t["function"]["name"] for t in first["tools"]] == ["city_weather", "finish"]
+    assert second["messages"][2]["content"] == ""  # the server answered it with 200
+    assert [e["status"] for e in exchanges] == [200, 200]
+    finish = exchanges[1]["response"]["choices"][0]["message"]["tool_calls"][0]
+    assert outcome.result.status == "finished"
+    assert outcome.result.output == json.loads(finish["function"]["arguments"])["output"]
+    outputs = [i for i in outcome.transcript if isinstance(i, ToolCallOutput)]
+    assert '"temp_c":21' in outputs[0].content and not outputs[0].is_error
