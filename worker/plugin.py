@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkflowRunner
+from temporalio.worker import PatchActivationInput, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_tools.activities.agent_activities import AgentActivities
@@ -31,7 +31,7 @@ from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.redact import Redactor, secret_env_values
 from durable_tools.toolkit import Toolkit, compose
-from durable_tools.workflows.agent_workflow import AgentWorkflow
+from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
 
 if TYPE_CHECKING:
     from durable_tools.mcp.toolset import McpToolsets
@@ -95,6 +95,11 @@ class DurableToolsPlugin(SimplePlugin):
             closes them when it stops (see `durable_tools.mcp`).
         deps: A factory of the tools' dependencies, called once when the
             worker starts (its run context); see `App.deps`.
+        search_attributes: Whether conversations this worker starts running
+            upsert `DurableToolsPendingCount` / `DurableToolsPendingKinds`
+            (default True; they must be registered on the namespace). False
+            records `NO_SEARCH_ATTRIBUTES_PATCH` in each run it runs first,
+            so replays on any worker skip the upserts as well.
 
     Raises:
         ConfigurationError: Two MCP servers share a name. A conversation
@@ -113,7 +118,9 @@ class DurableToolsPlugin(SimplePlugin):
         models: Mapping[str, Model],
         mcp_servers: Sequence[McpServerConfig] = (),
         deps: DepsFactory | None = None,
+        search_attributes: bool = True,
     ) -> None:
+        self.search_attributes = search_attributes
         self.mcp: McpToolsets | None = None
         self.deps_factory = deps
         if mcp_servers:
@@ -136,6 +143,15 @@ class DurableToolsPlugin(SimplePlugin):
             workflow_runner=lambda _: sandbox_runner(),
             run_context=self._run_context if self.mcp or deps else None,
         )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """Add the plugin's parts; `NO_SEARCH_ATTRIBUTES_PATCH` follows `search_attributes`."""
+        config = super().configure_worker(config)
+        given = config.get("patch_activation_callback")  # pyright: ignore[reportUnknownMemberType]
+        config["patch_activation_callback"] = _patch_activation(
+            given, search_attributes=self.search_attributes
+        )
+        return config
 
     @contextlib.asynccontextmanager
     async def _run_context(self) -> AsyncGenerator[None]:
@@ -175,3 +191,16 @@ async def _enter_deps(factory: DepsFactory, stack: contextlib.AsyncExitStack) ->
             cast(contextlib.AbstractAsyncContextManager[Any], made)
         )
     return made
+
+
+def _patch_activation(
+    given: Callable[[PatchActivationInput], bool] | None, *, search_attributes: bool
+) -> Callable[[PatchActivationInput], bool]:
+    """The worker's patch activation: ours for our patch, the given one (or on) for others."""
+
+    def activate(patch: PatchActivationInput) -> bool:
+        if patch.patch_id == NO_SEARCH_ATTRIBUTES_PATCH:
+            return not search_attributes
+        return True if given is None else given(patch)
+
+    return activate

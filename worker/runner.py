@@ -44,6 +44,7 @@ from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.toolkit import Toolkit
 from durable_tools.worker.plugin import DepsFactory, DurableToolsPlugin
+from durable_tools.worker.search_attributes import check_search_attributes
 
 __all__ = ["DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT", "App", "load_app", "run_worker"]
 
@@ -196,6 +197,7 @@ async def run_worker(
     handle_signals: bool = True,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[Worker], None] | None = None,
+    search_attributes: bool = True,
 ) -> None:
     """Connect to Temporal and run a durable-tools worker until told to stop.
 
@@ -224,15 +226,26 @@ async def run_worker(
             thread's event loop; ignored elsewhere).
         stop: Set it to stop the worker (an alternative to cancelling the task).
         on_ready: Called with the worker once it runs (polling starts then).
+        search_attributes: Check at start that the namespace has the search
+            attributes conversations upsert (`SEARCH_ATTRIBUTES`), and fail if
+            not (default True). False: no check, and conversations this worker
+            runs first make no upserts, on any worker that replays them
+            (`DurableToolsPlugin(search_attributes=False)`).
 
     Raises:
+        ConfigurationError: A search attribute is missing or has another
+            type; the one-line message holds the command that registers it.
         RuntimeError: The client could not connect (`Failed client connect: ...`),
             or the worker failed (e.g. its validation at startup).
         temporalio.service.RPCError: The namespace does not exist (`NOT_FOUND`),
             or another server-side error at startup.
     """
     plugin = DurableToolsPlugin(
-        toolkits=toolkits, models=models, mcp_servers=mcp_servers, deps=deps
+        toolkits=toolkits,
+        models=models,
+        mcp_servers=mcp_servers,
+        deps=deps,
+        search_attributes=search_attributes,
     )
     client = await Client.connect(
         client_target,
@@ -243,6 +256,8 @@ async def run_worker(
     # Fail with the server's NOT_FOUND before the worker starts polling a
     # namespace that does not exist (the worker would only log it).
     await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+    if search_attributes:
+        await check_search_attributes(client, address=client_target, namespace=namespace)
     worker = Worker(
         client,
         task_queue=task_queue,

@@ -93,7 +93,7 @@ with workflow.unsafe.imports_passed_through():
         to_tool_call_output,
     )
 
-__all__ = ["PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
+__all__ = ["NO_SEARCH_ATTRIBUTES_PATCH", "PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
 
 PENDING_COUNT = SearchAttributeKey.for_int("DurableToolsPendingCount")
 """Search attribute: approvals + interactions waiting (0 when none)."""
@@ -103,6 +103,15 @@ PENDING_KINDS = SearchAttributeKey.for_keyword_list("DurableToolsPendingKinds")
 
 MODEL_FAILED_PATCH = "model-failed-waits"
 """Patch id: histories recorded before it failed the workflow on a model error."""
+
+NO_SEARCH_ATTRIBUTES_PATCH = "durable-tools/no-search-attributes"
+"""Patch id a run records when a worker with search attributes off runs it.
+
+`DurableToolsPlugin(search_attributes=False)` activates this patch (the
+worker's `patch_activation_callback`); the marker in history then makes every
+replay skip the upserts too, whatever the replaying worker's setting, and a
+history without it (every history recorded before) upserts as before.
+"""
 
 _MAX_REJECTED = 100
 _MAX_ID_CHARS = 200
@@ -996,7 +1005,7 @@ class AgentWorkflow:
         if self._published == published:
             return
         self._published = published
-        if self._options.search_attributes:
+        if self._options.search_attributes and not workflow.patched(NO_SEARCH_ATTRIBUTES_PATCH):
             workflow.upsert_search_attributes(  # pyright: ignore[reportUnknownMemberType]
                 [PENDING_COUNT.value_set(count), PENDING_KINDS.value_set(list(kinds))]
             )

@@ -7,8 +7,14 @@ a session per turn or per call pay that handshake every time.
 
 * A server that dies (its transport ends) is restarted by the next call, after
   a backoff that doubles with each consecutive failure (0.5 s up to 10 s).
-* A call that outlives its timeout ends with `CallTimedOut`, and the
-  connection is recycled (closed; the next call opens a new one).
+* A call that outlives its timeout ends with `CallTimedOut`; a call whose
+  caller is cancelled (the tool activity is cancelled) re-raises the
+  cancellation. Either way only that request ends: the MCP SDK, when the task
+  awaiting the request is cancelled, cancels it at the server (it sends
+  `notifications/cancelled` with the request id; over streamable HTTP at
+  protocol 2026-07-28 it closes that request's response stream) and drops
+  it, so a late answer is discarded. The session, and every other call in
+  flight on it, go on; a session is replaced only when its transport ends.
 * A call whose connection is lost raises `ConnectionLost`, with `sent=True`
   when the request may have reached the server (the caller decides whether
   retrying is safe: only for idempotent tools).
@@ -48,6 +54,9 @@ _HANDSHAKE_METHODS: Final[frozenset[str]] = frozenset({"initialize", "server/dis
 _BACKOFF_FIRST: Final[float] = 0.5
 _BACKOFF_MAX: Final[float] = 10.0
 _CLOSE_GRACE: Final[float] = 5.0
+# Bound on ending one abandoned request: the SDK writes `notifications/cancelled`
+# within its own 2 s bound; past this the request task is left to finish alone.
+_ABANDON_GRACE: Final[float] = 5.0
 
 
 class McpStartError(Exception):
@@ -67,7 +76,7 @@ class ConnectionLost(Exception):
 
 
 class CallTimedOut(Exception):
-    """A call outlived its timeout; the connection was recycled."""
+    """A call outlived its timeout; its request was cancelled (the session goes on)."""
 
 
 def describe_error(exc: BaseException) -> str:
@@ -433,7 +442,8 @@ class McpConnection:
             McpStartError: The server could not be (re)started: nothing was sent.
             ConnectionLost: The connection ended during the call (`sent=True`:
                 the call may have reached the server).
-            CallTimedOut: No answer within `timeout`; the connection was recycled.
+            CallTimedOut: No answer within `timeout`; the request was cancelled
+                at the server, the session left open.
             MCPError: The server answered with a JSON-RPC error.
             RuntimeError: The SDK rejected the result (e.g. structured content
                 that violates the tool's output schema).
@@ -463,6 +473,9 @@ class McpConnection:
             done, _ = await asyncio.wait(
                 {request, lost}, timeout=timeout, return_when="FIRST_COMPLETED"
             )
+        except BaseException:  # our caller was cancelled: end this request, then go
+            await _abandon(request)
+            raise
         finally:
             lost.cancel()
         if request in done:
@@ -475,12 +488,9 @@ class McpConnection:
                         "the connection to the server ended during the call", sent=True
                     ) from exc
                 raise
-        request.cancel()
-        with contextlib.suppress(BaseException):
-            await request
+        await _abandon(request)
         if not done:
-            await self.recycle()
-            raise CallTimedOut(f"no answer within {timeout:g} s; the connection was recycled")
+            raise CallTimedOut(f"no answer within {timeout:g} s; the request was cancelled")
         await self._lost(live)
         raise ConnectionLost("the server's connection ended during the call", sent=True)
 
@@ -491,3 +501,28 @@ class McpConnection:
                 self._live = None
                 self._note_failure()
         await live.close()
+
+
+async def _abandon(request: asyncio.Future[Any]) -> None:
+    """End one request: cancel the task awaiting it and let it say so to the server.
+
+    Cancelling the task that awaits `ClientSession.call_tool` makes the SDK
+    cancel the request at the server (`notifications/cancelled`, or closing
+    its HTTP response stream) and drop its waiter.
+    Waiting for that is bounded, and a cancellation of our own caller during
+    the wait is held until the request has ended, then re-raised.
+    """
+    if request.done():
+        return
+    request.cancel()
+    waiting = asyncio.ensure_future(asyncio.wait({request}, timeout=_ABANDON_GRACE))
+    cancelled = False
+    while not waiting.done():
+        try:
+            await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            cancelled = True
+    if request.done() and not request.cancelled():
+        request.exception()  # retrieved: no "never retrieved" warning
+    if cancelled:
+        raise asyncio.CancelledError

@@ -26,6 +26,12 @@ api.openai.com (which deprecated `max_tokens` and refuses it for reasoning
 models) and unchanged to other servers; Responses sends it as
 `max_output_tokens`. Streaming is not used: one turn is one request.
 
+Chat Completions sends `tool_choice: "auto"` whenever it offers tools (a
+`tool_choice` setting wins): that is OpenAI's default already, but some
+compatible servers (llama-cpp-python's) show the model its tools only when
+`tool_choice` is sent. An assistant turn that only called tools goes back
+with `"content": ""`, never `null` (see `durable_tools.providers.openai_chat`).
+
 Errors become `ApplicationError`s that Temporal retries or not (see
 `durable_tools.models.errors`). The client is built with `max_retries=0`, so
 the model activity's retry policy owns every retry (each attempt shows in
@@ -216,6 +222,8 @@ class OpenAIChatModel(_OpenAIModel):
             request.transcript, instructions=request.instructions or None
         )
         tools = openai_chat.render_tools(request.tools)
+        if tools and "tool_choice" not in settings:
+            settings["tool_choice"] = "auto"  # some servers show tools only with it
         create = self.client.chat.completions.with_raw_response.create
         return await self._send(
             lambda: create(

@@ -5,13 +5,19 @@
 | descriptor (any kind but `provider`) | `{"type": "function", "function": {…}}` |
 | descriptor (`provider`) | left out: Chat Completions has no provider-executed tools in `tools` |
 | `UserMessage` | `{"role": "user", "content": text}` |
-| `AssistantMessage` | `{"role": "assistant", "content": text or None, "tool_calls": [...]}` |
+| `AssistantMessage` | `{"role": "assistant", "content": text or "", "tool_calls": [...]}` |
 | `ToolCallOutput` | `{"role": "tool", "tool_call_id": call_id, "content": content}` |
 | instructions | a leading `{"role": "system", "content": instructions}` |
 
 A function is `{name, description, parameters, strict}`. Failures reach the
 model as the error JSON in `content` (`{"error": kind, "reason": …}`); Chat
 Completions has no error flag on tool messages.
+
+An assistant message that only calls tools is sent with `"content": ""`,
+never `null`: OpenAI accepts both, but OpenAI-compatible servers render the
+messages through the model's chat template, and templates that check the
+content's type (Gemma 3's raises "Invalid content type") fail on `null`:
+llama-cpp-python's server answers such a request with HTTP 500.
 
 Example:
     ```python
@@ -104,7 +110,8 @@ def render_transcript(
         elif isinstance(item, AssistantMessage):
             if not (item.text or item.tool_calls):
                 continue
-            message: dict[str, Any] = {"role": "assistant", "content": item.text or None}
+            # "" rather than null: see the module docstring (chat templates).
+            message: dict[str, Any] = {"role": "assistant", "content": item.text}
             if item.tool_calls:
                 message["tool_calls"] = [
                     {

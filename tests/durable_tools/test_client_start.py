@@ -40,3 +40,14 @@ async def test_two_agents_with_one_name_are_refused_before_anything_starts(harne
     clash = AgentConfig(name=AGENT.name, model="other", toolkit="tests")
     with pytest.raises(ConfigurationError, match="two agent configurations"):
         await harness.conversations.start("never-started", agent=AGENT, handoffs=[clash])
+
+
+async def test_settings_naming_a_field_the_adapter_renders_are_refused_before_starting(
+    harness: Harness,
+):
+    with pytest.raises(ConfigurationError, match=r"\['messages', 'tools'\] cannot be set"):
+        await harness.conversations.start(
+            "never-started", agent=AGENT, settings={"tools": [], "messages": [], "top_p": 1}
+        )
+    with pytest.raises(ConfigurationError, match="values must be JSON"):
+        await harness.conversations.start("never-started", agent=AGENT, settings={"x": {1, 2}})

@@ -8,7 +8,10 @@ Run as a stdio server or a streamable-HTTP server on 127.0.0.1:
 Every event the tests check is appended to the JSON-lines `--log` file:
 `{"event": "start", "pid": ...}` when the process starts, and
 `{"event": "call", "tool": ..., "args": ..., "key": <idempotency key from _meta>,
-"pid": ...}` each time a tool body runs. `stamp` lies in its annotations
+"pid": ...}` each time a tool body runs (`slow_record` adds its `request_id`,
+and logs `{"event": "cancelled", "request_id": ...}` when it is interrupted), and
+`{"event": "notification", "method": "notifications/cancelled", "request_id": ...}`
+for each cancellation the client sends. `stamp` lies in its annotations
 (read-only, yet it writes, and its server dies after the first write of each
 key); `relabel` changes another tool's annotations at run time. The HTTP server answers 401 to any
 request without `Authorization: Bearer <token>` (the token is read from the
@@ -80,9 +83,22 @@ async def record(note: str, ctx: Context) -> str:
 @server.tool(annotations=WRITES)
 async def slow_record(note: str, seconds: float, ctx: Context) -> str:
     """Record a note, then take `seconds` to answer (not idempotent)."""
-    log(event="call", tool="slow_record", args={"note": note, "seconds": seconds}, key=key_of(ctx))
-    await asyncio.sleep(seconds)
+    args = {"note": note, "seconds": seconds}
+    log(event="call", tool="slow_record", args=args, key=key_of(ctx), request_id=ctx.request_id)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:  # `notifications/cancelled` for it, or shutdown
+        log(event="cancelled", tool="slow_record", args=args, request_id=ctx.request_id)
+        raise
     return f"recorded {note} slowly"
+
+
+@server.tool(annotations=READ_ONLY)
+async def wait(seconds: float, ctx: Context) -> str:
+    """Take `seconds` to answer (read-only)."""
+    log(event="call", tool="wait", args={"seconds": seconds}, key=key_of(ctx))
+    await asyncio.sleep(seconds)
+    return f"waited {seconds:g} s"
 
 
 @server.tool(annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=True))
@@ -165,6 +181,16 @@ async def relabel(tool: str, read_only: bool, ctx: Context) -> str:
         await ctx.request_context.session.send_tool_list_changed()
     return f"relabelled {tool}"
 
+
+async def on_cancelled(ctx: Any, params: types.CancelledNotificationParams) -> None:
+    log(event="notification", method="notifications/cancelled", request_id=str(params.request_id))
+
+
+# The SDK interrupts the named request's handler itself and then passes the
+# notification on to a handler registered for it, which logs it.
+server._lowlevel_server.add_notification_handler(  # pyright: ignore[reportPrivateUsage]
+    "notifications/cancelled", types.CancelledNotificationParams, on_cancelled
+)
 
 log(event="start", transport=options.transport)
 

@@ -4,7 +4,9 @@
 * the test server of `mcp_test_server.py` over stdio and over streamable HTTP
   with a bearer token from `token_env` that never reaches workflow history;
 * a server killed in the middle of a call, and a call that hangs past its
-  timeout: each ends as a Failure the model sees, and the next call works;
+  timeout: each ends as a Failure the model sees, and the next call works; the
+  hanging call alone is cancelled (`notifications/cancelled`), a call beside
+  it on the same session completes;
 * arguments that violate the server's schema never reach the server;
 * one handshake and one `tools/list` per server per worker across 20 calls.
 """
@@ -15,7 +17,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_support import http_test_server
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, assistant_texts, eventually, running
@@ -73,40 +75,13 @@ async def _harness(
         yield harness
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def http_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
     """The test server over streamable HTTP on 127.0.0.1, requiring `TOKEN`."""
     monkeypatch.setenv("DT_TEST_MCP_TOKEN", TOKEN)
-    port, log = _free_port(), tmp_path / "http.jsonl"
-    process = subprocess.Popen(
-        [sys.executable, str(SERVER), "http", "--port", str(port)]
-        + ["--token-env", "DT_TEST_MCP_TOKEN", "--log", str(log)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):  # bounded: 20 s
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if process.poll() is not None:
-                    raise RuntimeError("the HTTP test server exited") from None
-                import time
-
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("the HTTP test server did not listen within 20 s")
-        yield f"http://127.0.0.1:{port}/mcp", log
-    finally:
-        process.terminate()
-        process.wait(10)
+    log = tmp_path / "http.jsonl"
+    with http_test_server(log, "DT_TEST_MCP_TOKEN") as url:
+        yield url, log
 
 
 async def test_time_server_through_a_conversation(
@@ -216,7 +191,7 @@ async def test_a_server_killed_mid_call_gives_interrupted_and_restarts(
     assert len([e for e in _events(log) if e["event"] == "start"]) == 2
 
 
-async def test_a_hanging_call_times_out_and_the_next_call_works(
+async def test_a_hanging_call_times_out_alone_and_the_next_call_works(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "notes.jsonl"
@@ -224,17 +199,29 @@ async def test_a_hanging_call_times_out_and_the_next_call_works(
     async with _harness(dev_env, task_queue, tmp_path, server) as h:
         workflow_id = await h.start(
             _turns(
-                [("hang", "notes__slow_record", {"note": "stuck", "seconds": 600})],
+                # Two calls in flight on the one session: only the hanging one ends.
+                [
+                    ("hang", "notes__slow_record", {"note": "stuck", "seconds": 600}),
+                    ("beside", "notes__wait", {"seconds": 3.0}),
+                ],
                 [("next", "notes__add", {"a": 1, "b": 1})],
             )
         )
-        outputs = await h.wait_outputs(workflow_id, "hang", "next")
+        outputs = await h.wait_outputs(workflow_id, "hang", "beside", "next")
         stats = h.plugin.mcp.stats()["notes"] if h.plugin.mcp else {}
-    hang, following = outputs["hang"], outputs["next"]
+        cancelled = [e for e in _events(log) if e["event"] == "notification"]
+    hang, beside, following = outputs["hang"], outputs["beside"], outputs["next"]
     assert hang.is_error and hang.failure_kind == "timed_out", hang
     assert "1.5 s" in hang.content
+    assert not beside.is_error and "waited 3 s" in beside.content, beside
+    assert len(_calls(log, "wait")) == 1  # not interrupted and retried
     assert json.loads(following.content) == {"result": 2}
-    assert stats["starts"] == 2  # the connection was recycled after the timeout
+    # The server got `notifications/cancelled` for the hanging call's request,
+    # and its one process and session served every call.
+    (stuck,) = [c for c in _calls(log, "slow_record") if c["args"]["note"] == "stuck"]
+    assert [e["request_id"] for e in cancelled] == [stuck["request_id"]]
+    assert stats["starts"] == 1
+    assert len([e for e in _events(log) if e["event"] == "start"]) == 1
 
 
 async def test_arguments_violating_the_schema_never_reach_the_server(

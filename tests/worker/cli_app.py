@@ -4,13 +4,18 @@ Worker subprocesses import it as `cli_app:app` (`PYTHONPATH` holds `tests` and
 `tests/worker`); `directed` plays a script written in the user message. The
 `cli` toolkit adds a tool whose retries are slow enough for `run` to see;
 `weather` has one read-only tool, for the `test` model (which calls every tool).
+`settings-echo` answers with the settings its request carried, as JSON.
 """
 
 from __future__ import annotations
 
+import json
+
 from agent_support import MODELS, TOOLKIT, get_weather, slow_heartbeat
 
-from durable_tools import RetryPolicy, ToolContext, Toolkit, tool
+from durable_tools import AssistantMessage, RetryPolicy, ToolContext, Toolkit, tool
+from durable_tools.conversation import ModelRequest
+from durable_tools.testing import ScriptedModel
 from durable_tools.worker import App
 
 
@@ -24,4 +29,13 @@ async def unsteady(ctx: ToolContext) -> str:
 
 kit = Toolkit(unsteady, slow_heartbeat, label="cli")
 weather = Toolkit(get_weather, label="weather")
-app = App(toolkits={"tests": TOOLKIT, "cli": kit, "weather": weather}, models=MODELS)
+
+
+def settings_echo(request: ModelRequest) -> AssistantMessage:
+    return AssistantMessage(text=json.dumps(request.settings, sort_keys=True))
+
+
+app = App(
+    toolkits={"tests": TOOLKIT, "cli": kit, "weather": weather},
+    models={**MODELS, "settings-echo": ScriptedModel(settings_echo)},
+)

@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from typer.testing import CliRunner
 
+from durable_tools.conversation import ConversationInput
 from durable_tools.worker.cli import app
 from durable_tools.worker.dev_server import DevServer
 from durable_tools.worker.runner import load_app, run_worker
@@ -216,6 +219,28 @@ def test_query_without_a_worker_times_out_with_one_line(live: Live) -> None:
     line = assert_one_line_error(result, code=1)
     assert "no answer within 2 s" in line and "--signal" in line
     assert time.monotonic() - began < 10
+
+
+def test_start_puts_settings_into_the_agent_configuration(live: Live) -> None:
+    workflow_id = f"cli-{uuid.uuid4().hex[:8]}"
+    started = runner.invoke(
+        app,
+        ["start", workflow_id, "--model", "m", "--toolkit", "t", "--address", live.address]
+        + ["--task-queue", "nobody-polls-this", "--setting", "temperature=0.2"]
+        + ["--setting", "reasoning_effort=low"],
+    )
+    assert started.exit_code == 0, started.output
+
+    async def recorded_settings() -> dict[str, Any]:
+        client = await Client.connect(live.address, data_converter=pydantic_data_converter)
+        handle = client.get_workflow_handle(workflow_id)
+        history = await handle.fetch_history()
+        payloads = history.events[0].workflow_execution_started_event_attributes.input.payloads
+        [conversation] = await client.data_converter.decode(payloads, [ConversationInput])
+        await handle.terminate("test over")
+        return conversation.agents["default"].settings
+
+    assert asyncio.run(recorded_settings()) == {"temperature": 0.2, "reasoning_effort": "low"}
 
 
 def test_cli_round_trip_with_rejected_decisions(live: Live) -> None:

@@ -238,3 +238,43 @@ async def test_history_after_run_lists_the_transcript(served: Served, tmp_path: 
     assert history.code == 0, history.stderr
     tools = [i["tool"] for i in json.loads(history.stdout) if i["role"] == "tool"]
     assert tools == ["get_weather"]
+
+
+async def test_run_passes_model_settings_to_the_model(served: Served) -> None:
+    done = await cli(
+        "run",
+        "--model",
+        "settings-echo",
+        "--setting",
+        "temperature=0.2",
+        "--setting",
+        'stop=["END"]',
+        "--setting",
+        "reasoning_effort=low",
+        "--setting",
+        'seed="7"',
+        "--setting",
+        "tool_choice=required",
+        *served.opts(),
+        "hi",
+    )
+    assert done.code == 0, done.stdout + done.stderr
+    # JSON where it parses (0.2, a list, the string "7"), else the text as a string.
+    expected = {
+        "reasoning_effort": "low",
+        "seed": "7",
+        "stop": ["END"],
+        "temperature": 0.2,
+        "tool_choice": "required",
+    }
+    assert f"answer: {json.dumps(expected, sort_keys=True)}" in done.stdout, done.stdout
+
+
+async def test_run_refuses_a_setting_the_adapter_renders_with_one_line(served: Served) -> None:
+    done = await cli("run", "--setting", "tools=[]", *served.opts(), "hi")
+    line = done.error_line()
+    assert done.code == 2
+    assert "--setting: ['tools'] cannot be set" in line
+    malformed = await cli("run", "--setting", "temperature", *served.opts(), "hi")
+    assert malformed.code == 2
+    assert "use key=value" in malformed.error_line()

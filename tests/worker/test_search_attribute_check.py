@@ -1,0 +1,145 @@
+"""`durable-tools worker` on a namespace without durable-tools' search attributes.
+
+A real dev server started without them (as a fresh cluster is): the worker
+refuses to start with one line naming the command that registers them; with
+`--no-search-attributes` a conversation runs to its end with no failed
+workflow task, and its history replays on a worker with them on; once the
+printed command has run, the worker starts.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from cli_process import Running, cli
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from durable_tools.worker.dev_server import DevServer
+from durable_tools.worker.plugin import sandbox_runner
+from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
+
+
+@pytest.fixture(scope="module")
+async def bare_server() -> AsyncIterator[str]:
+    """A dev server with no custom search attributes; its address."""
+    async with DevServer(headless=True, search_attributes={}) as server:
+        yield server.address
+
+
+def _command(address: str) -> str:
+    return (
+        f"temporal operator search-attribute create --address {address} --namespace default "
+        "--name DurableToolsPendingCount --type Int && "
+        f"temporal operator search-attribute create --address {address} --namespace default "
+        "--name DurableToolsPendingKinds --type KeywordList"
+    )
+
+
+async def test_worker_refuses_to_start_and_names_the_command(bare_server: str) -> None:
+    done = await cli("worker", "--app", "cli_app:app", "--address", bare_server, timeout=60)
+    line = done.error_line()
+    assert done.code == 2
+    assert "lacks the search attributes" in line
+    assert f"run `{_command(bare_server)}`" in line
+    assert "--no-search-attributes" in line
+    assert "worker polling" not in done.stdout
+
+
+async def test_no_search_attributes_runs_a_conversation_without_failed_tasks(
+    bare_server: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    task_queue = f"no-sa-{uuid.uuid4().hex[:8]}"
+    log = tmp_path_factory.mktemp("worker") / "stderr.log"
+    worker = await Running.start(
+        "worker",
+        "--app",
+        "cli_app:app",
+        "--address",
+        bare_server,
+        "--task-queue",
+        task_queue,
+        "--no-search-attributes",
+        "--graceful-shutdown",
+        "2",
+        stderr=log,
+    )
+    workflow_id = f"no-sa-{uuid.uuid4().hex[:8]}"
+    try:
+        await worker.wait_for_line("worker polling", timeout=60)
+        prompt = json.dumps(
+            {
+                "turns": [
+                    [["c1", "get_weather", {"city": "Oslo"}]],
+                    [["c2", "finish", {"output": "mild"}]],
+                ]
+            }
+        )
+        done = await cli(
+            "run",
+            "--model",
+            "directed",
+            "--toolkit",
+            "tests",
+            "--id",
+            workflow_id,
+            "--address",
+            bare_server,
+            "--task-queue",
+            task_queue,
+            prompt,
+            timeout=60,
+        )
+        assert done.code == 0, done.stdout + done.stderr
+        assert "final answer: mild" in done.stdout
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        stopped = await worker.finish(timeout=30)
+    assert stopped.code == 0, stopped.stderr
+
+    client = await Client.connect(bare_server, data_converter=pydantic_data_converter)
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    types = [event.event_type for event in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in types
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED in types
+    upserts = [
+        event.upsert_workflow_search_attributes_event_attributes.search_attributes
+        for event in history.events
+        if event.HasField("upsert_workflow_search_attributes_event_attributes")
+    ]
+    upserted = {name for attributes in upserts for name in attributes.indexed_fields}
+    assert upserted <= {"TemporalChangeVersion"}  # the SDK's, for the patch; always registered
+    markers = [
+        event.marker_recorded_event_attributes.SerializeToString()
+        for event in history.events
+        if event.HasField("marker_recorded_event_attributes")
+    ]
+    assert len(markers) == 1 and NO_SEARCH_ATTRIBUTES_PATCH.encode() in markers[0]
+    # Deterministic whatever the replaying worker's setting: a replayer (no
+    # patch activation callback, search attributes on) makes no upserts either.
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+    await replayer.replay_workflow(history)
+
+
+async def test_worker_starts_once_the_printed_command_ran(bare_server: str) -> None:
+    registered = await cli(shell=_command(bare_server), timeout=60)
+    assert registered.code == 0, registered.stdout + registered.stderr
+    worker = await Running.start(
+        "worker", "--app", "cli_app:app", "--address", bare_server, "--graceful-shutdown", "1"
+    )
+    try:
+        await worker.wait_for_line("worker polling", timeout=60)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        done = await worker.finish(timeout=30)
+    assert done.code == 0, done.stderr
