@@ -1,7 +1,14 @@
-"""Workflows of durable-tools: the deterministic agent loop."""
+"""Workflows of durable-tools: the deterministic agent loop, and ways to run it from yours."""
 
 from __future__ import annotations
 
 from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS, AgentWorkflow
+from durable_tools.workflows.embedded import run_agent, start_child_conversation
 
-__all__ = ["PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
+__all__ = [
+    "PENDING_COUNT",
+    "PENDING_KINDS",
+    "AgentWorkflow",
+    "run_agent",
+    "start_child_conversation",
+]

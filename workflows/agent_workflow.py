@@ -193,6 +193,8 @@ class AgentWorkflow:
         self._model_failed: ModelFailure | None = None
         self._retry_requested = False
         self._carry_too_large = False
+        self.embedded = False
+        """Set by `run_agent`: the loop runs inside another workflow (no continue-as-new)."""
 
     # ------------------------------------------------------------------ run
 
@@ -263,7 +265,9 @@ class AgentWorkflow:
         return bool(self._transcript) and not isinstance(self._transcript[-1], AssistantMessage)
 
     def _should_continue_as_new(self) -> bool:
-        if self._turns_this_run == 0 or self._carry_too_large:
+        # Embedded in another workflow (`run_agent`), continuing as new would
+        # restart *that* workflow with this loop's input.
+        if self._turns_this_run == 0 or self._carry_too_large or self.embedded:
             return False
         every = self._options.continue_as_new_after_turns
         info = workflow.info()
