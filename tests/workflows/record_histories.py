@@ -238,6 +238,14 @@ async def model_failed_retry(c: Conversations, wid: str) -> None:
     await c.retry(wid, requested_by="ops")
 
 
+async def start_and_wait(c: Conversations, wid: str) -> None:
+    """Update-with-start: `await_turn` answers with the first pending approval, then approved."""
+    script = turns([("r1", "refund", {"order": "o9", "amount": 3})])
+    outcome = await c.start_and_wait(wid, agent=AGENT, message=script, options=OPTIONS)
+    (approval,) = outcome.pending.approvals
+    await c.approve(wid, "r1", arguments_hash=approval.arguments_hash, decided_by="ana")
+
+
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (
@@ -256,6 +264,7 @@ SCENARIOS: dict[str, Scenario] = {
         continue_as_new,
         cancelled,
         model_failed_retry,
+        start_and_wait,
     )
 }
 
