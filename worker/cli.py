@@ -489,6 +489,13 @@ def worker_command(
             "(conversations make no upserts; `pending` without an id cannot find them)."
         ),
     ] = True,
+    health_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="DURABLE_TOOLS_HEALTH_FILE",
+            help="A file kept fresh while the worker runs, for `durable-tools health`.",
+        ),
+    ] = None,
 ) -> None:
     """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
     from temporalio.common import WorkerDeploymentVersion
@@ -527,6 +534,7 @@ def worker_command(
             deployment=version,
             on_ready=ready,
             search_attributes=search_attributes,
+            health_file=health_file,
         )
         _out.print("worker stopped")
 
@@ -1188,6 +1196,27 @@ def result_command(
         timeout=timeout,
     )
     print(result.model_dump_json(indent=2))
+
+
+@app.command("health")
+def health_command(
+    file: Annotated[
+        Path,
+        typer.Option(
+            "--file", envvar="DURABLE_TOOLS_HEALTH_FILE", help="The worker's --health-file."
+        ),
+    ],
+    max_age: Annotated[
+        float, typer.Option(min=1, help="Seconds after which the file is stale.")
+    ] = 30.0,
+) -> None:
+    """Exit 0 if the worker writing --file is alive (a container health check), else 1."""
+    from durable_tools.worker.health import health_problem
+
+    problem = health_problem(file, max_age)
+    if problem is not None:
+        _fail(problem)
+    _out.print("healthy")
 
 
 @app.command("check-upgrade")

@@ -30,6 +30,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import cast
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
@@ -43,6 +44,7 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.toolkit import Toolkit
+from durable_tools.worker.health import keep_fresh
 from durable_tools.worker.plugin import DepsFactory, DurableToolsPlugin
 from durable_tools.worker.search_attributes import check_search_attributes
 
@@ -197,6 +199,7 @@ async def run_worker(
     handle_signals: bool = True,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[Worker], None] | None = None,
+    health_file: Path | None = None,
     search_attributes: bool = True,
 ) -> None:
     """Connect to Temporal and run a durable-tools worker until told to stop.
@@ -226,6 +229,8 @@ async def run_worker(
             thread's event loop; ignored elsewhere).
         stop: Set it to stop the worker (an alternative to cancelling the task).
         on_ready: Called with the worker once it runs (polling starts then).
+        health_file: A file kept fresh while the worker runs, for container
+            health checks (`durable_tools.worker.health`); default none.
         search_attributes: Check at start that the namespace has the search
             attributes conversations upsert (`SEARCH_ATTRIBUTES`), and fail if
             not (default True). False: no check, and conversations this worker
@@ -272,10 +277,13 @@ async def run_worker(
         if on_ready is not None:
             on_ready(worker)
         stopped = asyncio.create_task(stopping.wait())
+        fresh = asyncio.create_task(keep_fresh(health_file)) if health_file else None
         try:
             await asyncio.wait({running, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopped.cancel()
+            if fresh is not None:
+                fresh.cancel()
             if not running.done():
                 # Graceful: stop polling, let running activities finish (bounded
                 # by graceful_shutdown_timeout), then return.

@@ -1,0 +1,232 @@
+"""deploy/, checked as far as this machine allows (no Docker engine, no cluster).
+
+The Dockerfile is linted with hadolint, the compose file validated against the
+Compose specification's schema (check-jsonschema's vendored copy), the
+Kubernetes manifests with kubernetes-validate; then the commands the
+containers run (the image's CMD and HEALTHCHECK, the compose services', the
+Kubernetes Deployment's and Job's) run here, read from those files, with
+their environment, against a real dev server started without durable-tools'
+search attributes: the setup job registers them (twice: it is idempotent),
+the worker starts polling, its health check passes, and SIGTERM stops it
+gracefully.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from durable_tools.worker.dev_server import DevServer
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    found = BIN / name
+    assert found.exists(), f"{name} is missing: `make install` installs it (the dev extra)"
+    return str(found)
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    ran = subprocess.run(
+        [_tool("hadolint"), "--no-color", str(DEPLOY / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_compose_file_matches_the_compose_specification() -> None:
+    ran = subprocess.run(
+        [_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec"]
+        + [str(DEPLOY / "compose.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_kubernetes_manifests_validate() -> None:
+    manifests = sorted(str(p) for p in (DEPLOY / "k8s").glob("*.yaml"))
+    assert len(manifests) >= 2
+    ran = subprocess.run(
+        [_tool("kubernetes-validate"), "--strict", *manifests],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def _dockerfile() -> tuple[dict[str, str], list[str], list[str]]:
+    """The runtime stage's ENV, CMD and HEALTHCHECK command (exec forms)."""
+    text = (DEPLOY / "Dockerfile").read_text().replace("\\\n", " ")
+    runtime = text.split("\nFROM ")[-1]
+    env: dict[str, str] = {}
+    for line in runtime.splitlines():
+        if line.startswith("ENV "):
+            env.update(dict(re.findall(r"(\w+)=(\S+)", line)))
+    cmd = yaml.safe_load(re.search(r"^CMD (\[.*\])$", runtime, re.M).group(1))  # type: ignore[union-attr]
+    health = yaml.safe_load(re.search(r"HEALTHCHECK .*? CMD (\[.*\])", runtime).group(1))  # type: ignore[union-attr]
+    return env, cmd, health
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+
+
+def _k8s(name: str) -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "k8s" / name).read_text())
+
+
+def _unescape_compose(text: str) -> str:
+    return text.replace("$$", "$")
+
+
+@pytest.fixture(scope="module")
+def bare_server() -> Iterator[DevServer]:
+    """A dev server without durable-tools' search attributes (as a new cluster has)."""
+    import asyncio
+
+    server = DevServer(search_attributes={}, headless=True)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(server.start())
+    try:
+        yield server
+    finally:
+        loop.run_until_complete(server.stop())
+        loop.close()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TEMPORAL_", "DURABLE_TOOLS_", "PYTHONPATH"))
+    }
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", NO_COLOR="1", **extra)
+    return env
+
+
+def _search_attributes(server: DevServer) -> str:
+    return subprocess.run(
+        [_tool("temporal"), "operator", "search-attribute", "list", "--address", server.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+
+
+def test_setup_job_registers_search_attributes_idempotently(bare_server: DevServer) -> None:
+    job = _k8s("search-attributes-job.yaml")["spec"]["template"]["spec"]["containers"][0]
+    setup = _compose()["setup"]
+    # Compose runs the same script as the Kubernetes Job.
+    assert [_unescape_compose(part) for part in setup["command"]] == job["command"]
+    env = {e["name"]: e["value"] for e in job["env"]}
+    env["TEMPORAL_ADDRESS"] = bare_server.address
+    assert "DurableToolsPendingCount" not in _search_attributes(bare_server)
+    for _ in range(2):
+        ran = subprocess.run(
+            job["command"], env=_env(**env), capture_output=True, text=True, timeout=120
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    listed = _search_attributes(bare_server)
+    assert re.search(r"DurableToolsPendingCount\s+Int", listed), listed
+    assert re.search(r"DurableToolsPendingKinds\s+KeywordList", listed), listed
+
+
+def _run_worker(
+    command: list[str], env: dict[str, str], health: list[str], health_file: Path
+) -> None:
+    """Start `command`, wait until it polls, check `health`, SIGTERM it, check it stopped."""
+    unhealthy = subprocess.run(health, env=_env(**env), capture_output=True, text=True, timeout=60)
+    assert unhealthy.returncode == 1 and "does not exist" in unhealthy.stderr
+    log = health_file.with_suffix(".log")
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            command, env=_env(**env), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "worker polling" not in log.read_text():
+            assert worker.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        deadline = time.monotonic() + 20
+        while not health_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        healthy = subprocess.run(
+            health, env=_env(**env), capture_output=True, text=True, timeout=60
+        )
+        assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+        assert "worker stopped" in log.read_text()
+        assert not health_file.exists()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def test_image_command_and_health_check(bare_server: DevServer, tmp_path: Path) -> None:
+    env, cmd, health = _dockerfile()
+    assert _compose()["worker"]["command"] == cmd  # compose runs the image's command
+    assert env["DURABLE_TOOLS_ADDRESS"] and env["DURABLE_TOOLS_HEALTH_FILE"]
+    health_file = tmp_path / "image.health"
+    env.update(
+        DURABLE_TOOLS_ADDRESS=bare_server.address, DURABLE_TOOLS_HEALTH_FILE=str(health_file)
+    )
+    # The image's worker refuses to start until the setup job has run.
+    subprocess.run(
+        _k8s("search-attributes-job.yaml")["spec"]["template"]["spec"]["containers"][0]["command"],
+        env=_env(TEMPORAL_ADDRESS=bare_server.address, TEMPORAL_NAMESPACE="default"),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    _run_worker(cmd, env, health, health_file)
+
+
+def test_kubernetes_worker_command_runs_versioned(bare_server: DevServer, tmp_path: Path) -> None:
+    container = _k8s("worker-deployment.yaml")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["DURABLE_TOOLS_DEPLOYMENT"] and env["DURABLE_TOOLS_BUILD_ID"]
+    health_file = tmp_path / "k8s.health"
+    env.update(
+        DURABLE_TOOLS_ADDRESS=bare_server.address, DURABLE_TOOLS_HEALTH_FILE=str(health_file)
+    )
+    subprocess.run(
+        _k8s("search-attributes-job.yaml")["spec"]["template"]["spec"]["containers"][0]["command"],
+        env=_env(TEMPORAL_ADDRESS=bare_server.address, TEMPORAL_NAMESPACE="default"),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    command = container["command"] + container["args"]
+    probe = container["livenessProbe"]["exec"]["command"]
+    _run_worker(command, env, probe, health_file)
+    # It served as its Worker Deployment version.
+    listed = subprocess.run(
+        [_tool("temporal"), "worker", "deployment", "list", "--address", bare_server.address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert env["DURABLE_TOOLS_DEPLOYMENT"] in listed, listed
