@@ -150,6 +150,17 @@ def test_setup_job_registers_search_attributes_idempotently(bare_server: DevServ
     assert re.search(r"DurableToolsPendingKinds\s+KeywordList", listed), listed
 
 
+def _register_search_attributes(server: DevServer) -> None:
+    """Run the setup Job's script (the worker refuses to start without the attributes)."""
+    subprocess.run(
+        _k8s("search-attributes-job.yaml")["spec"]["template"]["spec"]["containers"][0]["command"],
+        env=_env(TEMPORAL_ADDRESS=server.address, TEMPORAL_NAMESPACE="default"),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
 def _run_worker(
     command: list[str], env: dict[str, str], health: list[str], health_file: Path
 ) -> None:
@@ -192,14 +203,7 @@ def test_image_command_and_health_check(bare_server: DevServer, tmp_path: Path) 
     env.update(
         DURABLE_TOOLS_ADDRESS=bare_server.address, DURABLE_TOOLS_HEALTH_FILE=str(health_file)
     )
-    # The image's worker refuses to start until the setup job has run.
-    subprocess.run(
-        _k8s("search-attributes-job.yaml")["spec"]["template"]["spec"]["containers"][0]["command"],
-        env=_env(TEMPORAL_ADDRESS=bare_server.address, TEMPORAL_NAMESPACE="default"),
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    _register_search_attributes(bare_server)
     _run_worker(cmd, env, health, health_file)
 
 
@@ -211,13 +215,7 @@ def test_kubernetes_worker_command_runs_versioned(bare_server: DevServer, tmp_pa
     env.update(
         DURABLE_TOOLS_ADDRESS=bare_server.address, DURABLE_TOOLS_HEALTH_FILE=str(health_file)
     )
-    subprocess.run(
-        _k8s("search-attributes-job.yaml")["spec"]["template"]["spec"]["containers"][0]["command"],
-        env=_env(TEMPORAL_ADDRESS=bare_server.address, TEMPORAL_NAMESPACE="default"),
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    _register_search_attributes(bare_server)
     command = container["command"] + container["args"]
     probe = container["livenessProbe"]["exec"]["command"]
     _run_worker(command, env, probe, health_file)
