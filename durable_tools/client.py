@@ -20,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
@@ -81,9 +81,12 @@ class Conversations:
         self,
         workflow_id: str,
         *,
-        agent: AgentConfig,
+        agent: str | AgentConfig,
         message: str | None = None,
-        handoffs: Sequence[AgentConfig] = (),
+        variables: Mapping[str, str] | None = None,
+        model: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        handoffs: Sequence[str | AgentConfig] = (),
         options: ConversationOptions | None = None,
         summary: str | None = None,
     ) -> WorkflowHandle[Any, ConversationResult]:
@@ -95,10 +98,20 @@ class Conversations:
 
         Args:
             workflow_id: Caller-chosen id (e.g. `"ticket-42"`).
-            agent: The agent configuration to start with.
+            agent: The name of an agent the worker declares (`App(agents=...)`),
+                or a whole `AgentConfig` (what a worker that declares no
+                agents runs as sent: the development mode; a worker that
+                declares agents accepts it only as far as that agent allows).
             message: The first user message (optional: the conversation can
                 start idle and wait for `send`).
-            handoffs: Other agent configurations `handoff` may switch to.
+            variables: Values of the agent's instructions template variables
+                (only those the agent allows).
+            model: A model instead of the agent's own (only one the agent
+                allows).
+            settings: Provider settings over the agent's (only keys the
+                agent allows), e.g. `{"temperature": 0.7}`.
+            handoffs: Other agents (names or configurations) `handoff` may
+                switch to.
             options: Limits and deadlines (defaults: `ConversationOptions()`).
             summary: Shown in the Temporal UI and `temporal workflow describe`.
 
@@ -106,10 +119,34 @@ class Conversations:
             The workflow handle.
 
         Raises:
-            ConfigurationError: Two agent configurations share a name.
+            ConfigurationError: Two agent configurations share a name. What
+                the worker's agent does not allow is refused by the worker:
+                the conversation waits in state `model_failed` with a
+                `ConfigurationError` saying what (see `pending`).
+
+        Example:
+            ```python
+            await conversations.start("ticket-42", agent="support",
+                                      variables={"customer_name": "Ana"},
+                                      message="My order A-1001 arrived broken")
+            ```
         """
+        update: dict[str, Any] = {}
+        if model is not None:
+            update["model"] = model
+        if isinstance(agent, str):
+            agent = AgentConfig(name=agent)
+        if settings:
+            update["settings"] = {**agent.settings, **settings}
+        if variables:
+            update["variables"] = {**agent.variables, **variables}
+        if update:  # validated: variables are strings, settings a JSON object
+            agent = AgentConfig.model_validate({**agent.model_dump(), **update})
         agents: dict[str, AgentConfig] = {}
-        for config in (agent, *handoffs):
+        for config in (
+            agent,
+            *(AgentConfig(name=h) if isinstance(h, str) else h for h in handoffs),
+        ):
             if config.name in agents:
                 raise ConfigurationError(f"two agent configurations are named {config.name!r}")
             agents[config.name] = config
@@ -126,7 +163,8 @@ class Conversations:
             task_queue=self.task_queue,
             result_type=ConversationResult,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=summary or f"conversation with {agent.name} ({agent.model})",
+            static_summary=summary
+            or f"conversation with {agent.name}" + (f" ({agent.model})" if agent.model else ""),
         )
 
     async def send(self, workflow_id: str, text: str, *, sent_by: str = "") -> None:
