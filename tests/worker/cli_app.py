@@ -4,6 +4,8 @@ Worker subprocesses import it as `cli_app:app` (`PYTHONPATH` holds `tests` and
 `tests/worker`); `directed` plays a script written in the user message. The
 `cli` toolkit adds a tool whose retries are slow enough for `run` to see;
 `weather` has one read-only tool, for the `test` model (which calls every tool).
+`agents_app` declares one agent, `support` (the `directed` model, the
+`weather` toolkit, instructions naming `{customer_name}`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from agent_support import MODELS, TOOLKIT, get_weather, slow_heartbeat
 
 from durable_tools import RetryPolicy, ToolContext, Toolkit, tool
+from durable_tools.agents import Agent, AgentOverrides
 from durable_tools.worker import App
 
 
@@ -25,3 +28,15 @@ async def unsteady(ctx: ToolContext) -> str:
 kit = Toolkit(unsteady, slow_heartbeat, label="cli")
 weather = Toolkit(get_weather, label="weather")
 app = App(toolkits={"tests": TOOLKIT, "cli": kit, "weather": weather}, models=MODELS)
+agents_app = App(
+    toolkits={"weather": weather},
+    models=MODELS,
+    agents={
+        "support": Agent(
+            model="directed",
+            toolkit="weather",
+            instructions="You help {customer_name}.",
+            allow=AgentOverrides(variables=["customer_name"]),
+        )
+    },
+)
