@@ -94,7 +94,9 @@ class ModelFailure(BaseModel):
         type: The error's type: a provider error (`ProviderBadRequest`,
             `ProviderUnavailable`, `ContextLengthExceeded`, ...; see
             `durable_tools.models.errors`), `ConfigurationError` (no such
-            toolkit or model on the worker), or a timeout
+            toolkit or model on the worker, an agent it does not declare, an
+            override the agent does not allow, an offline model or a script
+            it refuses), or a timeout
             (`StartToClose`, `Heartbeat`, `ScheduleToClose`).
         retries_exhausted: True when a retryable error ran out of attempts or
             time; False when the error is not retryable.
@@ -412,7 +414,9 @@ class ModelTurnRequest(BaseModel):
         run_id: The run whose transcript to read.
         turn: The model turn number in the conversation (from 1).
         upto: How many transcript items the model sees.
-        agent: The agent configuration of this turn.
+        agent: The agent configuration of this turn, as the client asked
+            for it; the activity resolves it against the worker's agents
+            (`durable_tools.agents.resolve_agent`).
         known_digest: Digest of the descriptors the workflow already recorded;
             the activity returns descriptors only when they differ.
         transcript: The whole transcript, only when

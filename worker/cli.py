@@ -649,6 +649,8 @@ def dev_command(
                 )
                 local = port == 7233 and ip in ("127.0.0.1", "localhost", "0.0.0.0")
                 hint = "" if local else f" --address {server.address}"
+                if served.agents:  # a client must name one of them
+                    hint += f" --agent {next(iter(served.agents))}"
                 _out.print(
                     f"try: durable-tools run{hint} 'hello'   "
                     "(Ctrl-C stops the worker and the server)",
