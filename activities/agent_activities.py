@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import threading
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import to_json
@@ -27,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
+from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
 from durable_tools.conversation import (
     ModelRequest,
     ModelTurn,
@@ -43,6 +46,7 @@ from durable_tools.models.errors import bounded_failure
 from durable_tools.models.registry import resolve_model
 from durable_tools.redact import Redactor
 from durable_tools.results import Failure, ToolCall, failed
+from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
 from durable_tools.transcript import AssistantMessage, TranscriptItem
@@ -75,6 +79,16 @@ class AgentActivities:
         models: Model adapters by name.
         mcp: The worker's MCP servers (started by the worker's run context);
             their tools join every toolkit.
+        agents: The agents the worker declares (see `durable_tools.agents`);
+            each model turn resolves the conversation's `AgentConfig`
+            against them. Empty (default): development mode, any
+            configuration runs as sent.
+        allow_offline_models: Whether a conversation may name the offline
+            models `test` and `scripted:FILE` when they are not registered
+            (default False).
+        scripts_dir: The directory `scripted:FILE` paths are read under;
+            a path outside it is refused. `None` (default): the working
+            directory.
         redact: Applied to every tool failure's text before it reaches
             history or the model (default: `Redactor.from_environment()`, see
             `durable_tools.redact`).
@@ -92,10 +106,23 @@ class AgentActivities:
         *,
         mcp: McpToolsets | None = None,
         redact: Callable[[str], str] | None = None,
+        agents: Mapping[str, Agent] | None = None,
+        allow_offline_models: bool = False,
+        scripts_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.redact: Callable[[str], str] = redact or Redactor.from_environment()
         self.toolkits = dict(toolkits)
         self.models = dict(models)
+        self.agents = dict(agents or {})
+        check_agents(
+            self.agents,
+            toolkits=self.toolkits,
+            models=self.models,
+            allow_offline_models=allow_offline_models,
+        )
+        self.allow_offline_models = allow_offline_models
+        self.scripts_dir = Path(scripts_dir if scripts_dir is not None else ".").resolve()
+        self._with_output: dict[tuple[str, int], tuple[Toolkit, Toolkit]] = {}
         self.deps: Any = None
         self.mcp = mcp
         self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
@@ -119,19 +146,47 @@ class AgentActivities:
             self._with_mcp[name] = cached
         return cached[1]
 
+    def _agent_toolkit(self, agent: ResolvedAgent) -> Toolkit:
+        """The agent's view of its toolkit: its own `finish` tool for `output_type`."""
+        base = self._toolkit(agent.toolkit)
+        if agent.output_type is None:
+            return base
+        key = (agent.name, id(agent.output_type))
+        cached = self._with_output.get(key)
+        if cached is None or cached[0] is not base:
+            finish = finish_tool(output_type=agent.output_type)
+            view = Toolkit(*(t for t in base if t.name != finish.name), finish, label=base.label)
+            cached = self._with_output[key] = (base, view)
+        return cached[1]
+
+    def _resolve(self, request: ModelTurnRequest) -> ResolvedAgent:
+        try:
+            return resolve_agent(request.agent, self.agents)
+        except ConfigurationError as exc:
+            raise ApplicationError(
+                str(exc), type="ConfigurationError", non_retryable=True
+            ) from None
+
     def _model(self, name: str) -> Model:
         """A registered model, else the model its spec names (built once, then kept)."""
         model = self.models.get(name)
         if model is None:
             try:
-                model = self.models[name] = resolve_model(name)
+                model = resolve_model(
+                    name, allow_offline=self.allow_offline_models, scripts_dir=self.scripts_dir
+                )
             except ConfigurationError as exc:
+                if is_offline_model(name):  # refused or unreadable: its own one line
+                    raise ApplicationError(
+                        str(exc), type="ConfigurationError", non_retryable=True
+                    ) from None
                 raise ApplicationError(
                     f"no model named {name!r} on this worker (registered: "
                     f"{sorted(self.models)}), and it is not a usable model spec: {exc}",
                     type="ConfigurationError",
                     non_retryable=True,
                 ) from None
+            self.models[name] = model
         return model
 
     async def _transcript(self, request: ModelTurnRequest) -> list[TranscriptItem]:
@@ -180,20 +235,21 @@ class AgentActivities:
     async def _model_turn(self, request: ModelTurnRequest) -> ModelTurn:
         if self.mcp is not None:
             await self.mcp.refresh()  # between turns only: a turn sees one tool list
-        toolkit = self._toolkit(request.agent.toolkit)
-        model = self._model(request.agent.model)
+        agent = self._resolve(request)  # never trusted from history: checked every turn
+        toolkit = self._agent_toolkit(agent)
+        model = self._model(agent.model)
         transcript = await self._transcript(request)
         descriptors = toolkit.descriptors()
         digest = descriptors_digest(descriptors)
         message = await model(
             ModelRequest(
-                model=request.agent.model,
-                instructions=request.agent.instructions,
+                model=agent.model,
+                instructions=agent.instructions,
                 transcript=transcript,
                 tools=descriptors,
                 turn=request.turn,
                 workflow_id=request.workflow_id,
-                settings=dict(request.agent.settings),
+                settings=agent.settings,
             )
         )
         message, problems = safe_turn(message)
@@ -210,6 +266,8 @@ class AgentActivities:
             plans=plans,
             descriptors=None if digest == request.known_digest else descriptors,
             digest=digest,
+            model=agent.model,
+            toolkit=agent.toolkit,
         )
         try:
             to_json(turn)

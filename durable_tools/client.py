@@ -87,12 +87,14 @@ class Conversations:
         self,
         workflow_id: str,
         *,
-        agent: AgentConfig,
+        agent: str | AgentConfig,
         message: str | None = None,
-        handoffs: Sequence[AgentConfig] = (),
+        variables: Mapping[str, str] | None = None,
+        model: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        handoffs: Sequence[str | AgentConfig] = (),
         options: ConversationOptions | None = None,
         summary: str | None = None,
-        settings: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[Any, ConversationResult]:
         """Start a conversation, or return the running one with the same id.
 
@@ -102,30 +104,49 @@ class Conversations:
 
         Args:
             workflow_id: Caller-chosen id (e.g. `"ticket-42"`).
-            agent: The agent configuration to start with.
+            agent: The name of an agent the worker declares (`App(agents=...)`),
+                or a whole `AgentConfig` (what a worker that declares no
+                agents runs as sent: the development mode; a worker that
+                declares agents accepts it only as far as that agent allows).
             message: The first user message (optional: the conversation can
                 start idle and wait for `send`).
-            handoffs: Other agent configurations `handoff` may switch to.
+            variables: Values of the agent's instructions template variables
+                (only those the agent allows).
+            model: A model instead of the agent's own (only one the agent
+                allows).
+            settings: Provider settings merged over the agent's key by key
+                (only keys the agent allows), e.g. `{"temperature": 0.7}`;
+                JSON values, sent as request body fields. Names the adapters
+                render themselves (`RENDERED_FIELDS`: `model`, `messages`,
+                `tools`, ...) are refused here.
+            handoffs: Other agents (names or configurations) `handoff` may
+                switch to.
             options: Limits and deadlines (defaults: `ConversationOptions()`).
             summary: Shown in the Temporal UI and `temporal workflow describe`.
-            settings: Model settings for this conversation (`{"temperature":
-                0.2, "tool_choice": "required"}`), merged over `agent.settings`
-                key by key; JSON values, sent as request body fields. Names the
-                adapters render themselves (`RENDERED_FIELDS`: `model`,
-                `messages`, `tools`, ...) are refused.
 
         Returns:
             The workflow handle.
 
         Raises:
             ConfigurationError: Two agent configurations share a name, or a
-                setting names a rendered field or is not JSON.
+                setting names a rendered field or is not JSON. What
+                the worker's agent does not allow is refused by the worker:
+                the conversation waits in state `model_failed` with a
+                `ConfigurationError` saying what (see `pending`).
+
+        Example:
+            ```python
+            await conversations.start("ticket-42", agent="support",
+                                      variables={"customer_name": "Ana"},
+                                      message="My order A-1001 arrived broken")
+            ```
         """
-        if settings:
-            extra = check_settings(settings)
-            agent = agent.model_copy(update={"settings": {**agent.settings, **extra}})
+        agent = _with_overrides(agent, model=model, settings=settings, variables=variables)
         conversation = conversation_input(
-            agent, message=message, handoffs=handoffs, options=options
+            agent,
+            message=message,
+            handoffs=[AgentConfig(name=h) if isinstance(h, str) else h for h in handoffs],
+            options=options,
         )
         return await self.client.start_workflow(
             WORKFLOW_TYPE,
@@ -134,16 +155,20 @@ class Conversations:
             task_queue=self.task_queue,
             result_type=ConversationResult,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            static_summary=summary or f"conversation with {agent.name} ({agent.model})",
+            static_summary=summary
+            or f"conversation with {agent.name}" + (f" ({agent.model})" if agent.model else ""),
         )
 
     async def start_and_wait(
         self,
         workflow_id: str,
         *,
-        agent: AgentConfig,
+        agent: str | AgentConfig,
         message: str,
-        handoffs: Sequence[AgentConfig] = (),
+        variables: Mapping[str, str] | None = None,
+        model: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        handoffs: Sequence[str | AgentConfig] = (),
         options: ConversationOptions | None = None,
         summary: str | None = None,
     ) -> TurnOutcome:
@@ -157,9 +182,12 @@ class Conversations:
 
         Args:
             workflow_id: Caller-chosen id.
-            agent: The agent configuration to start with.
+            agent: The agent's name on the worker (or a configuration), as in `start`.
             message: The first user message.
-            handoffs: Other configurations `handoff` may switch to.
+            variables: Template variables the agent allows, as in `start`.
+            model: A model the agent allows instead of its own, as in `start`.
+            settings: Provider settings the agent allows, as in `start`.
+            handoffs: Other agents `handoff` may switch to.
             options: Limits and deadlines.
             summary: Shown in the Temporal UI.
 
@@ -171,9 +199,16 @@ class Conversations:
             ConfigurationError: Two agent configurations share a name.
             temporalio.client.WorkflowUpdateFailedError: The update failed.
         """
+        agent = _with_overrides(agent, model=model, settings=settings, variables=variables)
+        conversation = conversation_input(
+            agent,
+            message=message,
+            handoffs=[AgentConfig(name=h) if isinstance(h, str) else h for h in handoffs],
+            options=options,
+        )
         start: WithStartWorkflowOperation[Any, ConversationResult] = WithStartWorkflowOperation(
             WORKFLOW_TYPE,
-            conversation_input(agent, message=message, handoffs=handoffs, options=options),
+            conversation,
             id=workflow_id,
             task_queue=self.task_queue,
             result_type=ConversationResult,
@@ -415,3 +450,30 @@ async def _update(handle: WorkflowHandle[Any, Any], name: str, arg: Any) -> Deci
         if isinstance(cause, ApplicationError) and cause.type == "DecisionRejected":
             raise DecisionRejected(cause.message) from exc
         raise
+
+
+def _with_overrides(
+    agent: AgentConfig | str,
+    *,
+    model: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    variables: Mapping[str, str] | None = None,
+) -> AgentConfig:
+    """The agent configuration a client asks for: a name (or configuration) plus overrides.
+
+    The worker checks each override against what its agent allows.
+
+    Raises:
+        ConfigurationError: A setting names a field the adapter renders, or is not JSON.
+    """
+    config = AgentConfig(name=agent) if isinstance(agent, str) else agent
+    update: dict[str, Any] = {}
+    if model is not None:
+        update["model"] = model
+    if settings:
+        update["settings"] = {**config.settings, **check_settings(settings)}
+    if variables:
+        update["variables"] = {**config.variables, **variables}
+    if update:  # validated: variables are strings, settings a JSON object
+        config = AgentConfig.model_validate({**config.model_dump(), **update})
+    return config

@@ -98,7 +98,9 @@ class ModelFailure(BaseModel):
         type: The error's type: a provider error (`ProviderBadRequest`,
             `ProviderUnavailable`, `ContextLengthExceeded`, ...; see
             `durable_tools.models.errors`), `ConfigurationError` (no such
-            toolkit or model on the worker), or a timeout
+            toolkit or model on the worker, an agent it does not declare, an
+            override the agent does not allow, an offline model or a script
+            it refuses), or a timeout
             (`StartToClose`, `Heartbeat`, `ScheduleToClose`).
         retries_exhausted: True when a retryable error ran out of attempts or
             time; False when the error is not retryable.
@@ -124,17 +126,28 @@ class RetryRequest(BaseModel):
 
 
 class AgentConfig(BaseModel):
-    """One agent configuration a conversation can run under.
+    """The agent a conversation runs under, as the client asked for it.
+
+    On a worker that declares agents (`App(agents=...)`, see
+    `durable_tools.agents`), `name` picks a declared agent and every other
+    field is a request the worker checks on each model turn: empty fields
+    take the agent's own, anything else must be the agent's own value or an
+    override it allows, or the turn fails with a `ConfigurationError`. On a
+    worker that declares none (development mode), the configuration is used
+    as it is and needs `model` and `toolkit`.
 
     Attributes:
-        name: The configuration's name (what `handoff` refers to).
-        instructions: System instructions for the model.
+        name: The agent's name (what `handoff` refers to).
+        instructions: System instructions for the model (`""`: the agent's).
         model: Name of a model adapter registered on the worker, or a model
-            spec the worker resolves (`"test"`, `"scripted:FILE"`,
-            `"openai:MODEL"`, `"anthropic:MODEL"`; see `durable_tools.models`).
-        toolkit: Name of a toolkit registered on the worker.
+            spec the worker resolves (`"openai:MODEL"`, `"anthropic:MODEL"`,
+            and on workers that allow offline models `"test"` and
+            `"scripted:FILE"`; see `durable_tools.models`); `""`: the agent's.
+        toolkit: Name of a toolkit registered on the worker (`""`: the agent's).
         settings: Provider settings passed to the model on every turn
             (e.g. `{"temperature": 0.2, "max_tokens": 1024}`); default none.
+        variables: Values of the agent's instructions template variables
+            (`{"customer_name": "Ana"}`); default none.
         model_retry: How this agent's model turns are retried; `None` (the
             default): `ConversationOptions.model_retry`.
     """
@@ -143,9 +156,10 @@ class AgentConfig(BaseModel):
 
     name: str = "default"
     instructions: str = ""
-    model: str
-    toolkit: str
+    model: str = ""
+    toolkit: str = ""
     settings: dict[str, Any] = Field(default_factory=dict[str, Any])
+    variables: dict[str, str] = Field(default_factory=dict[str, str])
     model_retry: ModelRetry | None = None
 
 
@@ -404,7 +418,9 @@ class ModelTurnRequest(BaseModel):
         run_id: The run whose transcript to read.
         turn: The model turn number in the conversation (from 1).
         upto: How many transcript items the model sees.
-        agent: The agent configuration of this turn.
+        agent: The agent configuration of this turn, as the client asked
+            for it; the activity resolves it against the worker's agents
+            (`durable_tools.agents.resolve_agent`).
         known_digest: Digest of the descriptors the workflow already recorded;
             the activity returns descriptors only when they differ.
         transcript: The whole transcript, only when
@@ -428,12 +444,19 @@ class ModelTurn(BaseModel):
         plans: One `PlannedCall` per tool call, in order.
         descriptors: The descriptors the model saw, when they changed.
         digest: Digest of the descriptors the model saw.
+        model: The model the worker resolved for this turn (`""` in
+            histories recorded before agents were resolved on the worker:
+            then `AgentConfig.model`).
+        toolkit: The toolkit the worker resolved; the turn's tool calls run
+            in it (`""`: `AgentConfig.toolkit`).
     """
 
     message: AssistantMessage
     plans: list[PlannedCall] = Field(default_factory=list[PlannedCall])
     descriptors: list[ToolDescriptor] | None = None
     digest: str = ""
+    model: str = ""
+    toolkit: str = ""
 
 
 class ModelRequest(BaseModel):

@@ -17,9 +17,14 @@ templates.
 The workspace `write_file` writes into is `DURABLE_TOOLS_DEMO_WORKSPACE` when
 set, else `.durable-tools/workspace/` under the worker's working directory.
 
+The app declares one agent, `reporter` (that model, the `demo` toolkit, its
+instructions): a client starts a conversation by its name and chooses nothing
+else. The app also allows the offline models (`test`, `scripted:FILE` under
+`examples/`), as a demo may; a production app leaves them off.
+
 Run it: `make demo` (embedded server, the whole story), or
 `durable-tools dev --app examples.demo:app` and then
-`durable-tools run --model scripted:examples/demo_script.yaml --toolkit demo "Status report"`.
+`durable-tools run --agent reporter "Status report"`.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from durable_tools import (
     interaction_tool,
     tool,
 )
+from durable_tools.agents import Agent
 from durable_tools.conversation import AgentConfig
 from durable_tools.mcp import McpServerConfig
 from durable_tools.models.scripted import ScriptedFileModel
@@ -50,6 +56,7 @@ __all__ = [
     "AGENT",
     "FAILING_ATTEMPTS",
     "MODEL",
+    "REPORTER",
     "SCRIPT",
     "TIME_SERVER",
     "WORKSPACE_ENV",
@@ -198,8 +205,7 @@ TIME_SERVER = McpServerConfig(
 )
 """`mcp-server-time` (installed next to the interpreter); its tool is `time__get_current_time`."""
 
-AGENT = AgentConfig(
-    name="reporter",
+REPORTER = Agent(
     model=MODEL,
     toolkit="demo",
     instructions=(
@@ -207,11 +213,17 @@ AGENT = AgentConfig(
         "report into the workspace (a person approves writes), ask who receives it, finish."
     ),
 )
-"""The agent configuration the demo starts its conversation with."""
+"""The demo's agent, declared on the worker."""
+
+AGENT = AgentConfig(name="reporter")
+"""What the demo's client sends: the agent's name, nothing else."""
 
 app = App(
     toolkits={"demo": kit},
     models={MODEL: ScriptedFileModel(SCRIPT)},
     mcp_servers=[TIME_SERVER],
+    agents={AGENT.name: REPORTER},
+    allow_offline_models=True,
+    scripts_dir=SCRIPT.parent,
 )
 """The application `durable-tools worker --app examples.demo:app` serves."""

@@ -135,6 +135,9 @@ class _Workers:
                 self.app.models,
                 mcp_servers=self.app.mcp_servers,
                 deps=self.app.deps,
+                agents=self.app.agents,
+                allow_offline_models=self.app.allow_offline_models,
+                scripts_dir=self.app.scripts_dir,
                 graceful_shutdown_timeout=5.0,
                 handle_signals=False,
                 stop=stop,
@@ -343,7 +346,7 @@ async def run_demo(console: Console) -> None:
     """
     started = time.monotonic()
     app = load_app(_APP)
-    from examples.demo import AGENT, default_workspace
+    from examples.demo import AGENT, REPORTER, default_workspace
 
     console.print(Rule("durable-tools demo: real tools, an approval, and a worker restart"))
     workspace = default_workspace()
@@ -357,7 +360,7 @@ async def run_demo(console: Console) -> None:
             console.print(
                 f"worker 1 polls task queue {_TASK_QUEUE!r}: toolkit demo (check_service, "
                 f"write_file, ask_user, finish), MCP server time (mcp-server-time over stdio), "
-                f"model {AGENT.model}; workspace {workspace}",
+                f"agent {AGENT.name} (model {REPORTER.model}); workspace {workspace}",
                 soft_wrap=True,
             )
             await _story(console, server, conversations, workers, AGENT)
@@ -379,7 +382,7 @@ async def _story(
     narrator = _Narrator(console, conversations, workflow_id)
 
     console.print(Rule("1. the conversation starts"))
-    await conversations.start(workflow_id, agent=agent, message=_FIRST_MESSAGE)
+    await conversations.start(workflow_id, agent=agent.name, message=_FIRST_MESSAGE)
     console.print(f"conversation [bold]{workflow_id}[/] started (workflow type AgentWorkflow)")
 
     async def approval() -> PendingApproval | None:

@@ -28,6 +28,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from durable_tools.agents import Agent
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
     AgentConfig,
@@ -187,6 +188,9 @@ async def running(
     toolkits: Mapping[str, Toolkit] | None = None,
     models: Mapping[str, Model] | None = None,
     mcp_servers: Sequence[McpServerConfig] = (),
+    agents: Mapping[str, Agent] | None = None,
+    allow_offline_models: bool = False,
+    scripts_dir: Path | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
@@ -206,6 +210,9 @@ async def running(
         toolkits={**TOOLKITS, **(toolkits or {})},
         models={**scripted, **(models or {})},
         mcp_servers=mcp_servers,
+        agents=agents,
+        allow_offline_models=allow_offline_models,
+        scripts_dir=scripts_dir,
     )
     client = Client(**{**env.client.config(), "plugins": [plugin]})
     harness = Harness(

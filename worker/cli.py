@@ -5,6 +5,7 @@ durable-tools dev --toolkit examples.support:kit           # server + UI + worke
 durable-tools worker --toolkit examples.support:kit        # a worker for an existing server
 durable-tools run --model test "What is the weather in Oslo?"   # start it and watch it
 durable-tools run --detach --id ticket-42 "Refund A-1001"  # start it, return at once
+durable-tools run --agent support --var customer_name=Ana "My order broke"  # a declared agent
 durable-tools pending                                      # every conversation waiting for a person
 durable-tools pending ticket-42                            # what one waits for
 durable-tools approve ticket-42 call_2 --as ana            # validated update by default
@@ -434,6 +435,29 @@ McpConfig = Annotated[
         help="A TOML file of MCP servers ([servers.NAME] tables); their tools join every toolkit.",
     ),
 ]
+ScriptsDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--scripts-dir",
+        help="Directory scripted:FILE models are read under; paths outside it are refused "
+        "(default: the app's scripts_dir, else the working directory).",
+    ),
+]
+AgentName = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="An agent the worker declares (App(agents=...)); its model, toolkit and "
+        "instructions come from the worker.",
+    ),
+]
+Variables = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--var",
+        help="A template variable of the agent's instructions, NAME=VALUE. Repeatable.",
+    ),
+]
 GracefulShutdown = Annotated[
     float,
     typer.Option(help="Seconds running activities may finish after SIGTERM or Ctrl-C."),
@@ -450,10 +474,26 @@ def _served(app_spec: str | None, toolkit_specs: list[str] | None, mcp_config: s
         _fail(str(exc), EXIT_BAD_INPUT)
 
 
-def _describe_served(served: App) -> str:
+def _describe_served(served: App, *, allow_offline_models: bool) -> str:
     models = ", ".join(served.models) or "none registered (model specs are resolved by name)"
     mcp = ", ".join(server.name for server in served.mcp_servers) or "none"
-    return f"toolkits: {', '.join(served.toolkits)}; models: {models}; MCP servers: {mcp}"
+    agents = ", ".join(served.agents) or "none declared (any configuration a client sends runs)"
+    offline = "allowed" if allow_offline_models else "refused"
+    return (
+        f"agents: {agents}; toolkits: {', '.join(served.toolkits)}; models: {models}; "
+        f"offline models (test, scripted:FILE): {offline}; MCP servers: {mcp}"
+    )
+
+
+def _variables(pairs: list[str] | None) -> dict[str, str]:
+    """`--var NAME=VALUE` options as a mapping, or fail with one line (exit 2)."""
+    found: dict[str, str] = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            _fail(f"invalid --var {pair!r}: use NAME=VALUE", EXIT_BAD_INPUT)
+        found[name] = value
+    return found
 
 
 @app.command("worker")
@@ -465,6 +505,15 @@ def worker_command(
     namespace: Namespace = DEFAULT_NAMESPACE,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
     graceful_shutdown: GracefulShutdown = 30.0,
+    allow_offline_models: Annotated[
+        bool,
+        typer.Option(
+            "--allow-offline-models",
+            help="Let conversations use the offline models test and scripted:FILE "
+            "(for staging and tests; a production worker refuses them).",
+        ),
+    ] = False,
+    scripts_dir: ScriptsDir = None,
     max_concurrent_activities: Annotated[
         int | None, typer.Option(help="Most activities at once (default: the SDK's).")
     ] = None,
@@ -510,13 +559,15 @@ def worker_command(
         else None
     )
     served = _served(app_spec, toolkit, mcp_config)
+    offline = allow_offline_models or served.allow_offline_models
 
     def ready(_: object) -> None:
         versioned = f", version {version.deployment_name}:{version.build_id}" if version else ""
         _out.print(
             f"worker polling task queue [bold]{escape(task_queue)}[/] on {escape(address)} "
             f"(namespace {escape(namespace)}{escape(versioned)}); "
-            f"{escape(_describe_served(served))}"
+            f"{escape(_describe_served(served, allow_offline_models=offline))}",
+            soft_wrap=True,
         )
 
     async def main() -> None:
@@ -532,6 +583,9 @@ def worker_command(
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
             deployment=version,
+            agents=served.agents,
+            allow_offline_models=offline,
+            scripts_dir=scripts_dir or served.scripts_dir,
             on_ready=ready,
             search_attributes=search_attributes,
             health_file=health_file,
@@ -560,11 +614,13 @@ def dev_command(
     ] = DEV_DIRECTORY / "temporal.db",
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
     graceful_shutdown: GracefulShutdown = 5.0,
+    scripts_dir: ScriptsDir = None,
 ) -> None:
     """Run a Temporal dev server (SQLite under .durable-tools/, Web UI) and a worker in one process.
 
     Ctrl-C or SIGTERM stops the worker (running tool calls get --graceful-shutdown
-    seconds), then the server.
+    seconds), then the server. The worker allows the offline models (test,
+    scripted:FILE under --scripts-dir, default the working directory).
     """
     from durable_tools.worker.dev_server import DevServer, DevServerError
     from durable_tools.worker.runner import run_worker
@@ -605,17 +661,23 @@ def dev_command(
                         graceful_shutdown_timeout=graceful_shutdown,
                         handle_signals=False,
                         stop=stop,
+                        agents=served.agents,
+                        allow_offline_models=True,
+                        scripts_dir=scripts_dir or served.scripts_dir,
                     )
                 )
                 _out.print(f"Temporal frontend: [bold]{server.address}[/]", soft_wrap=True)
                 _out.print(f"Web UI: [bold]{server.ui_url}[/]", soft_wrap=True)
                 _out.print(
                     f"persistence: {escape(str(db_filename))}; worker on task queue "
-                    f"{escape(task_queue)}; {escape(_describe_served(served))}",
+                    f"{escape(task_queue)}; "
+                    f"{escape(_describe_served(served, allow_offline_models=True))}",
                     soft_wrap=True,
                 )
                 local = port == 7233 and ip in ("127.0.0.1", "localhost", "0.0.0.0")
                 hint = "" if local else f" --address {server.address}"
+                if served.agents:  # a client must name one of them
+                    hint += f" --agent {next(iter(served.agents))}"
                 _out.print(
                     f"try: durable-tools run{hint} 'hello'   "
                     "(Ctrl-C stops the worker and the server)",
@@ -643,11 +705,27 @@ def dev_command(
 @app.command("start")
 def start_command(
     workflow_id: WorkflowId,
-    model: Annotated[str, typer.Option(help="Model adapter name registered on the worker.")],
-    toolkit: Annotated[str, typer.Option(help="Toolkit name registered on the worker.")],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Model adapter name or spec; with --agent, one the agent allows "
+            "(default: the agent's)."
+        ),
+    ] = None,
+    toolkit: Annotated[
+        str | None,
+        typer.Option(help="Toolkit name on the worker (default: the agent's)."),
+    ] = None,
     message: Annotated[str | None, typer.Option(help="The first user message.")] = None,
     instructions: Annotated[str, typer.Option(help="System instructions.")] = "",
-    agent: Annotated[str, typer.Option(help="Name of the agent configuration.")] = "default",
+    agent: Annotated[
+        str,
+        typer.Option(
+            help="The agent: one the worker declares, or the name of this configuration "
+            "on a worker that declares none (then give --model and --toolkit)."
+        ),
+    ] = "default",
+    variables: Variables = None,
     approval_deadline: Annotated[
         float | None, typer.Option(help="Seconds an approval may wait (default 7 days).")
     ] = None,
@@ -666,6 +744,7 @@ def start_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Start a conversation (or attach to the running one with this id)."""
+    values = _variables(variables)
     overrides: dict[str, Any] = {"search_attributes": search_attributes}
     if approval_deadline is not None:
         overrides["approval_deadline"] = approval_deadline
@@ -674,7 +753,12 @@ def start_command(
     settings = _model_settings(setting)
     try:
         config = AgentConfig(
-            name=agent, instructions=instructions, model=model, toolkit=toolkit, settings=settings
+            name=agent,
+            instructions=instructions,
+            model=model or "",
+            toolkit=toolkit or "",
+            variables=values,
+            settings=settings,
         )
         options = ConversationOptions(**overrides)
     except ValueError as exc:
@@ -771,15 +855,22 @@ def _print_followed(followed: Followed, workflow_id: str, commands: Commands) ->
 def run_command(
     prompt: Annotated[str, typer.Argument(help="The first user message.")],
     model: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="Model the worker resolves: test, scripted:FILE, openai:MODEL, "
-            "anthropic:MODEL, or a name an --app registers."
+            "anthropic:MODEL, or a name an --app registers; with --agent, one the agent "
+            "allows (default: the agent's; without --agent: test)."
         ),
-    ] = "test",
+    ] = None,
     toolkit: Annotated[
-        str, typer.Option(help="Toolkit name on the worker (the first --toolkit is 'default').")
-    ] = "default",
+        str | None,
+        typer.Option(
+            help="Toolkit name on the worker (the first --toolkit is 'default'; "
+            "with --agent: the agent's)."
+        ),
+    ] = None,
+    agent: AgentName = None,
+    variables: Variables = None,
     workflow_id: Annotated[
         str | None, typer.Option("--id", help="Workflow id (default: run-<random hex>).")
     ] = None,
@@ -803,10 +894,27 @@ def run_command(
     answer. When the model answers in text, the conversation waits for the next
     message (`send`); `run` shows the answer and returns.
     """
-    _check_model(model)
+    values = _variables(variables)
     settings = _model_settings(setting)
+    if agent is None:  # development mode: the whole configuration from here
+        model = model or "test"
+        toolkit = toolkit or "default"
+    if model:
+        _check_model(model)
     wf = workflow_id or f"run-{uuid.uuid4().hex[:12]}"
-    config = AgentConfig(instructions=instructions, model=model, toolkit=toolkit, settings=settings)
+    config = AgentConfig(
+        name=agent or "default",
+        instructions=instructions,
+        model=model or "",
+        toolkit=toolkit or "",
+        variables=values,
+        settings=settings,
+    )
+    what = (
+        f"agent {agent}" + (f", model {model}" if model else "")
+        if agent
+        else f"model {model}, toolkit {toolkit}"
+    )
     commands = Commands(
         address=address,
         namespace=namespace,
@@ -827,8 +935,8 @@ def run_command(
         if detach:
             return None
         _out.print(
-            f"conversation [bold]{escape(wf)}[/] started (model {escape(model)}, toolkit "
-            f"{escape(toolkit)}, task queue {escape(task_queue)}); Ctrl-C detaches",
+            f"conversation [bold]{escape(wf)}[/] started ({escape(what)}, task queue "
+            f"{escape(task_queue)}); Ctrl-C detaches",
             soft_wrap=True,
         )
         stop = asyncio.Event()

@@ -26,6 +26,7 @@ from temporalio.worker import PatchActivationInput, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_tools.activities.agent_activities import AgentActivities
+from durable_tools.agents import Agent
 from durable_tools.codec import with_pydantic_payloads
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
@@ -100,11 +101,19 @@ class DurableToolsPlugin(SimplePlugin):
             (default True; they must be registered on the namespace). False
             records `NO_SEARCH_ATTRIBUTES_PATCH` in each run it runs first,
             so replays on any worker skip the upserts as well.
+        agents: The agents conversations choose by name (`App.agents`, see
+            `durable_tools.agents`); none (default): development mode.
+        allow_offline_models: Let conversations name the offline models
+            `test` and `scripted:FILE` (default False; see `App`).
+        scripts_dir: The directory `scripted:FILE` paths are confined to
+            (default: the working directory).
 
     Raises:
-        ConfigurationError: Two MCP servers share a name. A conversation
-            naming an unregistered toolkit or model fails its model activity
-            with a non-retryable `ConfigurationError` naming the registered ones.
+        ConfigurationError: Two MCP servers share a name, or an agent names a
+            toolkit the worker lacks or an offline model it does not allow. A
+            conversation naming an unregistered toolkit or model, an
+            undeclared agent or an override its agent does not allow fails
+            its model activity with a non-retryable `ConfigurationError`.
 
     When the worker starts (its run context), it raises `ConfigurationError`
     if an allow-listed MCP server fails to start or lacks a listed tool, and
@@ -119,6 +128,9 @@ class DurableToolsPlugin(SimplePlugin):
         mcp_servers: Sequence[McpServerConfig] = (),
         deps: DepsFactory | None = None,
         search_attributes: bool = True,
+        agents: Mapping[str, Agent] | None = None,
+        allow_offline_models: bool = False,
+        scripts_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.search_attributes = search_attributes
         self.mcp: McpToolsets | None = None
@@ -132,6 +144,9 @@ class DurableToolsPlugin(SimplePlugin):
             models,
             mcp=self.mcp,
             redact=Redactor.from_environment(_config_secrets(mcp_servers)),
+            agents=agents,
+            allow_offline_models=allow_offline_models,
+            scripts_dir=scripts_dir,
         )
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",

@@ -39,6 +39,7 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.converter import PayloadCodec
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
+from durable_tools.agents import Agent, check_agents
 from durable_tools.codec import data_converter
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
@@ -61,10 +62,12 @@ those calls are retried on another worker.
 
 @dataclass(frozen=True, kw_only=True)
 class App:
-    """What a worker serves: toolkits and model adapters, by name.
+    """What a worker serves: toolkits, model adapters and agents, by name.
 
-    Agent configurations refer to them by these names
-    (`AgentConfig(model="gpt", toolkit="support")`).
+    Clients start conversations with a declared agent by its name
+    (`Conversations.start(id, agent="support", variables=...)`); a worker
+    that declares no agents runs any configuration a client sends
+    (`AgentConfig(model="gpt", toolkit="support")`): the development mode.
 
     Attributes:
         toolkits: Toolkits by name.
@@ -81,6 +84,21 @@ class App:
         payload_codec: A Temporal `PayloadCodec` (e.g. encryption) for every
             payload the worker writes and reads; clients of these
             conversations need the same codec (`durable_tools.codec`).
+        agents: The agents clients choose by name, each with its model,
+            instructions, toolkit, settings and what a client may override
+            (`durable_tools.agents.Agent`). With agents declared, a
+            conversation naming any other agent, or asking for an override
+            its agent does not allow, fails its model turn (state
+            `model_failed`). None (default): development mode, any
+            configuration a client sends runs.
+        allow_offline_models: Let conversations name the offline models
+            `test` (calls every tool with generated arguments) and
+            `scripted:FILE` when they are not registered in `models`.
+            Default False: a production worker refuses them;
+            `durable-tools dev` and the demo allow them.
+        scripts_dir: The directory `scripted:FILE` paths are read under; a
+            path outside it (absolute, `..`, a symlink out) is refused.
+            `None` (default): the worker's working directory.
 
     Example:
         ```python
@@ -89,8 +107,18 @@ class App:
             async with httpx.AsyncClient(base_url="https://shop.internal") as http:
                 yield ShopDeps(http=http)
 
-        app = App(toolkits={"shop": kit}, deps=shop_deps)
+        app = App(
+            toolkits={"shop": kit},
+            deps=shop_deps,
+            agents={"support": Agent(model="openai:gpt-4o", toolkit="shop",
+                                     instructions="Help {customer_name}.",
+                                     allow=AgentOverrides(variables=["customer_name"]))},
+        )
         ```
+
+    Raises:
+        ConfigurationError: An agent names a toolkit the app lacks, or an
+            offline model while `allow_offline_models` is False.
     """
 
     toolkits: Mapping[str, Toolkit] = field(default_factory=dict[str, Toolkit])
@@ -98,6 +126,18 @@ class App:
     mcp_servers: Sequence[McpServerConfig] = ()
     deps: DepsFactory | None = None
     payload_codec: PayloadCodec | None = None
+    agents: Mapping[str, Agent] = field(default_factory=dict[str, Agent])
+    allow_offline_models: bool = False
+    scripts_dir: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        """Check the agents against the toolkits and models (see `check_agents`)."""
+        check_agents(
+            self.agents,
+            toolkits=self.toolkits,
+            models=self.models,
+            allow_offline_models=self.allow_offline_models,
+        )
 
 
 def load_app(spec: str, *, app_dir: str | None = ".") -> App:
@@ -116,7 +156,8 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
 
     Raises:
         ConfigurationError: The spec is malformed, the module or attribute
-            does not exist, or the object is not an application.
+            does not exist, the object is not an application, or its agents
+            do not fit its toolkits and models (see `App`).
     """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
@@ -175,11 +216,20 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         raise ConfigurationError(
             f"payload_codec of {spec!r} is a {type(codec).__name__}, not a PayloadCodec"
         )
+    agents: object = getattr(found, "agents", None) or {}
+    if not isinstance(agents, Mapping):
+        raise ConfigurationError(
+            f"agents of {spec!r} is a {type(agents).__name__}, not a mapping of name to Agent"
+        )
+    scripts_dir: object = getattr(found, "scripts_dir", None)
     return App(
         toolkits=cast(dict[str, Toolkit], kits),
         models=cast(dict[str, Model], adapters),
         deps=cast(DepsFactory | None, deps),
         payload_codec=codec,
+        agents={str(k): v for k, v in cast(Mapping[object, Agent], agents).items()},
+        allow_offline_models=getattr(found, "allow_offline_models", False) is True,
+        scripts_dir=cast(str | None, scripts_dir),
     )
 
 
@@ -194,6 +244,9 @@ async def run_worker(
     deps: DepsFactory | None = None,
     payload_codec: PayloadCodec | None = None,
     deployment: WorkerDeploymentVersion | None = None,
+    agents: Mapping[str, Agent] | None = None,
+    allow_offline_models: bool = False,
+    scripts_dir: str | os.PathLike[str] | None = None,
     graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
     max_concurrent_activities: int | None = None,
     handle_signals: bool = True,
@@ -221,6 +274,12 @@ async def run_worker(
             conversations are pinned to the version they start on and move to
             the current version at their next turn boundary. `None` (default):
             an unversioned worker. See docs/operations.md, "Upgrades".
+        agents: The agents clients choose by name (see `App.agents`); none
+            (default): development mode.
+        allow_offline_models: Allow the offline models `test` and
+            `scripted:FILE` (default False; see `App.allow_offline_models`).
+        scripts_dir: Where `scripted:FILE` paths are confined (default: the
+            working directory).
         graceful_shutdown_timeout: Seconds running activities may finish once
             shutdown begins, before they are cancelled (default 30).
         max_concurrent_activities: Most activities this worker runs at once
@@ -251,6 +310,9 @@ async def run_worker(
         mcp_servers=mcp_servers,
         deps=deps,
         search_attributes=search_attributes,
+        agents=agents,
+        allow_offline_models=allow_offline_models,
+        scripts_dir=scripts_dir,
     )
     client = await Client.connect(
         client_target,

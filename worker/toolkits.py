@@ -127,4 +127,7 @@ def load_served(
         mcp_servers=servers,
         deps=application.deps,
         payload_codec=application.payload_codec,
+        agents=application.agents,
+        allow_offline_models=application.allow_offline_models,
+        scripts_dir=application.scripts_dir,
     )

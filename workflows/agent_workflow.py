@@ -333,7 +333,7 @@ class AgentWorkflow:
             self._turns += 1
             self._turns_this_run += 1
             if turn.message.usage is not None:
-                model = self._input.agents[self._agent].model
+                model = turn.model or self._input.agents[self._agent].model
                 self._usage[model] = self._usage.get(model, Usage()) + turn.message.usage
             if turn.descriptors is not None:
                 self._descriptors = turn.descriptors
@@ -367,7 +367,9 @@ class AgentWorkflow:
             ),
             heartbeat_timeout=timedelta(seconds=retry.heartbeat_timeout),
             retry_policy=model_retry_policy(retry),
-            summary=f"{agent.name}: {agent.model}, turn {number}",
+            summary=f"{agent.name}: {agent.model}, turn {number}"
+            if agent.model
+            else f"{agent.name}, turn {number}",
         )
 
     async def _wait_after_model_failure(self, error: ActivityError) -> None:
@@ -423,7 +425,8 @@ class AgentWorkflow:
         # turn's waits exactly as one arriving while they wait does (`send`).
         self._superseded = bool(self._inbox)
         self._state = "tools"
-        toolkit = self._input.agents[self._agent].toolkit
+        # The worker resolved the toolkit (`ModelTurn.toolkit`); older histories have none.
+        toolkit = turn.toolkit or self._input.agents[self._agent].toolkit
         limit = asyncio.Semaphore(self._options.max_concurrent_tool_calls)
         for plan in turn.plans:
             self._open[plan.call.call_id] = plan.call

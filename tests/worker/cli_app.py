@@ -5,6 +5,8 @@ Worker subprocesses import it as `cli_app:app` (`PYTHONPATH` holds `tests` and
 `cli` toolkit adds a tool whose retries are slow enough for `run` to see;
 `weather` has one read-only tool, for the `test` model (which calls every tool).
 `settings-echo` answers with the settings its request carried, as JSON.
+`agents_app` declares one agent, `support` (the `directed` model, the
+`weather` toolkit, instructions naming `{customer_name}`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 from agent_support import MODELS, TOOLKIT, get_weather, slow_heartbeat
 
 from durable_tools import AssistantMessage, RetryPolicy, ToolContext, Toolkit, tool
+from durable_tools.agents import Agent, AgentOverrides
 from durable_tools.conversation import ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.worker import App
@@ -38,4 +41,16 @@ def settings_echo(request: ModelRequest) -> AssistantMessage:
 app = App(
     toolkits={"tests": TOOLKIT, "cli": kit, "weather": weather},
     models={**MODELS, "settings-echo": ScriptedModel(settings_echo)},
+)
+agents_app = App(
+    toolkits={"weather": weather},
+    models=MODELS,
+    agents={
+        "support": Agent(
+            model="directed",
+            toolkit="weather",
+            instructions="You help {customer_name}.",
+            allow=AgentOverrides(variables=["customer_name"]),
+        )
+    },
 )

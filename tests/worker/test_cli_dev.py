@@ -66,6 +66,18 @@ async def test_dev_serves_ui_and_worker_persists_and_stops_cleanly(tmp_path: Pat
         assert ran.code == 0, ran.stdout + ran.stderr
         assert "✓ get_weather (c1) ok" in ran.stdout
 
+        # `dev` allows the offline models; scripts are read under its working directory.
+        assert "offline models (test, scripted:FILE): allowed" in dev.output()
+        ran = await cli(
+            "run", "--model", "test", "--toolkit", "weather", "--address", address, "hi"
+        )
+        assert ran.code == 0 and "✓ get_weather" in ran.stdout, ran.stdout + ran.stderr
+        (tmp_path / "hello.yaml").write_text("- text: scripted hello\n")
+        ran = await cli(
+            "run", "--model", "scripted:hello.yaml", "--address", address, "hi", cwd=tmp_path
+        )
+        assert ran.code == 0 and "scripted hello" in ran.stdout, ran.stdout + ran.stderr
+
         dev.send_signal(signal.SIGINT)
         done = await dev.finish(timeout=30)
         assert done.code == 0, done.stdout + done.stderr

@@ -55,11 +55,13 @@ async def served(
         task_queue,
         "--graceful-shutdown",
         "2",
+        "--allow-offline-models",
         stderr=log,
     )
     try:
         line = await worker.wait_for_line("worker polling", timeout=60)
         assert "agent_support:TOOLKIT" in line and "default" in line
+        assert "offline models (test, scripted:FILE): allowed" in line
         yield Served(address, task_queue)
     finally:
         worker.send_signal(signal.SIGTERM)

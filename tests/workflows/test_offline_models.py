@@ -114,7 +114,14 @@ async def harness(
 ) -> AsyncIterator[Harness]:
     ledger = tmp_path / "ledger.jsonl"
     monkeypatch.setenv(LEDGER_ENV, str(ledger))
-    async with running(dev_env, task_queue, ledger, toolkits={"offline": OFFLINE_KIT}) as h:
+    async with running(
+        dev_env,
+        task_queue,
+        ledger,
+        toolkits={"offline": OFFLINE_KIT},
+        allow_offline_models=True,
+        scripts_dir=tmp_path,
+    ) as h:
         yield h
 
 

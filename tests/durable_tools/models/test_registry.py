@@ -91,7 +91,7 @@ def _turn(model: str) -> ModelTurnRequest:
 
 
 async def test_model_activity_resolves_specs_once_and_refuses_bad_ones() -> None:
-    activities = AgentActivities({"kit": Toolkit(ping)}, {})
+    activities = AgentActivities({"kit": Toolkit(ping)}, {}, allow_offline_models=True)
     env = ActivityEnvironment()
     turn = await env.run(activities.model_turn, _turn("test"))
     assert [c.name for c in turn.message.tool_calls] == ["ping"]
@@ -105,3 +105,31 @@ async def test_model_activity_resolves_specs_once_and_refuses_bad_ones() -> None
     assert info.value.non_retryable
     assert "unknown model spec 'nope'" in info.value.message
     assert "\n" not in info.value.message
+
+
+async def test_model_activity_refuses_offline_specs_unless_allowed(tmp_path: Path) -> None:
+    activities = AgentActivities({"kit": Toolkit(ping)}, {})
+    env = ActivityEnvironment()
+    for spec in ("test", "scripted:/etc/passwd"):
+        with pytest.raises(ApplicationError) as info:
+            await env.run(activities.model_turn, _turn(spec))
+        assert info.value.type == "ConfigurationError" and info.value.non_retryable
+        assert info.value.message.startswith(f"model {spec!r} is an offline model")
+    assert activities.models == {}
+
+
+def test_scripts_confined_to_a_directory(tmp_path: Path) -> None:
+    inside = tmp_path / "scripts"
+    inside.mkdir()
+    (inside / "ok.yaml").write_text("- text: hi\n")
+    (tmp_path / "bad.yaml").write_text("root:x:0:0\n  - : [\n")
+    (inside / "link.yaml").symlink_to(tmp_path / "bad.yaml")
+    assert resolve_model("scripted:ok.yaml", scripts_dir=inside) is not None
+    for path in ("/etc/passwd", "../bad.yaml", "link.yaml", str(tmp_path / "bad.yaml")):
+        with pytest.raises(ConfigurationError) as info:
+            resolve_model(f"scripted:{path}", scripts_dir=inside)
+        message = str(info.value)
+        assert message == (
+            f"script {path!r} is outside this worker's scripts directory; scripted models "
+            "read only files under the directory the worker names (scripts_dir)"
+        )

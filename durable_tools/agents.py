@@ -1,0 +1,317 @@
+"""Agents declared on the worker: clients choose one by name (DESIGN invariant 8).
+
+A worker's `App(agents={...})` says which models, instructions, toolkits and
+settings exist; a client starts a conversation by the agent's name and passes
+only what the agent allows (`AgentOverrides`): template variables, a model
+from a list, some settings. The model activity resolves the conversation's
+`AgentConfig` against the declared agent on every turn (`resolve_agent`), so
+nothing recorded in history is trusted; a conversation asking for more than
+the agent allows fails its model turn with a one-line `ConfigurationError`
+and waits in state `model_failed`.
+
+A worker that declares no agents runs whatever configuration a client sends
+(model spec, toolkit, instructions, settings): the development mode.
+
+```python
+app = App(
+    toolkits={"shop": kit},
+    agents={
+        "support": Agent(
+            model="openai:gpt-4o",
+            toolkit="shop",
+            instructions="You are the shop's support agent. The customer is {customer_name}.",
+            settings={"temperature": 0.2},
+            allow=AgentOverrides(models=["openai:gpt-4o-mini"], settings=["temperature"],
+                                 variables=["customer_name"]),
+        )
+    },
+)
+```
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic import BaseModel
+
+from durable_tools.conversation import AgentConfig
+from durable_tools.errors import ConfigurationError
+
+__all__ = [
+    "MAX_VARIABLE_CHARS",
+    "OFFLINE_MODEL_PREFIXES",
+    "Agent",
+    "AgentOverrides",
+    "ResolvedAgent",
+    "check_agents",
+    "is_offline_model",
+    "resolve_agent",
+    "template_variables",
+]
+
+MAX_VARIABLE_CHARS: Final[int] = 10_000
+"""Most characters of one template variable's value a client may send."""
+
+OFFLINE_MODEL_PREFIXES: Final[tuple[str, ...]] = ("scripted:",)
+"""Spec prefixes of offline models (besides the spec `test`)."""
+
+
+def is_offline_model(spec: str) -> bool:
+    """Whether a model spec names an offline model (`test`, `scripted:FILE`)."""
+    return spec == "test" or spec.startswith(OFFLINE_MODEL_PREFIXES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentOverrides:
+    """What a client may choose when it starts a conversation with an agent.
+
+    Attributes:
+        models: Models a client may pick instead of the agent's own
+            (`Conversations.start(..., model=...)`); the agent's model is
+            always allowed. Default none.
+        settings: Provider setting keys a client may set
+            (`settings={"temperature": 0.7}`); they replace the agent's value.
+            Default none.
+        variables: Template variables of the instructions a client may fill
+            (`variables={"customer_name": "Ana"}`). Default none.
+        instructions: Whether a client may replace the instructions
+            altogether (default False).
+    """
+
+    models: Sequence[str] = ()
+    settings: Sequence[str] = ()
+    variables: Sequence[str] = ()
+    instructions: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agent:
+    """An agent a worker serves: its model, instructions, toolkit and settings.
+
+    Attributes:
+        model: A model registered on the worker (`App.models`) or a model
+            spec it resolves (`"openai:gpt-4o"`; see `durable_tools.models`).
+        toolkit: The name of a toolkit of the worker (`App.toolkits`).
+        instructions: System instructions; a template whose `{name}` fields
+            are filled from the client's variables and `variables` (plain
+            names only; `{{` and `}}` are literal braces).
+        settings: Provider settings on every turn (`{"temperature": 0.2}`).
+        output_type: A pydantic model the conversation's final output must
+            match: the toolkit's `finish` tool is replaced, for this agent, by
+            `finish_tool(output_type=output_type)` (and added if the toolkit
+            has none). Default `None`: the toolkit as it is.
+        variables: Default values of template variables.
+        allow: What a client may override (default: nothing).
+
+    Raises:
+        ConfigurationError: The instructions are not a valid template, or
+            use a field that is neither allowed nor has a default.
+    """
+
+    model: str
+    toolkit: str
+    instructions: str = ""
+    settings: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    output_type: type[BaseModel] | None = None
+    variables: Mapping[str, str] = field(default_factory=dict[str, str])
+    allow: AgentOverrides = field(default_factory=AgentOverrides)
+
+    def __post_init__(self) -> None:
+        """Check the instructions template against the declared variables."""
+        if not self.model or not self.toolkit:
+            raise ConfigurationError("an Agent needs a model and a toolkit")
+        known = {*self.allow.variables, *self.variables}
+        for name in template_variables(self.instructions):
+            if name not in known:
+                raise ConfigurationError(
+                    f"the instructions use {{{name}}}, which is neither in "
+                    f"allow=AgentOverrides(variables=[...]) nor in variables={{...}}"
+                )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedAgent:
+    """The configuration one model turn runs with, decided on the worker.
+
+    Attributes:
+        name: The agent's name.
+        model: The model (registered name or spec).
+        toolkit: The toolkit's name.
+        instructions: The instructions, variables filled.
+        settings: The provider settings.
+        output_type: The final output's type, or `None`.
+    """
+
+    name: str
+    model: str
+    toolkit: str
+    instructions: str
+    settings: dict[str, Any]
+    output_type: type[BaseModel] | None = None
+
+
+def template_variables(template: str) -> list[str]:
+    """The field names of an instructions template, in order.
+
+    Raises:
+        ConfigurationError: The template is malformed (a lone `{` or `}`),
+            or a field is not a plain name (`{0}`, `{a.b}`, `{a[0]}`,
+            `{a!r}`, `{a:>10}`).
+    """
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"invalid instructions template: {exc} (write {{{{ and }}}} for literal braces)"
+        ) from None
+    names: list[str] = []
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conversion:
+            raise ConfigurationError(
+                f"invalid instructions template field {{{name}}}: use a plain name, "
+                "e.g. {customer_name}"
+            )
+        names.append(name)
+    return names
+
+
+def resolve_agent(config: AgentConfig, agents: Mapping[str, Agent]) -> ResolvedAgent:
+    """The effective configuration of a turn: the declared agent plus what it allows.
+
+    With no declared agents (development mode) the client's configuration is
+    taken as it is. Otherwise `config.name` must be a declared agent, and each
+    field the client set must be the agent's own or an allowed override.
+
+    Args:
+        config: The conversation's agent configuration (from history).
+        agents: The worker's declared agents by name.
+
+    Returns:
+        The resolved configuration.
+
+    Raises:
+        ConfigurationError: One line saying what is not allowed: an
+            undeclared agent, a model, toolkit, setting or variable the agent
+            does not allow, instructions it does not let a client replace, a
+            missing template variable; in development mode, a configuration
+            without a model or toolkit, or with variables.
+    """
+    if not agents:
+        return _development(config)
+    agent = agents.get(config.name)
+    if agent is None:
+        raise ConfigurationError(
+            f"agent {config.name!r} is not declared on this worker "
+            f"(declared: {', '.join(sorted(agents))})"
+        )
+    prefix = f"agent {config.name!r}"
+    model = config.model or agent.model
+    if model != agent.model and model not in agent.allow.models:
+        allowed = ", ".join([agent.model, *agent.allow.models])
+        raise ConfigurationError(f"{prefix} does not allow model {model!r} (allowed: {allowed})")
+    if config.toolkit and config.toolkit != agent.toolkit:
+        raise ConfigurationError(
+            f"{prefix} uses toolkit {agent.toolkit!r}; a client cannot choose {config.toolkit!r}"
+        )
+    settings = dict(agent.settings)
+    for key, value in config.settings.items():
+        if key not in agent.allow.settings and not (key in settings and settings[key] == value):
+            allowed = ", ".join(agent.allow.settings) or "none"
+            raise ConfigurationError(
+                f"{prefix} does not allow setting {key!r} (allowed: {allowed})"
+            )
+        settings[key] = value
+    for key, value in config.variables.items():
+        if key not in agent.allow.variables:
+            allowed = ", ".join(agent.allow.variables) or "none"
+            raise ConfigurationError(
+                f"{prefix} does not allow variable {key!r} (allowed: {allowed})"
+            )
+        if len(value) > MAX_VARIABLE_CHARS:
+            raise ConfigurationError(
+                f"{prefix}: variable {key!r} has {len(value)} characters, over the limit "
+                f"of {MAX_VARIABLE_CHARS}"
+            )
+    if config.instructions and config.instructions != agent.instructions:
+        if not agent.allow.instructions:
+            raise ConfigurationError(f"{prefix} does not let a client replace its instructions")
+        instructions = config.instructions  # the client's own text: no template
+    else:
+        instructions = _render(prefix, agent.instructions, {**agent.variables, **config.variables})
+    return ResolvedAgent(
+        name=config.name,
+        model=model,
+        toolkit=agent.toolkit,
+        instructions=instructions,
+        settings=settings,
+        output_type=agent.output_type,
+    )
+
+
+def _render(prefix: str, template: str, values: Mapping[str, str]) -> str:
+    names = template_variables(template)
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise ConfigurationError(f"{prefix} needs the variable {missing[0]!r}")
+    # Fields are plain names (checked above), so format_map only looks them up.
+    return template.format_map(values)
+
+
+def _development(config: AgentConfig) -> ResolvedAgent:
+    if not config.model or not config.toolkit:
+        missing = "model" if not config.model else "toolkit"
+        raise ConfigurationError(
+            f"agent {config.name!r} names no {missing}, and this worker declares no agents "
+            "(App(agents={...})) to take it from"
+        )
+    if config.variables:
+        raise ConfigurationError(
+            f"agent {config.name!r} has variables, but this worker declares no agents "
+            "whose instructions they fill"
+        )
+    return ResolvedAgent(
+        name=config.name,
+        model=config.model,
+        toolkit=config.toolkit,
+        instructions=config.instructions,
+        settings=dict(config.settings),
+    )
+
+
+def check_agents(
+    agents: Mapping[str, Agent],
+    *,
+    toolkits: Mapping[str, object],
+    models: Mapping[str, object],
+    allow_offline_models: bool,
+) -> None:
+    """Fail at construction on agents a worker could never serve.
+
+    Raises:
+        ConfigurationError: An agent is not an `Agent`, names a toolkit the
+            worker does not have, or uses an offline model (`test`,
+            `scripted:FILE`, its own or an allowed one) that is not
+            registered while offline models are not allowed.
+    """
+    for name, agent in agents.items():
+        if not isinstance(agent, Agent):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ConfigurationError(
+                f"agent {name!r} is a {type(agent).__name__}, not an Agent(model=..., toolkit=...)"
+            )
+        if agent.toolkit not in toolkits:
+            raise ConfigurationError(
+                f"agent {name!r} uses toolkit {agent.toolkit!r}, which the worker does not "
+                f"have (toolkits: {', '.join(sorted(toolkits)) or 'none'})"
+            )
+        for model in (agent.model, *agent.allow.models):
+            if model not in models and is_offline_model(model) and not allow_offline_models:
+                raise ConfigurationError(
+                    f"agent {name!r} uses the offline model {model!r}: allow offline models "
+                    "(App(allow_offline_models=True)) or register it in models={...}"
+                )
