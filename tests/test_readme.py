@@ -1,0 +1,191 @@
+"""The README's Python code blocks run as written.
+
+The first block is saved as `shop.py` and served by `durable-tools dev --app
+shop:app` on localhost:7233 (the address the blocks use); the other blocks are
+the application's code, imported and called here. The agent's model is
+`openai:gpt-4o`: the worker's OpenAI SDK is pointed (with `OPENAI_BASE_URL`,
+as the README's model table says) at a local server that replays recorded
+Chat Completions answers, the only part replaced (a paid API). The model asks
+for `lookup_order`, then `refund`, which waits until `approve_refunds()`
+approves it, then answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from durable_tools.client import Conversations
+from durable_tools.transcript import AssistantMessage, ToolCallOutput
+from durable_tools.worker.dev_server import free_port, port_in_use
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _python_blocks() -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```$", (ROOT / "README.md").read_text(), re.M | re.S)
+
+
+def _completion(message: dict[str, Any], finish: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-readme",
+        "object": "chat.completion",
+        "created": 1795000000,
+        "model": "gpt-4o-2024-08-06",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 20, "total_tokens": 140},
+    }
+
+
+def _tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return _completion(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+            ],
+        },
+        "tool_calls",
+    )
+
+
+ANSWERS = [
+    _tool_call("call_1", "lookup_order", {"order_id": "A-1001"}),
+    _tool_call("call_2", "refund", {"order_id": "A-1001", "amount_cents": 1290}),
+    _completion({"role": "assistant", "content": "Done: 12.90 is refunded to your card."}, "stop"),
+]
+
+
+@pytest.fixture
+def openai_replay() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A local Chat Completions endpoint answering ANSWERS in order; yields (base URL, requests)."""
+    requests: list[dict[str, Any]] = []
+    answers = list(ANSWERS)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            requests.append({"path": self.path, "body": body})
+            answer = answers.pop(0) if answers else {"error": {"message": "no more answers"}}
+            data = json.dumps(answer).encode()
+            self.send_response(200 if "choices" in answer else 500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_readme_python_blocks_run_as_written(
+    tmp_path: Path, openai_replay: tuple[str, list[dict[str, Any]]]
+) -> None:
+    shop, *application = _python_blocks()
+    assert shop.startswith("# shop.py\n") and len(application) >= 2
+    (tmp_path / "shop.py").write_text(shop)
+    (tmp_path / "readme_app.py").write_text("\n\n".join(application))
+    assert not port_in_use("127.0.0.1", 7233), "the README's address localhost:7233 is taken"
+
+    base_url, requests = openai_replay
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "DURABLE_"))}
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        OPENAI_BASE_URL=base_url,
+        OPENAI_API_KEY="sk-readme-test",
+        NO_COLOR="1",
+    )
+    log = tmp_path / "dev.log"
+    with log.open("w") as out:
+        dev = subprocess.Popen(
+            [str(BIN / "durable-tools"), "dev", "--app", "shop:app", "--port", "7233"]
+            + ["--ui-port", str(free_port()), "--db-filename", str(tmp_path / "t.db")],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        deadline = time.monotonic() + 90
+        while "try: durable-tools run" not in log.read_text():
+            assert dev.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        import readme_app  # the README's application code, as written
+
+        await readme_app.open_ticket()
+        client = await Client.connect("localhost:7233", data_converter=pydantic_data_converter)
+        conversations = Conversations(client, task_queue="agents")
+        for _ in range(400):
+            if (await conversations.pending("ticket-42")).approvals:
+                break
+            await asyncio.sleep(0.05)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            await readme_app.approve_refunds()
+        # The summary the README's comment shows.
+        assert printed.getvalue().strip() == "refund(order_id='A-1001', amount_cents=1290)"
+
+        for _ in range(400):
+            items = await conversations.history("ticket-42")
+            if any(isinstance(i, AssistantMessage) and i.text for i in items):
+                break
+            await asyncio.sleep(0.05)
+        outputs = {i.call_id: i for i in items if isinstance(i, ToolCallOutput)}
+        assert '"status":"delivered"' in outputs["call_1"].content.replace(" ", "")
+        assert "rf-ticket-42/call_2" in outputs["call_2"].content
+        assert items[-1].text == "Done: 12.90 is refunded to your card."  # type: ignore[union-attr]
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("readme_app", None)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(dev.pid, signal.SIGINT)
+        try:
+            dev.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait()
+
+    # What the worker sent the model: the agent's instructions with the
+    # client's variable, its settings, and the tools' results.
+    assert len(requests) == 3
+    first = requests[0]["body"]
+    assert first["model"] == "gpt-4o" and first["temperature"] == 0.2
+    assert first["messages"][0]["content"].endswith("The customer is Ana.")
+    assert {t["function"]["name"] for t in first["tools"]} >= {"lookup_order", "refund"}
+    last = requests[-1]["body"]["messages"]
+    assert any(m["role"] == "tool" and "rf-ticket-42" in m["content"] for m in last)
