@@ -26,6 +26,10 @@ from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_tools.activities.agent_activities import AgentActivities
+from durable_tools.activities.decision_activities import (
+    DecisionVerifier,
+    decision_keys_from_environment,
+)
 from durable_tools.codec import with_pydantic_payloads
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
@@ -72,6 +76,7 @@ PASSTHROUGH_MODULES: tuple[str, ...] = (
     "docstring_parser",
     "annotated_types",
     "typing_inspection",
+    "rfc8785",
 )
 """Modules the workflow sandbox imports once and shares (pure, no I/O at import)."""
 
@@ -95,6 +100,10 @@ class DurableToolsPlugin(SimplePlugin):
             closes them when it stops (see `durable_tools.mcp`).
         deps: A factory of the tools' dependencies, called once when the
             worker starts (its run context); see `App.deps`.
+        decision_keys: Keys by key id that signed decisions are verified
+            with (`durable_tools.approvals.sign_decision`); default: those in
+            `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Never
+            recorded in history (docs/approvals.md, "Trust model").
 
     Raises:
         ConfigurationError: Two MCP servers share a name. A conversation
@@ -113,6 +122,7 @@ class DurableToolsPlugin(SimplePlugin):
         models: Mapping[str, Model],
         mcp_servers: Sequence[McpServerConfig] = (),
         deps: DepsFactory | None = None,
+        decision_keys: Mapping[str, bytes] | None = None,
     ) -> None:
         self.mcp: McpToolsets | None = None
         self.deps_factory = deps
@@ -126,12 +136,19 @@ class DurableToolsPlugin(SimplePlugin):
             mcp=self.mcp,
             redact=Redactor.from_environment(_config_secrets(mcp_servers)),
         )
+        self.verifier = DecisionVerifier(
+            decision_keys if decision_keys is not None else decision_keys_from_environment()
+        )
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",
             # Only the payload converter: the client's codec (encryption)
             # and failure converter stay.
             data_converter=with_pydantic_payloads,
-            activities=[self.agent_activities.model_turn, self.agent_activities.tool_call],
+            activities=[
+                self.agent_activities.model_turn,
+                self.agent_activities.tool_call,
+                self.verifier.verify_decision,
+            ],
             workflows=[AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),
             run_context=self._run_context if self.mcp or deps else None,

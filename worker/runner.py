@@ -78,6 +78,10 @@ class App:
         payload_codec: A Temporal `PayloadCodec` (e.g. encryption) for every
             payload the worker writes and reads; clients of these
             conversations need the same codec (`durable_tools.codec`).
+        decision_keys: HMAC keys by key id that signed decisions are checked
+            with (several during a rotation); `None` (default): those in
+            `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Held by the
+            worker, never recorded in history (docs/approvals.md, "Trust model").
 
     Example:
         ```python
@@ -95,6 +99,7 @@ class App:
     mcp_servers: Sequence[McpServerConfig] = ()
     deps: DepsFactory | None = None
     payload_codec: PayloadCodec | None = None
+    decision_keys: Mapping[str, bytes] | None = None
 
 
 def load_app(spec: str, *, app_dir: str | None = ".") -> App:
@@ -167,6 +172,12 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
             f"deps of {spec!r} is a {type(deps).__name__}, not a factory: give a function "
             "that returns the dependencies (or an async context manager of them)"
         )
+    keys: object = getattr(found, "decision_keys", None)
+    if keys is not None and not isinstance(keys, Mapping):
+        raise ConfigurationError(
+            f"decision_keys of {spec!r} is a {type(keys).__name__}, not a mapping of key id "
+            "to bytes"
+        )
     codec: object = getattr(found, "payload_codec", None)
     if codec is not None and not isinstance(codec, PayloadCodec):
         raise ConfigurationError(
@@ -177,6 +188,7 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         models=cast(dict[str, Model], adapters),
         deps=cast(DepsFactory | None, deps),
         payload_codec=codec,
+        decision_keys=cast(Mapping[str, bytes] | None, keys),
     )
 
 
@@ -189,6 +201,7 @@ async def run_worker(
     *,
     mcp_servers: Sequence[McpServerConfig] = (),
     deps: DepsFactory | None = None,
+    decision_keys: Mapping[str, bytes] | None = None,
     payload_codec: PayloadCodec | None = None,
     deployment: WorkerDeploymentVersion | None = None,
     graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
@@ -209,6 +222,8 @@ async def run_worker(
             toolkit (see `durable_tools.mcp`).
         deps: The tools' dependencies factory (see `App.deps`); built when
             the worker starts, closed when it stops.
+        decision_keys: Keys that signed decisions are checked with (see
+            `App.decision_keys`; default `DURABLE_TOOLS_DECISION_KEYS`).
         payload_codec: A payload codec (e.g. encryption) kept beside the
             pydantic payload converter (see `durable_tools.codec`).
         deployment: The Worker Deployment version this worker serves
@@ -232,7 +247,11 @@ async def run_worker(
             or another server-side error at startup.
     """
     plugin = DurableToolsPlugin(
-        toolkits=toolkits, models=models, mcp_servers=mcp_servers, deps=deps
+        toolkits=toolkits,
+        models=models,
+        mcp_servers=mcp_servers,
+        deps=deps,
+        decision_keys=decision_keys,
     )
     client = await Client.connect(
         client_target,

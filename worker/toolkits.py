@@ -127,4 +127,5 @@ def load_served(
         mcp_servers=servers,
         deps=application.deps,
         payload_codec=application.payload_codec,
+        decision_keys=application.decision_keys,
     )
