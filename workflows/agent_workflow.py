@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -630,13 +630,16 @@ class AgentWorkflow:
             return f"a decision for call {call_id!r} was already received"
         return _UNKNOWN
 
-    def _reject(self, call_id: str, reason: str, by: str, signal: str) -> None:
+    def _reject(
+        self, call_id: str, reason: str, by: str, signal: str, at: datetime | None = None
+    ) -> None:
         self._rejected.append(
             RejectedDecision(
                 call_id=clean_text(call_id, _MAX_ID_CHARS),
                 reason=clean_text(reason),
                 decided_by=clean_text(by, _MAX_ID_CHARS),
-                received_at=workflow.now(),
+                # When it arrived: after a local activity, `now()` differs on replay.
+                received_at=at or workflow.now(),
                 signal=signal,
             )
         )
@@ -685,6 +688,7 @@ class AgentWorkflow:
         return problem
 
     async def _consider_decision(self, decision: Decision, signal: str) -> None:
+        received = workflow.now()
         problem = self._decision_problem(decision)
         if problem == _UNKNOWN:
             if self._options.accept_early_decisions and len(self._early_decisions) < _MAX_EARLY:
@@ -700,7 +704,7 @@ class AgentWorkflow:
         if problem is None:
             self._decisions[decision.call_id] = decision
         else:
-            self._reject(decision.call_id, problem, decision.decided_by, signal)
+            self._reject(decision.call_id, problem, decision.decided_by, signal, received)
 
     async def decide(self, decision: Decision) -> None:
         """The `decide` signal: approve or deny a gated call (durable).
@@ -730,9 +734,10 @@ class AgentWorkflow:
         """
         pending = self._approvals.get(decision.call_id)
         if pending is not None and pending.signed:
+            received = workflow.now()
             problem = await self._checked(decision)
             if problem is not None:
-                self._reject(decision.call_id, problem, decision.decided_by, "decide_now")
+                self._reject(decision.call_id, problem, decision.decided_by, "decide_now", received)
                 raise ApplicationError(
                     clean_text(problem), type="DecisionRejected", non_retryable=True
                 )

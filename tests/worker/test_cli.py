@@ -156,11 +156,11 @@ class Live:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
 
-    def cli(self, *args: str, task_queue: bool = False) -> Any:
+    def cli(self, *args: str, task_queue: bool = False, input: str | None = None) -> Any:
         extra = ["--address", self.address, "--timeout", "20"]
         if task_queue:
             extra += ["--task-queue", self.task_queue]
-        return runner.invoke(app, [*args, *extra])
+        return runner.invoke(app, [*args, *extra], input=input)
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +183,12 @@ def wait_for_approval(live: Live, workflow_id: str) -> dict[str, Any]:
             return approvals[0]
         time.sleep(0.1)
     raise AssertionError("no pending approval within 30 s")
+
+
+def pending_json(live: Live, workflow_id: str) -> dict[str, Any]:
+    result = live.cli("pending", workflow_id, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
 
 
 def test_unknown_workflow_id_is_one_line(live: Live) -> None:
@@ -248,9 +254,21 @@ def test_cli_round_trip_with_rejected_decisions(live: Live) -> None:
     not_a_question = live.cli("answer", workflow_id, call_id, '{"order_id": "A-1002"}')
     assert_one_line_error(not_a_question, code=1)
 
-    approved = live.cli("approve", workflow_id, call_id, "--by", "ana", "--reason", "damaged")
+    # Without --hash or --yes the call is shown and must be confirmed.
+    for answer in (None, "n\n"):
+        refused = live.cli("approve", workflow_id, call_id, "--by", "ana", input=answer)
+        assert "not confirmed; nothing was sent" in assert_one_line_error(refused, code=2)
+        assert f"digest:    {approval['arguments_hash']}" in refused.stdout
+    assert [a["call_id"] for a in pending_json(live, workflow_id)["approvals"]] == [call_id]
+
+    approved = live.cli(
+        "approve", workflow_id, call_id, "--by", "ana", "--reason", "damaged", input="y\n"
+    )
     assert approved.exit_code == 0, approved.output
-    assert "approved refund(order_id='A-1002'" in approved.stdout
+    shown = approved.stdout
+    assert "tool:      refund" in shown and '"order_id": "A-1002"' in shown
+    assert "summary:   refund(order_id='A-1002'" in shown
+    assert "approved refund(order_id='A-1002'" in shown
 
     again = live.cli("approve", workflow_id, call_id)
     assert_one_line_error(again, code=1)  # already decided, or the conversation has ended
@@ -285,8 +303,11 @@ def test_deny_by_signal_reaches_the_model(live: Live) -> None:
     )
     assert started.exit_code == 0, started.output
     call_id = wait_for_approval(live, workflow_id)["call_id"]
-    denied = live.cli("deny", workflow_id, call_id, "--reason", "over the limit", "--signal")
+    denied = live.cli(
+        "deny", workflow_id, call_id, "--reason", "over the limit", "--signal", "--yes"
+    )
     assert denied.exit_code == 0, denied.output
+    assert "--yes: using the digest the worker reports" in denied.stdout
     result = live.cli("result", workflow_id)
     assert result.exit_code == 0, result.output
     output = json.loads(result.stdout)["output"]

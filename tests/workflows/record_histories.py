@@ -98,12 +98,18 @@ async def approval_expired(c: Conversations, wid: str) -> None:
 
 
 async def early_decision(c: Conversations, wid: str) -> None:
-    """A decision that arrives before its call is pending is kept and applied."""
-    from durable_tools.approvals import arguments_hash
+    """A decision that arrives before its call is pending is kept and applied.
+
+    Only when the conversation accepts early decisions (off by default); the
+    committed history was recorded before that option, when it was the default.
+    """
+    from durable_tools.approvals import call_digest
 
     args = json.dumps({"order": "o4", "amount": 1})
-    await c.start(wid, agent=AGENT, options=OPTIONS)
-    await c.approve(wid, "r1", arguments_hash=arguments_hash(args), decided_by="ana")
+    await c.start(
+        wid, agent=AGENT, options=OPTIONS.model_copy(update={"accept_early_decisions": True})
+    )
+    await c.approve(wid, "r1", arguments_hash=call_digest("refund", "r1", args), decided_by="ana")
     await c.send(wid, json.dumps({"turns": [[["r1", "refund", args]]]}))
 
 

@@ -9,6 +9,8 @@ worker (no cache, other keys) reads instead of checking again.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import hashlib
 import json
 import subprocess
@@ -339,4 +341,50 @@ async def test_a_worker_without_keys_refuses_every_signed_decision(
         [refused] = await rejected(conv, wf, 1)
         assert "no decision keys are configured on the worker" in refused.reason
         assert ran(ledger, "pay") == []
+        await client.get_workflow_handle(wf).terminate("test over")
+
+
+async def test_cli_signs_with_a_key_from_the_environment(
+    dev_env: WorkflowEnvironment, task_queue: str, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from durable_tools.worker.cli import app
+
+    monkeypatch.setenv("APPROVER_KEY", base64.b64encode(K1).decode())
+    address = dev_env.client.service_client.config.target_host
+    runner = CliRunner()
+
+    def approve(*extra: str) -> Any:
+        args = ["approve", wf, "p1", "--hash", p1, "--signal", "--address", address, *extra]
+        return runner.invoke(app, args)
+
+    async with worker(dev_env, task_queue, {"k1": K1}) as client:
+        conv = Conversations(client, task_queue=task_queue)
+        wf = await start(conv, turns([("p1", "pay", PAY)]), ConversationOptions())
+        p1 = await approval(conv, wf, "p1")
+        unsigned = await asyncio.to_thread(approve, "--as", "ana")
+        assert unsigned.exit_code == 0, unsigned.output
+        [refused] = await rejected(conv, wf, 1)
+        assert "needs a signed decision" in refused.reason
+        outsider = await asyncio.to_thread(
+            approve, "--as", "bob", "--key-env", "APPROVER_KEY", "--key-id", "k1"
+        )
+        assert outsider.exit_code == 0, outsider.output
+        second = await rejected(conv, wf, 2)
+        assert "not among the approvers" in second[-1].reason
+        accepted = await asyncio.to_thread(
+            approve,
+            "--as",
+            "ana",
+            "--group",
+            "finance",
+            "--key-env",
+            "APPROVER_KEY",
+            "--key-id",
+            "k1",
+        )
+        assert accepted.exit_code == 0 and "signed with key k1" in accepted.stdout
+        assert await output(conv, wf, "p1") == "paid 9900 to acme"
+        assert ran(ledger, "pay") == ["p1"]
         await client.get_workflow_handle(wf).terminate("test over")
