@@ -99,6 +99,20 @@ def test_worker_against_a_closed_port_is_one_line() -> None:
     assert f"cannot connect to Temporal at {address}" in line
 
 
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--key-env", "DT_NO_SUCH_KEY_VAR", "--key-id", "k1"], "holds no base64 key"),
+        (["--key-env", "HOME"], "--key-env needs --key-id"),
+    ],
+)
+def test_a_bad_signing_key_is_refused_before_connecting(extra: list[str], expected: str) -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    command = ["approve", "ticket-1", "call_1", "--hash", "ab" * 32, "--address", address]
+    line = assert_one_line_error(runner.invoke(app, [*command, *extra]), code=2)
+    assert expected in line
+
+
 def test_unknown_command_option_is_a_usage_error() -> None:
     result = runner.invoke(app, ["approve", "ticket-1"])  # CALL_ID missing
     assert result.exit_code == 2
