@@ -388,3 +388,48 @@ async def test_cli_signs_with_a_key_from_the_environment(
         assert await output(conv, wf, "p1") == "paid 9900 to acme"
         assert ran(ledger, "pay") == ["p1"]
         await client.get_workflow_handle(wf).terminate("test over")
+
+
+async def test_early_answers_are_refused_unless_accepted(
+    dev_env: WorkflowEnvironment, task_queue: str, ledger: Path
+) -> None:
+    question = {"question": "Proceed?"}
+    async with worker(dev_env, task_queue, {"k1": K1}) as client:
+        conv = Conversations(client, task_queue=task_queue)
+        for accept in (False, True):
+            options = ConversationOptions(accept_early_decisions=accept)
+            wf = await start(conv, "", options)
+            digest = call_digest("ask", "q1", question)
+            await conv.answer(wf, "q1", "yes", arguments_hash=digest, answered_by="early")
+            await conv.send(wf, turns([("q1", "ask", question)]))
+            if accept:
+                assert await output(conv, wf, "q1") == "yes"
+                assert (await conv.pending(wf)).rejected == []
+            else:
+                [refused] = await rejected(conv, wf, 1)
+                assert refused.decided_by == "early" and "unknown call id 'q1'" in refused.reason
+
+                async def asked(workflow_id: str = wf) -> bool:
+                    return bool((await conv.pending(workflow_id)).interactions)
+
+                await eventually(asked, what="the question")
+            await client.get_workflow_handle(wf).terminate("test over")
+
+
+async def test_accepted_early_decisions_still_need_a_valid_signature(
+    dev_env: WorkflowEnvironment, task_queue: str, ledger: Path
+) -> None:
+    async with worker(dev_env, task_queue, {"k1": K1}) as client:
+        conv = Conversations(client, task_queue=task_queue)
+        wf = await start(conv, "", ConversationOptions(accept_early_decisions=True))
+        p1, p2 = call_digest("pay", "p1", PAY), call_digest("pay", "p2", PAY)
+        await conv.send_decision(wf, signed(wf, "p1", p1))
+        await conv.send_decision(wf, signed(wf, "p2", p2, key=WRONG, decided_by="forger"))
+        assert (await conv.pending(wf)).rejected == []  # kept until the calls exist
+        await conv.send(wf, turns([("p1", "pay", PAY), ("p2", "pay", PAY)]))
+        assert await output(conv, wf, "p1") == "paid 9900 to acme"
+        [refused] = await rejected(conv, wf, 1)
+        assert refused.call_id == "p2" and "invalid signature" in refused.reason
+        assert [a.call_id for a in (await conv.pending(wf)).approvals] == ["p2"]
+        assert ran(ledger, "pay") == ["p1"]
+        await client.get_workflow_handle(wf).terminate("test over")
