@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from durable_tools.approvals import arguments_hash
+from durable_tools.approvals import call_digest
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES, ArgumentsError, parse_arguments
 from durable_tools.conversation import PlannedCall
 from durable_tools.executor import prepare_call
@@ -79,7 +79,7 @@ def _plan(
 ) -> PlannedCall:
     base: dict[str, Any] = {
         "call": call,
-        "arguments_hash": arguments_hash(call.arguments),
+        "arguments_hash": call_digest(call.name, call.call_id, call.arguments),
         "summary": summarize_call(call),
     }
     found = toolkit.tools.get(call.name)
@@ -137,6 +137,7 @@ def _plan(
         kind="local",
         needs_approval=gated,
         approval_deadline=tool.approval_deadline,
+        approvers=list(tool.approvers) if gated else [],
         timeout=tool.timeout,
         heartbeat_timeout=tool.heartbeat_timeout,
         max_attempts=1 if at_most_once else retry.max_attempts,

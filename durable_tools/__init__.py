@@ -13,8 +13,10 @@ from durable_tools.approvals import (
     ApprovalPlan,
     Decision,
     arguments_hash,
+    call_digest,
     check_decision,
     plan_approvals,
+    sign_decision,
 )
 from durable_tools.arguments import ArgumentsError, parse_arguments
 from durable_tools.constructors import (
@@ -159,6 +161,7 @@ __all__ = [
     "UserMessage",
     "append_turn",
     "arguments_hash",
+    "call_digest",
     "cancel_all_pending",
     "cancelled",
     "check_decision",
@@ -182,6 +185,7 @@ __all__ = [
     "plan_approvals",
     "prepare_call",
     "provider_tool",
+    "sign_decision",
     "signal_tool",
     "sleep_tool",
     "strict_mode_violations",

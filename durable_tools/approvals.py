@@ -1,20 +1,26 @@
-"""Approval of tool calls: decisions bound to their call, and the pure planning step.
+"""Approval of tool calls: decisions bound to what a person saw, signed, by approvers.
 
-A decision is bound to a call by its call id *and* a SHA-256 hash of the call's
-canonical arguments, so an approval shown for one set of arguments can never
-approve another (fail closed). `plan_approvals` is the pure part of the durable
-loop's approval handling: given a turn's calls and the decisions known so far,
-it splits the calls into approved, rejected (with `denied` results) and pending.
+A decision is bound to its call by `call_digest`: SHA-256 over one RFC 8785
+(JSON Canonicalization Scheme) document holding the tool name, the call id
+and the call's arguments, so an approval shown for one call can never approve
+another call, another tool or other arguments (fail closed). A decision may
+be signed (`sign_decision`): HMAC-SHA256 with a key the worker holds, over
+the workflow id, call id, digest, verdict, `decided_by`, `decided_at` and the
+groups the signing service asserts; the worker checks it
+(`verify_signature`) and the tool's approvers (`approver_problem`).
+`plan_approvals` is the pure part of the loop's approval handling.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
-import json
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+import hmac
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+import rfc8785
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_tools.arguments import ArgumentsError, parse_arguments
@@ -23,19 +29,88 @@ from durable_tools.results import Failure, ToolCall, denied
 __all__ = [
     "ApprovalPlan",
     "Decision",
+    "DecisionCheck",
+    "DecisionVerdict",
+    "approver_problem",
     "arguments_hash",
+    "call_digest",
+    "canonical_json",
     "check_decision",
+    "decision_payload",
     "plan_approvals",
+    "sign_decision",
+    "verify_signature",
 ]
 
 
-def arguments_hash(arguments: str | Mapping[str, Any]) -> str:
-    """SHA-256 of a call's canonical arguments.
+def canonical_json(value: Any) -> bytes:
+    """The RFC 8785 (JSON Canonicalization Scheme) encoding of a JSON value.
 
-    Canonical form: the parsed JSON object re-encoded with sorted keys, no
-    whitespace and UTF-8 text (`json.dumps(sort_keys=True, separators=(",", ":"),
-    ensure_ascii=False)`), so formatting differences do not change the hash.
-    Unparseable argument text is hashed as it is.
+    Object keys sorted by UTF-16 code units, no whitespace, strings as UTF-8
+    with minimal escaping, numbers in ECMAScript's shortest form (`1.0` and
+    `1` are both `1`, `-0.0` is `0`, `1e21` is `1e+21`); implemented by the
+    `rfc8785` package.
+
+    Args:
+        value: JSON data (dict, list, str, int, float, bool, None).
+
+    Returns:
+        The canonical UTF-8 bytes.
+
+    Raises:
+        ValueError: The value is not canonicalizable JSON (NaN, infinity,
+            an integer beyond I-JSON's 2**53 range, a lone surrogate).
+    """
+    try:
+        return rfc8785.dumps(value)
+    except Exception as exc:  # the package's own error types and UnicodeEncodeError
+        raise ValueError(f"not canonicalizable JSON: {type(exc).__name__}: {exc}") from exc
+
+
+def _arguments_value(arguments: str | Mapping[str, Any]) -> dict[str, Any]:
+    """What the digest holds for the arguments: the parsed object, or the text it could not be."""
+    try:
+        parsed = parse_arguments(arguments)
+        canonical_json(parsed)
+        return {"arguments": parsed}
+    except (ArgumentsError, ValueError):
+        text = arguments if isinstance(arguments, str) else repr(arguments)
+        # A lone surrogate has no UTF-8 form: keep its code points visible instead.
+        return {"arguments_text": text.encode("utf-8", "backslashreplace").decode("utf-8")}
+
+
+def call_digest(tool: str, call_id: str, arguments: str | Mapping[str, Any]) -> str:
+    """The digest a decision or answer must carry: what a person saw, canonically.
+
+    SHA-256 of the RFC 8785 canonical JSON of
+    `{"arguments": <parsed arguments>, "call_id": ..., "tool": ...}`, so key
+    order, whitespace and number spelling (`1.0` / `1`) never change it and
+    any change of the tool, the call id or an argument value does. Argument
+    text that is not a JSON object (or not canonicalizable) is held as
+    `{"arguments_text": <the text>, ...}` instead.
+
+    Args:
+        tool: The tool name.
+        call_id: The call id.
+        arguments: The raw argument text or a decoded mapping.
+
+    Returns:
+        64 lowercase hex characters.
+    """
+    document = {"tool": tool, "call_id": call_id, **_arguments_value(arguments)}
+    try:
+        data = canonical_json(document)
+    except ValueError:  # a tool name or call id with a lone surrogate
+        data = repr(document).encode("utf-8", "backslashreplace")
+    return hashlib.sha256(data).hexdigest()
+
+
+def arguments_hash(arguments: str | Mapping[str, Any]) -> str:
+    """SHA-256 of a call's canonical arguments alone (RFC 8785).
+
+    Not what a decision carries any more (see `call_digest`, which also
+    covers the tool name and the call id); kept for callers that compare
+    arguments.
 
     Args:
         arguments: The raw argument text or a decoded mapping.
@@ -43,29 +118,38 @@ def arguments_hash(arguments: str | Mapping[str, Any]) -> str:
     Returns:
         64 lowercase hex characters.
     """
-    try:
-        canonical = json.dumps(
-            parse_arguments(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
-    except ArgumentsError:
-        canonical = arguments if isinstance(arguments, str) else repr(arguments)
-    return hashlib.sha256(canonical.encode("utf-8", errors="surrogatepass")).hexdigest()
+    value = _arguments_value(arguments)
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+_STRICT = ConfigDict(frozen=True, strict=True, extra="forbid")
 
 
 class Decision(BaseModel):
     """A decision on an approval-gated tool call.
 
+    Strict: every field has exactly its JSON type (`approved` is a JSON
+    boolean; `"yes"` and `1` are refused) and unknown fields are refused, so
+    a client's typo never becomes a coerced approval.
+
     Attributes:
         call_id: The call decided on.
         approved: True to run the call, False to deny it.
-        arguments_hash: `arguments_hash` of the arguments the decider saw;
-            a decision whose hash does not match the call is rejected.
-        decided_by: Who decided (user id, e-mail, service name).
-        decided_at: When, as the decider's clock says (informational).
+        arguments_hash: The call's digest as the decider saw it
+            (`PendingApproval.arguments_hash`, computed by `call_digest` over
+            the tool name, call id and canonical arguments); a decision whose
+            digest does not match the call is rejected.
+        decided_by: Who decided (user id, e-mail, service name). Unsigned,
+            it is a claim; signed, the signing service vouches for it.
+        decided_at: When, as the decider's clock says (signed with the rest).
         reason: Why; for a denial it becomes the reason the model sees.
+        groups: Groups of `decided_by` that the signing service asserts
+            (e.g. `["finance"]`), checked against the tool's approvers.
+        key_id: The id of the key that signed it (`""`: unsigned).
+        signature: Base64 HMAC-SHA256 of `decision_payload` (`""`: unsigned).
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = _STRICT
 
     call_id: str
     approved: bool
@@ -73,6 +157,180 @@ class Decision(BaseModel):
     decided_by: str = ""
     decided_at: datetime | None = None
     reason: str = ""
+    groups: list[str] = Field(default_factory=list[str])
+    key_id: str = ""
+    signature: str = ""
+
+
+class DecisionCheck(BaseModel):
+    """Input of the `verify_decision` local activity.
+
+    Attributes:
+        workflow_id: The conversation the decision was sent to.
+        decision: The decision to verify.
+    """
+
+    workflow_id: str
+    decision: Decision
+
+
+class DecisionVerdict(BaseModel):
+    """Result of the `verify_decision` local activity (recorded in history).
+
+    Attributes:
+        valid: The signature verifies with one of the worker's keys.
+        reason: Why not, when not valid.
+    """
+
+    valid: bool
+    reason: str = ""
+
+
+def _timestamp(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def decision_payload(workflow_id: str, decision: Decision) -> bytes:
+    """The bytes a decision's signature covers (RFC 8785 canonical JSON).
+
+    `{"approved", "arguments_hash", "call_id", "decided_at", "decided_by",
+    "groups", "workflow_id"}`, with `decided_at` in UTC to the microsecond.
+    The workflow id is included because call ids (`call_1`) repeat across
+    conversations; the verdict is included so a signed denial can never be
+    turned into an approval.
+
+    Args:
+        workflow_id: The conversation.
+        decision: The decision (its `key_id`, `signature` and `reason` are
+            not covered).
+
+    Returns:
+        The canonical bytes.
+    """
+    return canonical_json(
+        {
+            "workflow_id": workflow_id,
+            "call_id": decision.call_id,
+            "arguments_hash": decision.arguments_hash,
+            "approved": decision.approved,
+            "decided_by": decision.decided_by,
+            "decided_at": _timestamp(decision.decided_at),
+            "groups": sorted(decision.groups),
+        }
+    )
+
+
+def _mac(key: bytes, payload: bytes) -> str:
+    return base64.b64encode(hmac.new(key, payload, hashlib.sha256).digest()).decode("ascii")
+
+
+def sign_decision(
+    key_id: str,
+    key: bytes,
+    *,
+    workflow_id: str,
+    call_id: str,
+    arguments_hash: str,
+    approved: bool,
+    decided_by: str,
+    groups: Iterable[str] = (),
+    decided_at: datetime | None = None,
+    reason: str = "",
+) -> Decision:
+    """Make a decision signed with HMAC-SHA256, as an approving service would.
+
+    Args:
+        key_id: The key's id, as the worker knows it (`App(decision_keys=...)`).
+        key: The shared secret (at least 32 random bytes).
+        workflow_id: The conversation.
+        call_id: The call.
+        arguments_hash: The call's digest the person saw.
+        approved: The verdict.
+        decided_by: The person, as the service authenticated them.
+        groups: Groups of that person the service asserts (e.g. `["finance"]`).
+        decided_at: When (default now, UTC).
+        reason: Why (not signed: it is informational).
+
+    Returns:
+        The signed `Decision`, ready for `Conversations.decide(decision=...)`
+        or the `decide` signal.
+
+    Example:
+        ```python
+        decision = sign_decision("k1", key, workflow_id="ticket-42", call_id="call_2",
+                                 arguments_hash=approval.arguments_hash, approved=True,
+                                 decided_by="ana", groups=["finance"])
+        await conversations.send_decision("ticket-42", decision)
+        ```
+    """
+    unsigned = Decision(
+        call_id=call_id,
+        approved=approved,
+        arguments_hash=arguments_hash,
+        decided_by=decided_by,
+        decided_at=decided_at or datetime.now(UTC),
+        reason=reason,
+        groups=sorted(set(groups)),
+        key_id=key_id,
+    )
+    signature = _mac(key, decision_payload(workflow_id, unsigned))
+    return unsigned.model_copy(update={"signature": signature})
+
+
+def verify_signature(decision: Decision, workflow_id: str, keys: Mapping[str, bytes]) -> str | None:
+    """Check a decision's signature with the worker's keys.
+
+    Args:
+        decision: The decision received.
+        workflow_id: The conversation it was sent to.
+        keys: The worker's keys by key id (several at once during a rotation).
+
+    Returns:
+        `None` if it verifies, else the reason it does not.
+    """
+    if not decision.signature:
+        return "the decision is not signed"
+    if not keys:
+        return "no decision keys are configured on the worker"
+    key = keys.get(decision.key_id)
+    if key is None:
+        return f"unknown key id {decision.key_id[:100]!r}"
+    expected = _mac(key, decision_payload(workflow_id, decision))
+    if not hmac.compare_digest(expected.encode(), decision.signature.encode("utf-8", "replace")):
+        return f"invalid signature (key id {decision.key_id!r})"
+    return None
+
+
+def approver_problem(decision: Decision, approvers: Sequence[str]) -> str | None:
+    """Check the decider against a tool's approvers.
+
+    An approver is `group:NAME` (any member of the group, as the decision's
+    signed `groups` assert) or `user:ID` / `ID` (that `decided_by`).
+
+    Args:
+        decision: The decision (its identity is trusted only once signed).
+        approvers: The tool's approvers; empty means anyone.
+
+    Returns:
+        `None` if the decider may decide, else why not.
+    """
+    if not approvers:
+        return None
+    for approver in approvers:
+        kind, sep, name = approver.partition(":")
+        if sep and kind == "group":
+            if name in decision.groups:
+                return None
+        elif (name if sep and kind == "user" else approver) == decision.decided_by:
+            return None
+    groups = ", ".join(decision.groups) or "none"
+    return (
+        f"{decision.decided_by[:100]!r} (groups: {groups[:200]}) is not among the approvers "
+        f"of this call: {', '.join(approvers)}"
+    )
 
 
 def check_decision(call: ToolCall, decision: Decision) -> str | None:
@@ -87,10 +345,10 @@ def check_decision(call: ToolCall, decision: Decision) -> str | None:
     """
     if decision.call_id != call.call_id:
         return f"decision is for call {decision.call_id!r}, not {call.call_id!r}"
-    if decision.arguments_hash != arguments_hash(call.arguments):
+    if decision.arguments_hash != call_digest(call.name, call.call_id, call.arguments):
         return (
-            f"arguments hash does not match call {call.call_id!r}: the decision was made for "
-            "other arguments"
+            f"digest does not match call {call.call_id!r}: the decision was made for "
+            "another tool, call or arguments"
         )
     return None
 

@@ -34,7 +34,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
-from durable_tools.approvals import Decision
+from durable_tools.approvals import Decision, sign_decision
 from durable_tools.conversation import (
     AgentConfig,
     Answer,
@@ -51,6 +51,7 @@ from durable_tools.conversation import (
     conversation_input,
 )
 from durable_tools.errors import (
+    ConfigurationError,
     DecisionRejected,
     NoFinalOutput,
     RetryRejected,
@@ -235,24 +236,17 @@ class Conversations:
             "resume", Resume(message=message, resumed_by=resumed_by)
         )
 
-    async def _hash_for(self, workflow_id: str, call_id: str, *, interaction: bool) -> str:
-        pending = await self.pending(workflow_id)
-        items = pending.interactions if interaction else pending.approvals
-        for item in items:
-            if item.call_id == call_id:
-                return item.arguments_hash
-        what = "an answer" if interaction else "a decision"
-        raise DecisionRejected(f"call {call_id!r} of {workflow_id!r} is not waiting for {what}")
-
     async def decide(
         self,
         workflow_id: str,
         call_id: str,
         *,
         approved: bool,
-        arguments_hash: str | None = None,
+        arguments_hash: str,
         decided_by: str = "",
         reason: str = "",
+        groups: Sequence[str] = (),
+        sign_with: tuple[str, bytes] | None = None,
         wait: bool = False,
     ) -> DecisionReceipt | None:
         """Send a decision on an approval-gated call.
@@ -261,12 +255,16 @@ class Conversations:
             workflow_id: The conversation.
             call_id: The call.
             approved: Run it (True) or deny it (False).
-            arguments_hash: The `arguments_hash` of the arguments the decider
-                saw (from `pending`). `None` looks it up now with the `pending`
-                query, which needs a running worker; pass it explicitly to
-                decide while no worker runs.
+            arguments_hash: The digest of the call the decider saw
+                (`PendingApproval.arguments_hash`, from `pending`: tool name,
+                call id and canonical arguments). Required: the client never
+                looks it up itself, so a decision proves what was shown.
             decided_by: Who decided.
             reason: Why (a denial's reason reaches the model).
+            groups: Groups of `decided_by` to assert (signed decisions only).
+            sign_with: `(key_id, key)`: sign the decision with HMAC-SHA256
+                (`durable_tools.approvals.sign_decision`); needed when the
+                tool has approvers or the conversation requires signed decisions.
             wait: Send the `decide_now` update and wait for its acceptance
                 instead of the `decide` signal.
 
@@ -274,18 +272,56 @@ class Conversations:
             The receipt with `wait=True`, else `None`.
 
         Raises:
-            DecisionRejected: With `wait=True` (or when looking up the hash),
-                the call is unknown, already decided, or the hash does not match.
+            ConfigurationError: `arguments_hash` is empty.
+            DecisionRejected: With `wait=True`, the call is unknown, already
+                decided, the digest does not match, or the signature or the
+                decider's identity is refused.
         """
-        digest = arguments_hash or await self._hash_for(workflow_id, call_id, interaction=False)
-        decision = Decision(
-            call_id=call_id,
-            approved=approved,
-            arguments_hash=digest,
-            decided_by=decided_by,
-            decided_at=datetime.now(UTC),
-            reason=reason,
-        )
+        if not arguments_hash:
+            raise ConfigurationError(
+                "arguments_hash is required: pass the digest of the call the person saw "
+                "(PendingApproval.arguments_hash)"
+            )
+        if sign_with is not None:
+            decision = sign_decision(
+                sign_with[0],
+                sign_with[1],
+                workflow_id=workflow_id,
+                call_id=call_id,
+                arguments_hash=arguments_hash,
+                approved=approved,
+                decided_by=decided_by,
+                groups=groups,
+                reason=reason,
+            )
+        else:
+            decision = Decision(
+                call_id=call_id,
+                approved=approved,
+                arguments_hash=arguments_hash,
+                decided_by=decided_by,
+                decided_at=datetime.now(UTC),
+                reason=reason,
+                groups=list(groups),
+            )
+        return await self.send_decision(workflow_id, decision, wait=wait)
+
+    async def send_decision(
+        self, workflow_id: str, decision: Decision, *, wait: bool = False
+    ) -> DecisionReceipt | None:
+        """Send a decision made elsewhere (e.g. signed by an approval service).
+
+        Args:
+            workflow_id: The conversation.
+            decision: The decision, e.g. from `sign_decision`.
+            wait: Use the validated `decide_now` update.
+
+        Returns:
+            The receipt with `wait=True`, else `None`.
+
+        Raises:
+            DecisionRejected: With `wait=True`, the decision was refused.
+        """
         handle = self._handle(workflow_id)
         if not wait:
             await handle.signal("decide", decision)
@@ -293,14 +329,20 @@ class Conversations:
         return await _update(handle, "decide_now", decision)
 
     async def approve(
-        self, workflow_id: str, call_id: str, **kwargs: Any
+        self, workflow_id: str, call_id: str, *, arguments_hash: str, **kwargs: Any
     ) -> DecisionReceipt | None:
         """`decide(..., approved=True)`; see `decide` for the keyword arguments."""
-        return await self.decide(workflow_id, call_id, approved=True, **kwargs)
+        return await self.decide(
+            workflow_id, call_id, approved=True, arguments_hash=arguments_hash, **kwargs
+        )
 
-    async def deny(self, workflow_id: str, call_id: str, **kwargs: Any) -> DecisionReceipt | None:
+    async def deny(
+        self, workflow_id: str, call_id: str, *, arguments_hash: str, **kwargs: Any
+    ) -> DecisionReceipt | None:
         """`decide(..., approved=False)`; see `decide` for the keyword arguments."""
-        return await self.decide(workflow_id, call_id, approved=False, **kwargs)
+        return await self.decide(
+            workflow_id, call_id, approved=False, arguments_hash=arguments_hash, **kwargs
+        )
 
     async def answer(
         self,
@@ -308,7 +350,7 @@ class Conversations:
         call_id: str,
         value: Any,
         *,
-        arguments_hash: str | None = None,
+        arguments_hash: str,
         answered_by: str = "",
         wait: bool = False,
     ) -> DecisionReceipt | None:
@@ -318,7 +360,8 @@ class Conversations:
             workflow_id: The conversation.
             call_id: The call.
             value: The answer (JSON), checked against the tool's answer schema.
-            arguments_hash: As in `decide`.
+            arguments_hash: The digest of the question the person saw
+                (`PendingInteraction.arguments_hash`); required, as in `decide`.
             answered_by: Who answered.
             wait: Use the validated `answer_now` update.
 
@@ -326,14 +369,19 @@ class Conversations:
             The receipt with `wait=True`, else `None`.
 
         Raises:
+            ConfigurationError: `arguments_hash` is empty.
             DecisionRejected: With `wait=True`, an unknown call, a second
                 answer, a hash mismatch or an answer violating the schema.
         """
-        digest = arguments_hash or await self._hash_for(workflow_id, call_id, interaction=True)
+        if not arguments_hash:
+            raise ConfigurationError(
+                "arguments_hash is required: pass the digest of the question the person saw "
+                "(PendingInteraction.arguments_hash)"
+            )
         answer = Answer(
             call_id=call_id,
             value=value,
-            arguments_hash=digest,
+            arguments_hash=arguments_hash,
             answered_by=answered_by,
             answered_at=datetime.now(UTC),
         )

@@ -11,7 +11,7 @@ import asyncio
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, get_origin, get_type_hints, overload
 
 import docstring_parser
@@ -141,6 +141,7 @@ def dynamic_tool(
     strict: bool = False,
     failure_mode: FailureMode = "return",
     approval_deadline: float | None = None,
+    approvers: Sequence[str] = (),
     idempotent: bool | None = None,
     at_most_once: bool = False,
 ) -> Tool:
@@ -175,6 +176,9 @@ def dynamic_tool(
         failure_mode: See `FailureMode`.
         approval_deadline: Seconds a call may wait for a decision before it
             expires (`None`: the conversation's deadline, default 7 days).
+        approvers: Who may decide its calls: `group:NAME` or `user:ID`
+            (default: anyone who can signal the conversation). With approvers
+            only a signed decision counts (docs/approvals.md, "Trust model").
         idempotent: Repeating a call has no more effect (default: what the
             annotations say, else False); its calls are retried even when
             they need approval.
@@ -212,6 +216,7 @@ def dynamic_tool(
         retry=policy,
         failure_mode=failure_mode,
         approval_deadline=approval_deadline,
+        approvers=tuple(approvers),
         dynamic=True,
         **_effect(
             annotations, hints, idempotent=idempotent, at_most_once=at_most_once, retry=policy
@@ -253,6 +258,7 @@ def _function_tool(
     strict: bool,
     failure_mode: FailureMode,
     approval_deadline: float | None,
+    approvers: Sequence[str],
     output: Any,
     idempotent: bool | None,
     at_most_once: bool,
@@ -347,6 +353,7 @@ def _function_tool(
         retry=policy,
         failure_mode=failure_mode,
         approval_deadline=approval_deadline,
+        approvers=tuple(approvers),
         **_effect(
             annotations, hints, idempotent=idempotent, at_most_once=at_most_once, retry=policy
         ),
@@ -370,6 +377,7 @@ def tool(
     strict: bool = False,
     failure_mode: FailureMode = "return",
     approval_deadline: float | None = None,
+    approvers: Sequence[str] = (),
     output: Any = None,
     idempotent: bool | None = None,
     at_most_once: bool = False,
@@ -390,6 +398,7 @@ def tool(
     strict: bool = False,
     failure_mode: FailureMode = "return",
     approval_deadline: float | None = None,
+    approvers: Sequence[str] = (),
     output: Any = None,
     idempotent: bool | None = None,
     at_most_once: bool = False,
@@ -423,6 +432,9 @@ def tool(
         failure_mode: See `FailureMode` (default `"return"`).
         approval_deadline: Seconds a call may wait for a decision before it
             expires (`None`: the conversation's deadline, default 7 days).
+        approvers: Who may decide its calls: `group:NAME` or `user:ID`
+            (default: anyone who can signal the conversation). With approvers
+            only a signed decision counts (docs/approvals.md, "Trust model").
         output: Success schema overriding the return annotation.
         idempotent: Repeating a call has no more effect (default: what the
             annotations say, else False); its calls are retried even when
@@ -466,6 +478,7 @@ def tool(
             strict=strict,
             failure_mode=failure_mode,
             approval_deadline=approval_deadline,
+            approvers=tuple(approvers),
             output=output,
             idempotent=idempotent,
             at_most_once=at_most_once,

@@ -191,6 +191,13 @@ class ConversationOptions(BaseModel):
             activity's input instead of reading it through a query. History
             then grows with the square of the conversation: only for
             comparison (bench/history_growth.py).
+        accept_early_decisions: Keep a decision or answer for a call that is
+            not pending yet (up to 1,000) and apply it when the call becomes
+            pending with the same digest (default False: such a decision is
+            rejected and recorded, since nobody could have seen the call).
+        require_signed_decisions: Accept only decisions signed with a key the
+            worker holds (`sign_decision`; default False). Calls of tools
+            with approvers require signed decisions either way.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -204,6 +211,8 @@ class ConversationOptions(BaseModel):
     model_retry: ModelRetry = Field(default_factory=ModelRetry)
     search_attributes: bool = True
     transcript_in_activity_input: bool = False
+    accept_early_decisions: bool = False
+    require_signed_decisions: bool = False
 
 
 class PendingApproval(BaseModel):
@@ -213,10 +222,15 @@ class PendingApproval(BaseModel):
         call_id: The call.
         tool: Its tool name.
         arguments: The raw argument text, as the model sent it.
-        arguments_hash: What a decision must carry (`arguments_hash`).
+        arguments_hash: The call's digest, what a decision must carry
+            (`call_digest` over the tool name, call id and canonical arguments).
         summary: `tool(arg=…)`, truncated, for a UI.
         requested_at: When the call started waiting (workflow time, UTC).
         deadline: When it expires.
+        approvers: Who may decide (`group:NAME`, `user:ID`); empty: anyone
+            who can signal the conversation.
+        signed: Whether only a signed decision counts (the tool has approvers,
+            or the conversation requires signed decisions).
     """
 
     call_id: str
@@ -226,6 +240,8 @@ class PendingApproval(BaseModel):
     summary: str
     requested_at: datetime
     deadline: datetime
+    approvers: list[str] = Field(default_factory=list[str])
+    signed: bool = False
 
 
 class PendingInteraction(BaseModel):
@@ -298,13 +314,19 @@ class PendingState(BaseModel):
 class Answer(BaseModel):
     """An answer to an interaction tool call.
 
+    Strict like `Decision`: each field has exactly its JSON type and unknown
+    fields are refused.
+
     Attributes:
         call_id: The call answered.
         value: The answer (JSON), validated against the tool's answer schema.
-        arguments_hash: `arguments_hash` of the question the answerer saw.
+        arguments_hash: The call's digest as the answerer saw it
+            (`PendingInteraction.arguments_hash`, see `call_digest`).
         answered_by: Who answered.
         answered_at: When, as the answerer's clock says.
     """
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
 
     call_id: str
     value: Any = None
@@ -362,7 +384,9 @@ class PlannedCall(BaseModel):
             invalid arguments, provider tool).
         needs_approval: Whether it waits for a decision.
         approval_deadline: Seconds it may wait (tool override), or `None`.
-        arguments_hash: `arguments_hash(call.arguments)`.
+        approvers: Who may decide it (the tool's `approvers`); empty: anyone.
+        arguments_hash: The call's digest, `call_digest(name, call_id, arguments)`
+            (histories recorded before it hold a hash of the arguments alone).
         summary: `tool(arg=…)`, truncated, shown as the activity summary.
         timeout: Start-to-close seconds of one attempt (local tools).
         heartbeat_timeout: Heartbeat timeout in seconds (local tools).
@@ -380,6 +404,7 @@ class PlannedCall(BaseModel):
     failure: Failure | None = None
     needs_approval: bool = False
     approval_deadline: float | None = None
+    approvers: list[str] = Field(default_factory=list[str])
     arguments_hash: str
     summary: str
     timeout: float | None = None

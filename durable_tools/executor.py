@@ -71,7 +71,7 @@ class ApprovalRequested:
 
     Attributes:
         call: The call waiting for approval.
-        arguments_hash: The hash a decision must carry (see `arguments_hash`).
+        arguments_hash: The digest a decision must carry (see `call_digest`).
     """
 
     call: ToolCall

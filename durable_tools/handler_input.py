@@ -18,6 +18,7 @@ code and replays the same way.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -180,7 +181,9 @@ def decode_input(
                 clean_text(f"payload encoding {encoding!r} is not JSON; expected one {name}")
             )
         try:
-            value = model.model_validate(value)
+            # Through JSON, so strict models see what a JSON client sent
+            # (a date as text, a list) and still refuse `"yes"` for a bool.
+            value = model.model_validate_json(json.dumps(value))
         except Exception as exc:
             return _undecodable(f"not a {name}: {_describe(exc)}", raw, converter)
     try:

@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from durable_tools.approvals import Decision, arguments_hash, check_decision
+from durable_tools.approvals import Decision, call_digest, check_decision
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 from durable_tools.constructors import normalize_run
 from durable_tools.descriptor import ToolDescriptor
@@ -272,7 +272,9 @@ class Toolkit:
             if gated:
                 decision = decided.get(call.call_id)
                 if decision is None or check_decision(call, decision) is not None:
-                    yield ApprovalRequested(call, arguments_hash(call.arguments))
+                    yield ApprovalRequested(
+                        call, call_digest(call.name, call.call_id, call.arguments)
+                    )
                     continue
                 if not decision.approved:
                     yield Output(denied(call, decision.reason or "a person denied this tool call"))

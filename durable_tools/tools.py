@@ -292,6 +292,9 @@ class Tool(_BaseTool):
         approval_deadline: Seconds a call may wait for an approval decision
             before it expires; `None` uses the conversation's deadline
             (default 7 days).
+        approvers: Who may decide its calls (`group:NAME`, `user:ID`); empty:
+            anyone. Recorded in the call's plan, so the workflow checks it;
+            with approvers only a signed decision counts.
         idempotent: Repeating a call with the same arguments has no more
             effect than running it once (default False): its calls keep the
             default retries even when they need approval.
@@ -320,6 +323,7 @@ class Tool(_BaseTool):
     failure_mode: FailureMode = "return"
     dynamic: bool = False
     approval_deadline: float | None = None
+    approvers: tuple[str, ...] = ()
     idempotent: bool = False
     at_most_once: bool = False
 

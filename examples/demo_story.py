@@ -404,7 +404,7 @@ async def _story(
 
     console.print(Rule("3. an approval is pending"))
     console.print(render_approval(workflow_id, pending))
-    approve = commands("approve", workflow_id, pending.call_id)
+    approve = commands("approve", workflow_id, pending.call_id, "--hash", pending.arguments_hash)
     console.print(f"a person would run: [bold]{escape(approve)}[/]", soft_wrap=True)
 
     console.print(Rule("4. the worker is stopped; the approval is sent while no worker runs"))
@@ -450,13 +450,20 @@ async def _story(
 
     console.print(Rule("6. the question is answered"))
     value = json.dumps(_ANSWER)
-    answer = commands("answer", workflow_id, asked.call_id, value)
+    answer = commands("answer", workflow_id, asked.call_id, value, "--hash", asked.arguments_hash)
     console.print(
         f"question ({escape(asked.tool)}, call {escape(asked.call_id)}): "
         f"{escape(asked.arguments)}\na person would run: [bold]{escape(answer)}[/]",
         soft_wrap=True,
     )
-    await conversations.answer(workflow_id, asked.call_id, _ANSWER, answered_by=_PERSON, wait=True)
+    await conversations.answer(
+        workflow_id,
+        asked.call_id,
+        _ANSWER,
+        arguments_hash=asked.arguments_hash,
+        answered_by=_PERSON,
+        wait=True,
+    )
     console.print(
         f"[bold]answered[/] with the client API (answer_now update): {escape(value)}",
         soft_wrap=True,

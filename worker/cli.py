@@ -29,6 +29,8 @@ answer within `--timeout` seconds), 130 when Ctrl-C interrupts a command
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import getpass
 import importlib
@@ -38,7 +40,7 @@ import re
 import signal
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -61,6 +63,8 @@ from durable_tools.codec import data_converter, load_codec
 from durable_tools.conversation import (
     AgentConfig,
     ConversationOptions,
+    PendingApproval,
+    PendingInteraction,
 )
 from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected
 from durable_tools.worker.follow import Commands, Followed, Follower, LostServer
@@ -205,7 +209,36 @@ ArgumentsHash = Annotated[
     str | None,
     typer.Option(
         "--hash",
-        help="The arguments hash from `pending`; with --signal, decide while no worker runs.",
+        metavar="DIGEST",
+        help="The call's digest as shown by `pending` (tool, call id, arguments); no "
+        "confirmation, no lookup; with --signal, decide while no worker runs.",
+    ),
+]
+AssumeYes = Annotated[
+    bool,
+    typer.Option(
+        "--yes",
+        "-y",
+        help="For scripts: look the digest up with `pending` and send it without asking "
+        "(says so). Without --yes or --hash the call is shown and you confirm.",
+    ),
+]
+KeyEnv = Annotated[
+    str | None,
+    typer.Option(
+        "--key-env",
+        metavar="NAME",
+        help="Sign the decision (HMAC-SHA256) with the base64 key in this environment variable.",
+    ),
+]
+KeyId = Annotated[
+    str, typer.Option("--key-id", help="The signing key's id, as the worker knows it.")
+]
+Groups = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--group",
+        help="A group of the decider to assert in the signed decision (repeatable).",
     ),
 ]
 UseSignal = Annotated[
@@ -579,6 +612,7 @@ def worker_command(
             served.models,
             mcp_servers=served.mcp_servers,
             deps=served.deps,
+            decision_keys=served.decision_keys,
             payload_codec=_codec() or served.payload_codec,
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
@@ -657,6 +691,7 @@ def dev_command(
                         served.models,
                         mcp_servers=served.mcp_servers,
                         deps=served.deps,
+                        decision_keys=served.decision_keys,
                         payload_codec=_codec() or served.payload_codec,
                         graceful_shutdown_timeout=graceful_shutdown,
                         handle_signals=False,
@@ -1103,6 +1138,107 @@ def _pending_everywhere(as_json: bool, *, address: str, namespace: str, timeout:
     _out.print(render_pending_conversations(found, commands), soft_wrap=True)
 
 
+def _signing_key(key_env: str | None, key_id: str) -> tuple[str, bytes] | None:
+    if key_env is None:
+        return None
+    if not key_id:
+        _fail("--key-env needs --key-id (the id the worker knows the key by)", EXIT_BAD_INPUT)
+    encoded = os.environ.get(key_env, "")
+    try:
+        key = base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        key = b""
+    if not key:
+        _fail(f"environment variable {key_env} holds no base64 key", EXIT_BAD_INPUT)
+    return key_id, key
+
+
+def _pending_call(
+    workflow_id: str,
+    call_id: str,
+    *,
+    interaction: bool,
+    address: str,
+    namespace: str,
+    timeout: float,
+) -> PendingApproval | PendingInteraction:
+    """The pending approval or question `call_id`, or a one-line failure."""
+
+    async def main() -> PendingApproval | PendingInteraction:
+        conversations = await _conversations(address, namespace, DEFAULT_TASK_QUEUE)
+        pending = await conversations.pending(workflow_id)
+        waiting: Sequence[PendingApproval | PendingInteraction] = (
+            pending.interactions if interaction else pending.approvals
+        )
+        match = next((w for w in waiting if w.call_id == call_id), None)
+        if match is None:
+            what = "an answer" if interaction else "a decision"
+            ids = ", ".join(w.call_id for w in waiting) or "none"
+            raise DecisionRejected(
+                f"call {call_id!r} of {workflow_id!r} is not waiting for {what} (waiting: {ids})"
+            )
+        return match
+
+    return _run(
+        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
+    )
+
+
+def _digest_to_send(
+    workflow_id: str,
+    call_id: str,
+    *,
+    given: str | None,
+    yes: bool,
+    action: str,
+    interaction: bool,
+    address: str,
+    namespace: str,
+    timeout: float,
+) -> tuple[str, str]:
+    """The digest to send and the call's summary: given, looked up (`--yes`), or confirmed."""
+    if given is not None:
+        return given, call_id
+    call = _pending_call(
+        workflow_id,
+        call_id,
+        interaction=interaction,
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
+    )
+    summary = call.summary if isinstance(call, PendingApproval) else f"{call.tool} ({call_id})"
+    if yes:
+        _out.print(
+            f"--yes: using the digest the worker reports for {escape(summary)} "
+            f"without showing it for confirmation: {call.arguments_hash}",
+            soft_wrap=True,
+        )
+        return call.arguments_hash, summary
+    approvers = (
+        ", ".join(call.approvers) if isinstance(call, PendingApproval) and call.approvers else ""
+    )
+    _out.print(
+        f"call:      {escape(call_id)} in {escape(workflow_id)}\n"
+        f"tool:      {escape(call.tool)}\n"
+        f"arguments: {escape(call.arguments)}\n"
+        f"summary:   {escape(summary)}\n"
+        + (f"approvers: {escape(approvers)}\n" if approvers else "")
+        + f"digest:    {call.arguments_hash}",
+        soft_wrap=True,
+    )
+    try:
+        confirmed = typer.confirm(f"{action} this call?", default=False)
+    except typer.Abort:
+        confirmed = False
+    if not confirmed:
+        _fail(
+            "not confirmed; nothing was sent (for scripts pass --hash DIGEST, or --yes)",
+            EXIT_BAD_INPUT,
+        )
+    return call.arguments_hash, summary
+
+
 def _decide(
     workflow_id: str,
     call_id: str,
@@ -1111,24 +1247,28 @@ def _decide(
     by: str,
     reason: str,
     arguments_hash: str | None,
+    yes: bool,
+    sign_with: tuple[str, bytes] | None,
+    groups: Sequence[str],
     signal: bool,
     address: str,
     namespace: str,
     timeout: float,
 ) -> None:
-    async def main() -> str:
+    digest, summary = _digest_to_send(
+        workflow_id,
+        call_id,
+        given=arguments_hash,
+        yes=yes,
+        action="Approve" if approved else "Deny",
+        interaction=False,
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
+    )
+
+    async def main() -> None:
         conversations = await _conversations(address, namespace, DEFAULT_TASK_QUEUE)
-        digest, summary = arguments_hash, call_id
-        if digest is None:
-            pending = await conversations.pending(workflow_id)
-            match = next((a for a in pending.approvals if a.call_id == call_id), None)
-            if match is None:
-                waiting = ", ".join(a.call_id for a in pending.approvals) or "none"
-                raise DecisionRejected(
-                    f"call {call_id!r} of {workflow_id!r} is not waiting for a decision "
-                    f"(waiting: {waiting})"
-                )
-            digest, summary = match.arguments_hash, match.summary
         await conversations.decide(
             workflow_id,
             call_id,
@@ -1136,16 +1276,16 @@ def _decide(
             arguments_hash=digest,
             decided_by=by or _whoami(),
             reason=reason,
+            groups=groups,
+            sign_with=sign_with,
             wait=not signal,
         )
-        return summary
 
-    summary = _run(
-        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
-    )
+    _run(main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id)
     verb = "approved" if approved else "denied"
     how = _SIGNAL_SENT if signal else "accepted"
-    _out.print(f"{verb} {escape(summary)} in {escape(workflow_id)} ({how})")
+    signed = f", signed with key {escape(sign_with[0])}" if sign_with else ""
+    _out.print(f"{verb} {escape(summary)} in {escape(workflow_id)} ({how}{signed})")
 
 
 @app.command("approve")
@@ -1157,12 +1297,20 @@ def approve_command(
     ] = "",
     reason: Annotated[str, typer.Option(help="Why (recorded with the decision).")] = "",
     arguments_hash: ArgumentsHash = None,
+    yes: AssumeYes = False,
+    key_env: KeyEnv = None,
+    key_id: KeyId = "",
+    group: Groups = None,
     signal: UseSignal = False,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
-    """Approve a pending tool call; it runs next."""
+    """Approve a pending tool call; it runs next.
+
+    Shows the call (tool, arguments, summary, digest) and asks to confirm,
+    unless `--hash DIGEST` (the digest shown earlier) or `--yes` is given.
+    """
     _decide(
         workflow_id,
         call_id,
@@ -1170,6 +1318,9 @@ def approve_command(
         by=by,
         reason=reason,
         arguments_hash=arguments_hash,
+        yes=yes,
+        sign_with=_signing_key(key_env, key_id),
+        groups=group or [],
         signal=signal,
         address=address,
         namespace=namespace,
@@ -1186,12 +1337,19 @@ def deny_command(
         str, typer.Option("--as", "--by", help="Who decides (default: your login).")
     ] = "",
     arguments_hash: ArgumentsHash = None,
+    yes: AssumeYes = False,
+    key_env: KeyEnv = None,
+    key_id: KeyId = "",
+    group: Groups = None,
     signal: UseSignal = False,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
-    """Deny a pending tool call; the model sees `denied` with the reason."""
+    """Deny a pending tool call; the model sees `denied` with the reason.
+
+    Confirms like `approve` unless `--hash` or `--yes` is given.
+    """
     _decide(
         workflow_id,
         call_id,
@@ -1199,6 +1357,9 @@ def deny_command(
         by=by,
         reason=reason,
         arguments_hash=arguments_hash,
+        yes=yes,
+        sign_with=_signing_key(key_env, key_id),
+        groups=group or [],
         signal=signal,
         address=address,
         namespace=namespace,
@@ -1215,24 +1376,38 @@ def answer_command(
         str, typer.Option("--as", "--by", help="Who answers (default: your login).")
     ] = "",
     arguments_hash: ArgumentsHash = None,
+    yes: AssumeYes = False,
     signal: UseSignal = False,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
-    """Answer a pending question (interaction tool call) with a JSON value."""
+    """Answer a pending question (interaction tool call) with a JSON value.
+
+    Shows the question and asks to confirm, unless `--hash` or `--yes` is given.
+    """
     try:
         answer = json.loads(value)
     except json.JSONDecodeError as exc:
         _fail(f"the answer is not valid JSON: {exc}", EXIT_BAD_INPUT)
-
+    digest, _ = _digest_to_send(
+        workflow_id,
+        call_id,
+        given=arguments_hash,
+        yes=yes,
+        action="Answer",
+        interaction=True,
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
+    )
     _on_conversation(
         workflow_id,
         lambda c: c.answer(
             workflow_id,
             call_id,
             answer,
-            arguments_hash=arguments_hash,
+            arguments_hash=digest,
             answered_by=by or _whoami(),
             wait=not signal,
         ),

@@ -421,8 +421,10 @@ class Follower:
 
     def _report_approval(self, approval: PendingApproval) -> None:
         wf, call = self._workflow_id, approval.call_id
-        approve = self._commands("approve", wf, call)
-        deny = self._commands("deny", wf, call, "--reason", "REASON")
+        digest = approval.arguments_hash
+        # The digest of what is shown here: the command approves exactly this call.
+        approve = self._commands("approve", wf, call, "--hash", digest)
+        deny = self._commands("deny", wf, call, "--hash", digest, "--reason", "REASON")
         self._emit(
             f"[bold yellow]approval needed[/]: {escape(approval.summary)} "
             f"[dim]({escape(call)})[/]\n"
@@ -432,7 +434,7 @@ class Follower:
 
     def _report_interaction(self, interaction: PendingInteraction) -> None:
         wf, call = self._workflow_id, interaction.call_id
-        answer = self._commands("answer", wf, call, "VALUE")
+        answer = self._commands("answer", wf, call, "VALUE", "--hash", interaction.arguments_hash)
         schema = (
             "any JSON"
             if interaction.answer_schema is None

@@ -26,6 +26,10 @@ from temporalio.worker import PatchActivationInput, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_tools.activities.agent_activities import AgentActivities
+from durable_tools.activities.decision_activities import (
+    DecisionVerifier,
+    decision_keys_from_environment,
+)
 from durable_tools.agents import Agent
 from durable_tools.codec import with_pydantic_payloads
 from durable_tools.mcp.config import McpServerConfig
@@ -73,6 +77,7 @@ PASSTHROUGH_MODULES: tuple[str, ...] = (
     "docstring_parser",
     "annotated_types",
     "typing_inspection",
+    "rfc8785",
 )
 """Modules the workflow sandbox imports once and shares (pure, no I/O at import)."""
 
@@ -107,6 +112,10 @@ class DurableToolsPlugin(SimplePlugin):
             `test` and `scripted:FILE` (default False; see `App`).
         scripts_dir: The directory `scripted:FILE` paths are confined to
             (default: the working directory).
+        decision_keys: Keys by key id that signed decisions are verified
+            with (`durable_tools.approvals.sign_decision`); default: those in
+            `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Never
+            recorded in history (docs/approvals.md, "Trust model").
 
     Raises:
         ConfigurationError: Two MCP servers share a name, or an agent names a
@@ -131,6 +140,7 @@ class DurableToolsPlugin(SimplePlugin):
         agents: Mapping[str, Agent] | None = None,
         allow_offline_models: bool = False,
         scripts_dir: str | os.PathLike[str] | None = None,
+        decision_keys: Mapping[str, bytes] | None = None,
     ) -> None:
         self.search_attributes = search_attributes
         self.mcp: McpToolsets | None = None
@@ -148,12 +158,19 @@ class DurableToolsPlugin(SimplePlugin):
             allow_offline_models=allow_offline_models,
             scripts_dir=scripts_dir,
         )
+        self.verifier = DecisionVerifier(
+            decision_keys if decision_keys is not None else decision_keys_from_environment()
+        )
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",
             # Only the payload converter: the client's codec (encryption)
             # and failure converter stay.
             data_converter=with_pydantic_payloads,
-            activities=[self.agent_activities.model_turn, self.agent_activities.tool_call],
+            activities=[
+                self.agent_activities.model_turn,
+                self.agent_activities.tool_call,
+                self.verifier.verify_decision,
+            ],
             workflows=[AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),
             run_context=self._run_context if self.mcp or deps else None,

@@ -106,15 +106,18 @@ def render_pending(state: PendingState) -> Group:
     parts: list[Any] = []
     if state.approvals:
         table = Table(title="Approvals", title_justify="left")
-        for column in ("call id", "tool", "summary", "deadline", "arguments hash"):
+        # The whole digest: it is what `approve --hash` takes.
+        for column in ("call id", "tool", "summary", "deadline", "approvers", "digest"):
             table.add_column(column, overflow="fold")
         for a in state.approvals:
+            who = ", ".join(a.approvers) or "anyone"
             table.add_row(
                 escape(a.call_id),
                 escape(a.tool),
                 escape(a.summary),
                 when(a.deadline),
-                a.arguments_hash[:12] + "…",
+                escape(who + (" (signed)" if a.signed else "")),
+                a.arguments_hash,
             )
         parts.append(table)
     if state.interactions:

@@ -99,6 +99,10 @@ class App:
         scripts_dir: The directory `scripted:FILE` paths are read under; a
             path outside it (absolute, `..`, a symlink out) is refused.
             `None` (default): the worker's working directory.
+        decision_keys: HMAC keys by key id that signed decisions are checked
+            with (several during a rotation); `None` (default): those in
+            `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Held by the
+            worker, never recorded in history (docs/approvals.md, "Trust model").
 
     Example:
         ```python
@@ -129,6 +133,8 @@ class App:
     agents: Mapping[str, Agent] = field(default_factory=dict[str, Agent])
     allow_offline_models: bool = False
     scripts_dir: str | os.PathLike[str] | None = None
+
+    decision_keys: Mapping[str, bytes] | None = None
 
     def __post_init__(self) -> None:
         """Check the agents against the toolkits and models (see `check_agents`)."""
@@ -211,6 +217,12 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
             f"deps of {spec!r} is a {type(deps).__name__}, not a factory: give a function "
             "that returns the dependencies (or an async context manager of them)"
         )
+    keys: object = getattr(found, "decision_keys", None)
+    if keys is not None and not isinstance(keys, Mapping):
+        raise ConfigurationError(
+            f"decision_keys of {spec!r} is a {type(keys).__name__}, not a mapping of key id "
+            "to bytes"
+        )
     codec: object = getattr(found, "payload_codec", None)
     if codec is not None and not isinstance(codec, PayloadCodec):
         raise ConfigurationError(
@@ -230,6 +242,7 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         agents={str(k): v for k, v in cast(Mapping[object, Agent], agents).items()},
         allow_offline_models=getattr(found, "allow_offline_models", False) is True,
         scripts_dir=cast(str | None, scripts_dir),
+        decision_keys=cast(Mapping[str, bytes] | None, keys),
     )
 
 
@@ -242,6 +255,7 @@ async def run_worker(
     *,
     mcp_servers: Sequence[McpServerConfig] = (),
     deps: DepsFactory | None = None,
+    decision_keys: Mapping[str, bytes] | None = None,
     payload_codec: PayloadCodec | None = None,
     deployment: WorkerDeploymentVersion | None = None,
     agents: Mapping[str, Agent] | None = None,
@@ -267,6 +281,8 @@ async def run_worker(
             toolkit (see `durable_tools.mcp`).
         deps: The tools' dependencies factory (see `App.deps`); built when
             the worker starts, closed when it stops.
+        decision_keys: Keys that signed decisions are checked with (see
+            `App.decision_keys`; default `DURABLE_TOOLS_DECISION_KEYS`).
         payload_codec: A payload codec (e.g. encryption) kept beside the
             pydantic payload converter (see `durable_tools.codec`).
         deployment: The Worker Deployment version this worker serves
@@ -313,6 +329,7 @@ async def run_worker(
         agents=agents,
         allow_offline_models=allow_offline_models,
         scripts_dir=scripts_dir,
+        decision_keys=decision_keys,
     )
     client = await Client.connect(
         client_target,

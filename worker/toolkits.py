@@ -130,4 +130,5 @@ def load_served(
         agents=application.agents,
         allow_offline_models=application.allow_offline_models,
         scripts_dir=application.scripts_dir,
+        decision_keys=application.decision_keys,
     )

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from temporalio import workflow
@@ -45,7 +45,13 @@ from durable_tools.workflows.model_failure import describe_model_failure, model_
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
-    from durable_tools.approvals import Decision
+    from durable_tools.activities.decision_activities import VERIFY_DECISION_ACTIVITY
+    from durable_tools.approvals import (
+        Decision,
+        DecisionCheck,
+        DecisionVerdict,
+        approver_problem,
+    )
     from durable_tools.conversation import (
         Answer,
         CarriedState,
@@ -112,6 +118,9 @@ worker's `patch_activation_callback`); the marker in history then makes every
 replay skip the upserts too, whatever the replaying worker's setting, and a
 history without it (every history recorded before) upserts as before.
 """
+
+TRUSTED_DECISIONS_PATCH = "trusted-decisions"
+"""Patch id: histories recorded before it kept early decisions and answers by default."""
 
 _MAX_REJECTED = 100
 _MAX_ID_CHARS = 200
@@ -195,6 +204,7 @@ class AgentWorkflow:
         self._carry_too_large = False
         self.embedded = False
         """Set by `run_agent`: the loop runs inside another workflow (no continue-as-new)."""
+        self._verifications: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ run
 
@@ -574,10 +584,20 @@ class AgentWorkflow:
             summary=plan.summary,
             requested_at=now,
             deadline=now + timedelta(seconds=self._deadline(plan)),
+            approvers=plan.approvers,
+            signed=bool(plan.approvers) or self._options.require_signed_decisions,
         )
         early = self._early_decisions.pop(call.call_id, None)
-        if early is not None:
+        if early is None:
+            return
+        if not workflow.patched(TRUSTED_DECISIONS_PATCH):
             self._accept_or_reject_decision(early)
+            return
+        # Kept because the conversation accepts early decisions: it still
+        # must match this call's digest, signature and approvers.
+        task = asyncio.create_task(self._consider_decision(early, "decide"))
+        self._verifications.add(task)
+        task.add_done_callback(self._verifications.discard)
 
     async def _await_decision(self, plan: PlannedCall) -> Failure | None:
         call = plan.call
@@ -603,33 +623,47 @@ class AgentWorkflow:
         return denied(call, f"denied{who}: {decision.reason or 'no reason given'}")
 
     def _decision_problem(self, decision: Decision) -> str | None:
+        """Why `decision` cannot apply now (`_UNKNOWN`: no such call), or `None`.
+
+        Everything but the signature itself, which only the worker's keys
+        can check (`_verify`).
+        """
         call_id = decision.call_id
         pending = self._approvals.get(call_id)
         if pending is not None:
             if call_id in self._decisions:
                 return f"a decision for call {call_id!r} was already received"
             if decision.arguments_hash != pending.arguments_hash:
-                return f"arguments hash does not match call {call_id!r}"
-            return None
+                return (
+                    f"arguments hash does not match call {call_id!r}: the digest covers the "
+                    "tool name, the call id and the arguments shown"
+                )
+            if pending.signed and not decision.signature:
+                return f"call {call_id!r} needs a signed decision (key_id and signature)"
+            return approver_problem(decision, pending.approvers) if pending.signed else None
         if call_id in self._answered or call_id in self._open:
             return f"call {call_id!r} is not waiting for a decision"
         if call_id in self._early_decisions:
             return f"a decision for call {call_id!r} was already received"
         return _UNKNOWN
 
-    def _reject(self, call_id: str, reason: str, by: str, signal: str) -> None:
+    def _reject(
+        self, call_id: str, reason: str, by: str, signal: str, at: datetime | None = None
+    ) -> None:
         self._rejected.append(
             RejectedDecision(
                 call_id=clean_text(call_id, _MAX_ID_CHARS),
                 reason=clean_text(reason),
                 decided_by=clean_text(by, _MAX_ID_CHARS),
-                received_at=workflow.now(),
+                # When it arrived: after a local activity, `now()` differs on replay.
+                received_at=at or workflow.now(),
                 signal=signal,
             )
         )
         del self._rejected[:-_MAX_REJECTED]
 
     def _accept_or_reject_decision(self, decision: Decision) -> None:
+        # The rules of histories recorded before TRUSTED_DECISIONS_PATCH.
         problem = self._decision_problem(decision)
         if problem is None:
             self._decisions[decision.call_id] = decision
@@ -639,20 +673,91 @@ class AgentWorkflow:
             reason = f"unknown call id {decision.call_id!r}" if problem == _UNKNOWN else problem
             self._reject(decision.call_id, reason, decision.decided_by, "decide")
 
-    def decide(self, decision: Decision) -> None:
+    async def _verify(self, decision: Decision) -> str | None:
+        """Check the signature on the worker (a local activity: the verdict is recorded).
+
+        A replay reads the recorded verdict, so rotating keys never changes
+        the fate of a decision already received.
+        """
+        try:
+            verdict = await workflow.execute_local_activity(
+                VERIFY_DECISION_ACTIVITY,
+                DecisionCheck(workflow_id=workflow.info().workflow_id, decision=decision),
+                result_type=DecisionVerdict,
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"verify decision on {clean_text(decision.call_id, 100)}",
+            )
+        except ActivityError as exc:
+            return f"the signature could not be verified: {exc.cause or exc}"
+        return None if verdict.valid else f"signature rejected: {verdict.reason}"
+
+    async def _checked(self, decision: Decision) -> str | None:
+        """All checks of a decision on a pending call, the signature included."""
+        problem = self._decision_problem(decision)
+        pending = self._approvals.get(decision.call_id)
+        if problem is None and pending is not None and pending.signed:
+            problem = await self._verify(decision)
+            # The call may have been decided, superseded or expired meanwhile.
+            problem = problem or self._decision_problem(decision)
+        if problem == _UNKNOWN:
+            return f"call {decision.call_id!r} is no longer waiting for a decision"
+        return problem
+
+    async def _consider_decision(self, decision: Decision, signal: str) -> None:
+        received = workflow.now()
+        problem = self._decision_problem(decision)
+        if problem == _UNKNOWN:
+            if self._options.accept_early_decisions and len(self._early_decisions) < _MAX_EARLY:
+                self._early_decisions[decision.call_id] = decision
+                return
+            problem = (
+                f"unknown call id {decision.call_id!r}: no such call is waiting for a decision "
+                "(decisions for calls not yet pending are off; "
+                "ConversationOptions.accept_early_decisions)"
+            )
+        elif problem is None:
+            problem = await self._checked(decision)
+        if problem is None:
+            self._decisions[decision.call_id] = decision
+        else:
+            self._reject(decision.call_id, problem, decision.decided_by, signal, received)
+
+    async def decide(self, decision: Decision) -> None:
         """The `decide` signal: approve or deny a gated call (durable).
 
-        Stored by the server even with no worker running. A decision for a
-        call that is not pending yet is kept until it is; one that fails its
-        checks is recorded as rejected (see `pending`). Routed by `_signal`.
+        Stored by the server even with no worker running. A decision that
+        fails its checks, or names a call that is not pending (unless the
+        conversation accepts early decisions), is recorded as rejected (see
+        `pending`). A call that needs a signed decision has its signature
+        checked by the `verify_decision` local activity. Routed by `_signal`.
         """
-        self._accept_or_reject_decision(decision)
+        if not workflow.patched(TRUSTED_DECISIONS_PATCH):
+            self._accept_or_reject_decision(decision)
+            return
+        await self._consider_decision(decision, "decide")
 
-    def decide_now(self, decision: Decision) -> DecisionReceipt:
+    async def decide_now(self, decision: Decision) -> DecisionReceipt:
         """The `decide_now` update: decide a pending call, acknowledged at once.
 
-        Routed by `_update` after `_validate_update` checked it.
+        Routed by `_update` after `_validate_update` checked everything but
+        the signature; a signature is checked here (a local activity, so the
+        verdict is recorded) and a bad one fails the update, recorded in
+        `pending().rejected`.
+
+        Raises:
+            ApplicationError: Type `DecisionRejected`: the signature does not
+                verify, or the call was decided or ended while it was checked.
         """
+        pending = self._approvals.get(decision.call_id)
+        if pending is not None and pending.signed:
+            received = workflow.now()
+            problem = await self._checked(decision)
+            if problem is not None:
+                self._reject(decision.call_id, problem, decision.decided_by, "decide_now", received)
+                raise ApplicationError(
+                    clean_text(problem), type="DecisionRejected", non_retryable=True
+                )
         self._decisions[decision.call_id] = decision
         return DecisionReceipt(call_id=decision.call_id)
 
@@ -705,7 +810,10 @@ class AgentWorkflow:
         if call_id in self._answers:
             return f"an answer for call {call_id!r} was already received"
         if answer.arguments_hash != pending.arguments_hash:
-            return f"arguments hash does not match call {call_id!r}"
+            return (
+                f"arguments hash does not match call {call_id!r}: the digest covers the "
+                "tool name, the call id and the arguments shown"
+            )
         if pending.answer_schema is not None:
             # Formats by a fixed stdlib checker: the verdict, and so the replay,
             # does not depend on the worker's installed packages.
@@ -714,12 +822,20 @@ class AgentWorkflow:
 
     def _accept_or_reject_answer(self, answer: Answer) -> None:
         problem = self._answer_problem(answer)
+        early = self._options.accept_early_decisions or not workflow.patched(
+            TRUSTED_DECISIONS_PATCH
+        )
         if problem is None:
             self._answers[answer.call_id] = answer
-        elif problem == _UNKNOWN and len(self._early_answers) < _MAX_EARLY:
+        elif problem == _UNKNOWN and early and len(self._early_answers) < _MAX_EARLY:
             self._early_answers[answer.call_id] = answer
         else:
             reason = f"unknown call id {answer.call_id!r}" if problem == _UNKNOWN else problem
+            if problem == _UNKNOWN and not early:
+                reason += (
+                    ": no such call is waiting for an answer (answers for calls not yet "
+                    "pending are off; ConversationOptions.accept_early_decisions)"
+                )
             self._reject(answer.call_id, reason, answer.answered_by, "answer")
 
     def answer(self, answer: Answer) -> None:
@@ -829,7 +945,7 @@ class AgentWorkflow:
         return decoded
 
     @workflow.signal(dynamic=True)
-    def _signal(self, name: str, args: Sequence[RawValue]) -> None:
+    async def _signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Route the `decide`, `answer`, `send` and `resume` signals.
 
         An input that cannot be decoded into the signal's model is recorded in
@@ -841,7 +957,7 @@ class AgentWorkflow:
             return
         decoded = self._decoded_signal(name, args)
         if isinstance(decoded, Decision):
-            self.decide(decoded)
+            await self.decide(decoded)
         elif isinstance(decoded, Answer):
             self.answer(decoded)
         elif isinstance(decoded, SendMessage):
@@ -868,11 +984,11 @@ class AgentWorkflow:
         return decoded
 
     @workflow.update(dynamic=True)
-    def _update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt:
+    async def _update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt:
         """Route the `decide_now` and `answer_now` updates (validated by `_validate_update`)."""
         decoded = self._decoded_update(name, args)
         if isinstance(decoded, Decision):
-            return self.decide_now(decoded)
+            return await self.decide_now(decoded)
         return self.answer_now(decoded)
 
     @_update.validator

@@ -179,11 +179,11 @@ def _register(agent_loop: AgentWorkflow, namespace: str) -> None:
             raise ValueError(f"a handler named {namespace}.{name} is already registered")
 
     def signal(name: str) -> Any:
-        def handle(*args: Any) -> None:
+        async def handle(*args: Any) -> None:
             if name == "retry":
                 loop.retry(*args)
             else:
-                loop._signal(name, _raw(args))
+                await loop._signal(name, _raw(args))
 
         return handle
 
@@ -191,8 +191,8 @@ def _register(agent_loop: AgentWorkflow, namespace: str) -> None:
         handlers.set_signal_handler(f"{namespace}.{name}", signal(name))
 
     def decision_update(name: str) -> tuple[Any, Any]:
-        def handle(*args: Any) -> Any:
-            return loop._update(name, _raw(args))
+        async def handle(*args: Any) -> Any:
+            return await loop._update(name, _raw(args))
 
         def validate(*args: Any) -> None:
             loop._validate_update(name, _raw(args))

@@ -3,7 +3,7 @@ import json
 from durable_tools import (
     ToolCall,
     Toolkit,
-    arguments_hash,
+    call_digest,
     interaction_tool,
     signal_tool,
     sleep_tool,
@@ -56,7 +56,7 @@ def test_local_call_carries_per_tool_deadline_hash_and_summary():
     assert plan.kind == "local" and plan.failure is None
     assert plan.needs_approval is True
     assert plan.approval_deadline == 3600
-    assert plan.arguments_hash == arguments_hash('{"to": "bob", "amount": 5}')
+    assert plan.arguments_hash == call_digest("transfer", "c1", '{"to": "bob", "amount": 5}')
     assert plan.summary == "transfer(amount=5, to='bob')"
 
 

@@ -22,7 +22,7 @@ from durable_tools import (
     ToolEvent,
     ToolFailure,
     Toolkit,
-    arguments_hash,
+    call_digest,
     dynamic_tool,
     interaction_tool,
     prepare_call,
@@ -415,14 +415,16 @@ async def test_a_gated_call_without_a_decision_is_requested_not_run() -> None:
     ran: list[Any] = []
     c = call("c1", "pay", '{"amount": 5}')
     events = await collect(gated_kit(ran), [c])
-    assert events == [ApprovalRequested(c, arguments_hash('{"amount": 5}'))]
+    assert events == [ApprovalRequested(c, call_digest(c.name, c.call_id, '{"amount": 5}'))]
     assert ran == []
 
 
 async def test_an_approved_call_runs() -> None:
     ran: list[Any] = []
     c = call("c1", "pay", {"amount": 5})
-    decision = Decision(call_id="c1", approved=True, arguments_hash=arguments_hash(c.arguments))
+    decision = Decision(
+        call_id="c1", approved=True, arguments_hash=call_digest(c.name, c.call_id, c.arguments)
+    )
     events = await collect(gated_kit(ran), [c], decisions={"c1": decision})
     assert events == [Output(Ok(call_id="c1", tool="pay", value="paid"))]
     assert ran == [{"amount": 5}]
@@ -434,7 +436,7 @@ async def test_a_denied_call_fails_with_the_denial_reason() -> None:
     decision = Decision(
         call_id="c1",
         approved=False,
-        arguments_hash=arguments_hash(c.arguments),
+        arguments_hash=call_digest(c.name, c.call_id, c.arguments),
         reason="too expensive this month",
     )
     failure = failure_of(
@@ -447,9 +449,11 @@ async def test_a_denied_call_fails_with_the_denial_reason() -> None:
 async def test_a_decision_for_other_arguments_leaves_the_call_pending() -> None:
     ran: list[Any] = []
     c = call("c1", "pay", {"amount": 5000})
-    forged = Decision(call_id="c1", approved=True, arguments_hash=arguments_hash({"amount": 5}))
+    forged = Decision(
+        call_id="c1", approved=True, arguments_hash=call_digest(c.name, c.call_id, {"amount": 5})
+    )
     events = await collect(gated_kit(ran), [c], decisions={"c1": forged})
-    assert events == [ApprovalRequested(c, arguments_hash(c.arguments))]
+    assert events == [ApprovalRequested(c, call_digest(c.name, c.call_id, c.arguments))]
     assert ran == []
 
 
@@ -457,7 +461,7 @@ async def test_needs_approval_can_depend_on_the_input() -> None:
     small, big = call("c1", "maybe", {"x": 1}), call("c2", "maybe", {"x": 1000})
     events = await collect(gated_kit([]), [small, big])
     assert Output(Ok(call_id="c1", tool="maybe", value="ran")) in events
-    assert ApprovalRequested(big, arguments_hash(big.arguments)) in events
+    assert ApprovalRequested(big, call_digest(big.name, big.call_id, big.arguments)) in events
     assert len(events) == 2
 
 

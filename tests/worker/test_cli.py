@@ -102,6 +102,20 @@ def test_worker_against_a_closed_port_is_one_line() -> None:
     assert f"cannot connect to Temporal at {address}" in line
 
 
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--key-env", "DT_NO_SUCH_KEY_VAR", "--key-id", "k1"], "holds no base64 key"),
+        (["--key-env", "HOME"], "--key-env needs --key-id"),
+    ],
+)
+def test_a_bad_signing_key_is_refused_before_connecting(extra: list[str], expected: str) -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    command = ["approve", "ticket-1", "call_1", "--hash", "ab" * 32, "--address", address]
+    line = assert_one_line_error(runner.invoke(app, [*command, *extra]), code=2)
+    assert expected in line
+
+
 def test_unknown_command_option_is_a_usage_error() -> None:
     result = runner.invoke(app, ["approve", "ticket-1"])  # CALL_ID missing
     assert result.exit_code == 2
@@ -159,11 +173,11 @@ class Live:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
 
-    def cli(self, *args: str, task_queue: bool = False) -> Any:
+    def cli(self, *args: str, task_queue: bool = False, input: str | None = None) -> Any:
         extra = ["--address", self.address, "--timeout", "20"]
         if task_queue:
             extra += ["--task-queue", self.task_queue]
-        return runner.invoke(app, [*args, *extra])
+        return runner.invoke(app, [*args, *extra], input=input)
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +200,12 @@ def wait_for_approval(live: Live, workflow_id: str) -> dict[str, Any]:
             return approvals[0]
         time.sleep(0.1)
     raise AssertionError("no pending approval within 30 s")
+
+
+def pending_json(live: Live, workflow_id: str) -> dict[str, Any]:
+    result = live.cli("pending", workflow_id, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
 
 
 def test_unknown_workflow_id_is_one_line(live: Live) -> None:
@@ -273,9 +293,21 @@ def test_cli_round_trip_with_rejected_decisions(live: Live) -> None:
     not_a_question = live.cli("answer", workflow_id, call_id, '{"order_id": "A-1002"}')
     assert_one_line_error(not_a_question, code=1)
 
-    approved = live.cli("approve", workflow_id, call_id, "--by", "ana", "--reason", "damaged")
+    # Without --hash or --yes the call is shown and must be confirmed.
+    for answer in (None, "n\n"):
+        refused = live.cli("approve", workflow_id, call_id, "--by", "ana", input=answer)
+        assert "not confirmed; nothing was sent" in assert_one_line_error(refused, code=2)
+        assert f"digest:    {approval['arguments_hash']}" in refused.stdout
+    assert [a["call_id"] for a in pending_json(live, workflow_id)["approvals"]] == [call_id]
+
+    approved = live.cli(
+        "approve", workflow_id, call_id, "--by", "ana", "--reason", "damaged", input="y\n"
+    )
     assert approved.exit_code == 0, approved.output
-    assert "approved refund(order_id='A-1002'" in approved.stdout
+    shown = approved.stdout
+    assert "tool:      refund" in shown and '"order_id": "A-1002"' in shown
+    assert "summary:   refund(order_id='A-1002'" in shown
+    assert "approved refund(order_id='A-1002'" in shown
 
     again = live.cli("approve", workflow_id, call_id)
     assert_one_line_error(again, code=1)  # already decided, or the conversation has ended
@@ -310,8 +342,11 @@ def test_deny_by_signal_reaches_the_model(live: Live) -> None:
     )
     assert started.exit_code == 0, started.output
     call_id = wait_for_approval(live, workflow_id)["call_id"]
-    denied = live.cli("deny", workflow_id, call_id, "--reason", "over the limit", "--signal")
+    denied = live.cli(
+        "deny", workflow_id, call_id, "--reason", "over the limit", "--signal", "--yes"
+    )
     assert denied.exit_code == 0, denied.output
+    assert "--yes: using the digest the worker reports" in denied.stdout
     result = live.cli("result", workflow_id)
     assert result.exit_code == 0, result.output
     output = json.loads(result.stdout)["output"]

@@ -23,6 +23,8 @@ import pytest
 from cli_process import Running, cli
 from temporalio.testing import WorkflowEnvironment
 
+from durable_tools.approvals import call_digest
+
 
 @dataclass(frozen=True)
 class Served:
@@ -132,9 +134,13 @@ async def test_approval_command_printed_by_run_lets_it_finish(served: Served) ->
     try:
         line = await run.wait_for_line("approve: ", timeout=60)
         command = line.split("approve: ", 1)[1].strip()
-        assert command == f"durable-tools approve {wf} c1 --address {served.address}"
+        # The printed command carries the digest of the call shown above it.
+        digest = call_digest("refund", "c1", {"order": "A-7", "amount": 500})
+        assert (
+            command == f"durable-tools approve {wf} c1 --hash {digest} --address {served.address}"
+        )
         deny = await run.wait_for_line("deny: ", timeout=5)
-        assert f"durable-tools deny {wf} c1 --reason REASON" in deny
+        assert f"durable-tools deny {wf} c1 --hash {digest} --reason REASON" in deny
 
         listed = await _wait_listed(served.address, wf)
         assert "approval" in listed
@@ -144,7 +150,7 @@ async def test_approval_command_printed_by_run_lets_it_finish(served: Served) ->
 
         approved = await cli(shell=command + " --as ana")
         assert approved.code == 0, approved.stdout + approved.stderr
-        assert f"approved refund(order='A-7', amount=500) in {wf}" in approved.stdout
+        assert f"approved c1 in {wf}" in approved.stdout
 
         done = await run.finish(timeout=60)
         assert done.code == 0, done.stdout + done.stderr
@@ -199,7 +205,10 @@ async def test_answer_command_printed_by_run(served: Served) -> None:
         line = await run.wait_for_line("answer (", timeout=60)
         assert '"enum":["yes","no"]' in line
         command = line.split("): ", 1)[1].strip()
-        assert command == f"durable-tools answer {wf} c1 VALUE --address {served.address}"
+        digest = call_digest("ask", "c1", {"question": "Proceed?"})
+        assert command == (
+            f"durable-tools answer {wf} c1 VALUE --hash {digest} --address {served.address}"
+        )
         answered = await cli(*shlex.split(command.replace("VALUE", "'\"yes\"'"))[1:])
         assert answered.code == 0, answered.stdout + answered.stderr
         done = await run.finish(timeout=60)

@@ -73,7 +73,9 @@ def test_demo_tells_the_story_and_exits_0(tmp_path: Path) -> None:
             "retried: check_service failed twice and succeeded on attempt 3",
             # the approval, with the command a person would run
             f"Approval needed in {wf}",
-            f"a person would run: durable-tools approve {wf} write --address {addr}",
+            # ... with the digest of the call shown (no confirmation needed)
+            f"a person would run: durable-tools approve {wf} write --hash ",
+            f" --address {addr}",
             # no worker while the approval is sent
             "worker 1 stopped: no worker polls task queue 'demo'",
             "approval sent with no worker running: client API approve(",
@@ -84,7 +86,8 @@ def test_demo_tells_the_story_and_exits_0(tmp_path: Path) -> None:
             '✓ time__get_current_time (call saved) {"timezone":"Etc/UTC"',
             # the question
             f"a person would run: durable-tools answer {wf} ask "
-            f'\'{{"recipient": "ops@example.com"}}\' --address {addr}',
+            f'\'{{"recipient": "ops@example.com"}}\' --hash ',
+            f" --address {addr}",
             "answered with the client API",
             # the end, templated from the tools' outputs
             "status: finished after 4 model turns",

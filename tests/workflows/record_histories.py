@@ -98,13 +98,54 @@ async def approval_expired(c: Conversations, wid: str) -> None:
 
 
 async def early_decision(c: Conversations, wid: str) -> None:
-    """A decision that arrives before its call is pending is kept and applied."""
-    from durable_tools.approvals import arguments_hash
+    """A decision that arrives before its call is pending is kept and applied.
+
+    Only when the conversation accepts early decisions (off by default); the
+    committed history was recorded before that option, when it was the default.
+    """
+    from durable_tools.approvals import call_digest
 
     args = json.dumps({"order": "o4", "amount": 1})
-    await c.start(wid, agent=AGENT, options=OPTIONS)
-    await c.approve(wid, "r1", arguments_hash=arguments_hash(args), decided_by="ana")
+    await c.start(
+        wid, agent=AGENT, options=OPTIONS.model_copy(update={"accept_early_decisions": True})
+    )
+    await c.approve(wid, "r1", arguments_hash=call_digest("refund", "r1", args), decided_by="ana")
     await c.send(wid, json.dumps({"turns": [[["r1", "refund", args]]]}))
+
+
+DECISION_KEY = b"record-histories-decision-key-k1"
+
+
+async def signed_decisions(c: Conversations, wid: str) -> None:
+    """Trusted decisions: an early one, an unsigned one and a forged one refused; a signed one runs.
+
+    The conversation requires signed decisions; the worker holds `k1`, and the
+    verdicts of the `verify_decision` local activity are recorded as markers.
+    """
+    from durable_tools.approvals import call_digest, sign_decision
+
+    args = {"order": "o5", "amount": 5}
+    options = OPTIONS.model_copy(update={"require_signed_decisions": True})
+    await c.start(wid, agent=AGENT, options=options)
+    await c.approve(wid, "r1", arguments_hash=call_digest("refund", "r1", args))  # early
+    await c.send(wid, turns([("r1", "refund", args)]))
+    digest = await _approval(c, wid, "r1")
+    await c.approve(wid, "r1", arguments_hash=digest, decided_by="mallory")  # unsigned
+    forged = sign_decision(
+        "k1", b"x" * 32, workflow_id=wid, call_id="r1", arguments_hash=digest,
+        approved=True, decided_by="forger",
+    )  # fmt: skip
+    await c.send_decision(wid, forged)
+
+    async def three_rejected() -> bool:
+        return len((await c.pending(wid)).rejected) >= 3
+
+    await _until(three_rejected, "three rejected decisions")
+    signed = sign_decision(
+        "k1", DECISION_KEY, workflow_id=wid, call_id="r1", arguments_hash=digest,
+        approved=True, decided_by="ana", groups=["finance"],
+    )  # fmt: skip
+    await c.send_decision(wid, signed)
 
 
 async def failures(c: Conversations, wid: str) -> None:
@@ -253,6 +294,7 @@ SCENARIOS: dict[str, Scenario] = {
         approval_denied,
         approval_expired,
         early_decision,
+        signed_decisions,
         failures,
         interaction_answered,
         answer_with_format,
@@ -319,7 +361,9 @@ async def main(names: list[str]) -> None:
     if unknown:
         raise SystemExit(f"unknown scenarios: {sorted(unknown)}; known: {sorted(SCENARIOS)}")
     HISTORIES.mkdir(exist_ok=True)
-    plugin = DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS)
+    plugin = DurableToolsPlugin(
+        toolkits=TOOLKITS, models=MODELS, decision_keys={"k1": DECISION_KEY}
+    )
     async with DevServer(headless=True) as server:
         client = await Client.connect(server.address, plugins=[plugin])
         task_queue = f"record-histories-{uuid.uuid4()}"

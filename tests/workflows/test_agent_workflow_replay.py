@@ -151,3 +151,21 @@ async def test_an_answer_format_verdict_is_replayed(monkeypatch: pytest.MonkeyPa
     # Core reports it as the cancelled deadline timer meeting its TimerFired event.
     assert result.replay_failure is not None
     assert "TimerFired" in str(result.replay_failure)
+
+
+async def test_signature_verdicts_replay_from_their_markers_without_keys() -> None:
+    """Recorded with the worker holding `k1`; replayed here with no key at all."""
+    path = HISTORIES / "signed_decisions.json"
+    history = _history(path)
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+    ]
+    assert markers.count("core_local_activity") == 2  # the forged and the signed decision
+    replayer = Replayer(
+        workflows=[],
+        plugins=[DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS, decision_keys={})],
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, repr(result.replay_failure)

@@ -1,4 +1,4 @@
-"""Invariant 3: decisions are bound to their call and fail closed; early ones are kept.
+"""Invariant 3: decisions are bound to their call and fail closed; early ones only on request.
 
 Against real Temporal servers (the dev server; the time-skipping server for
 deadlines). `refund` needs approval and records every run in the ledger, so
@@ -15,13 +15,13 @@ from agent_support import turns
 from conftest import PENDING_COUNT, PENDING_KINDS
 from workflow_helpers import Harness, eventually, outputs_by_id
 
-from durable_tools.approvals import arguments_hash
+from durable_tools.approvals import call_digest
 from durable_tools.conversation import ConversationOptions, RejectedDecision
 from durable_tools.errors import DecisionRejected
 from durable_tools.transcript import ToolCallOutput, is_reconciled
 
 REFUND = {"order": "o1", "amount": 500}
-WRONG_HASH = arguments_hash({"order": "o1", "amount": 50_000})
+WRONG_HASH = call_digest("refund", "r1", {"order": "o1", "amount": 50_000})
 
 
 async def _rejected(harness: Harness, wf: str, call_id: str, n: int = 1) -> list[RejectedDecision]:
@@ -38,7 +38,7 @@ async def test_bad_decisions_by_update_are_rejected_and_nothing_runs(harness: Ha
     conv = harness.conversations
     wf = await harness.start(turns([("r1", "refund", REFUND)]))
     pending = await harness.wait_approval(wf, "r1")
-    assert pending.arguments_hash == arguments_hash(json.dumps(REFUND))
+    assert pending.arguments_hash == call_digest("refund", "r1", json.dumps(REFUND))
     assert pending.tool == "refund" and "order='o1'" in pending.summary
 
     # The workflow publishes what waits as search attributes.
@@ -92,16 +92,17 @@ async def test_bad_decisions_by_signal_are_recorded_as_rejected(harness: Harness
     [bad] = await _rejected(harness, wf, "r1")
     assert "hash does not match" in bad.reason and bad.decided_by == "mallory"
     # A call that is not waiting for a decision (it already has its output).
-    await conv.approve(wf, "w1", arguments_hash=arguments_hash({"city": "Rome"}))
+    await conv.approve(wf, "w1", arguments_hash=call_digest("get_weather", "w1", {"city": "Rome"}))
     [not_waiting] = await _rejected(harness, wf, "w1")
     assert "not waiting for a decision" in not_waiting.reason
-    # A call id the conversation has never seen: kept as an early decision
-    # (it may be for a call the model has not made yet), never applied here.
+    # A call id the conversation has never seen: early decisions are off by
+    # default, so it is rejected and recorded (nobody could have seen that call).
     await conv.approve(wf, "r404", arguments_hash=pending.arguments_hash)
+    [unknown] = await _rejected(harness, wf, "r404")
+    assert "unknown call id 'r404'" in unknown.reason and "early" in unknown.reason
 
     state = await conv.pending(wf)
     assert [a.call_id for a in state.approvals] == ["r1"]
-    assert "r404" not in {r.call_id for r in state.rejected}
     assert harness.ledger_rows("refund") == []
     assert "r1" not in outputs_by_id(await conv.history(wf))
 
@@ -121,9 +122,10 @@ async def test_bad_decisions_by_signal_are_recorded_as_rejected(harness: Harness
 async def test_denial_reaches_the_model_with_its_reason(harness: Harness) -> None:
     conv = harness.conversations
     wf = await harness.start(turns([("r1", "refund", REFUND)]))
-    await harness.wait_approval(wf, "r1")
-    # No hash given: the client reads it from the `pending` query.
-    await conv.deny(wf, "r1", decided_by="ana", reason="amount too high")
+    pending = await harness.wait_approval(wf, "r1")
+    await conv.deny(
+        wf, "r1", arguments_hash=pending.arguments_hash, decided_by="ana", reason="amount too high"
+    )
     items = await harness.wait_assistant_text(wf, "done (directed)")
     output = outputs_by_id(items)["r1"]
     assert output.is_error and output.failure_kind == "denied"
@@ -134,21 +136,27 @@ async def test_denial_reaches_the_model_with_its_reason(harness: Harness) -> Non
     assert harness.ledger_rows("refund") == []
 
 
-async def test_decision_sent_before_its_call_is_pending_is_kept_and_applied(
+async def test_early_decision_is_kept_and_applied_only_when_the_conversation_accepts_them(
     harness: Harness,
 ) -> None:
     conv = harness.conversations
-    wf = await harness.start()  # idle: no message yet
+    options = ConversationOptions(accept_early_decisions=True)
+    wf = await harness.start(options=options)  # idle: no message yet
     await harness.wait_state(wf, "idle")
     early_args = {"order": "o9", "amount": 900}
     forged_args = {"order": "o8", "amount": 800}
     # The decider saw the exact argument text the model is about to send.
     await conv.approve(
-        wf, "r9", arguments_hash=arguments_hash(json.dumps(early_args)), decided_by="ana"
+        wf,
+        "r9",
+        arguments_hash=call_digest("refund", "r9", json.dumps(early_args)),
+        decided_by="ana",
     )
     # An early decision with the wrong hash is kept, then rejected when its
     # call arrives: fail closed, the call waits.
-    await conv.approve(wf, "r8", arguments_hash=arguments_hash(early_args), decided_by="eve")
+    await conv.approve(
+        wf, "r8", arguments_hash=call_digest("refund", "r8", early_args), decided_by="eve"
+    )
     assert (await conv.pending(wf)).rejected == []
 
     await conv.send(wf, turns([("r9", "refund", early_args), ("r8", "refund", forged_args)]))

@@ -17,7 +17,7 @@ from conftest import PENDING_KINDS
 from temporalio.client import WorkflowExecutionStatus
 from workflow_helpers import Harness, eventually, outputs_by_id
 
-from durable_tools.approvals import arguments_hash
+from durable_tools.approvals import call_digest
 from durable_tools.conversation import ConversationOptions
 from durable_tools.errors import DecisionRejected
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage, is_reconciled
@@ -31,19 +31,23 @@ async def test_answer_by_update_is_validated_against_the_answer_schema(harness: 
     wf = await harness.start(turns([("q1", "ask", QUESTION)]))
     pending = await harness.wait_interaction(wf, "q1")
     assert pending.answer_schema == {"type": "string", "enum": ["yes", "no"]}
-    assert pending.arguments_hash == arguments_hash(json.dumps(QUESTION))
+    assert pending.arguments_hash == call_digest("ask", "q1", json.dumps(QUESTION))
     assert (await conv.status(wf)).pending_interactions == 1
 
     with pytest.raises(DecisionRejected, match="answer schema"):
         await conv.answer(wf, "q1", "maybe", arguments_hash=pending.arguments_hash, wait=True)
     with pytest.raises(DecisionRejected, match="hash does not match"):
-        await conv.answer(wf, "q1", "yes", arguments_hash=arguments_hash({"q": 1}), wait=True)
+        await conv.answer(
+            wf, "q1", "yes", arguments_hash=call_digest("ask", "q1", {"q": 1}), wait=True
+        )
     with pytest.raises(DecisionRejected, match="unknown call id"):
         await conv.answer(wf, "q404", "yes", arguments_hash=pending.arguments_hash, wait=True)
     assert [i.call_id for i in (await conv.pending(wf)).interactions] == ["q1"]
     assert "q1" not in outputs_by_id(await conv.history(wf))
 
-    receipt = await conv.answer(wf, "q1", "yes", answered_by="customer", wait=True)
+    receipt = await conv.answer(
+        wf, "q1", "yes", arguments_hash=pending.arguments_hash, answered_by="customer", wait=True
+    )
     assert receipt is not None and receipt.call_id == "q1"
     items = await harness.wait_assistant_text(wf, "done (directed)")
     output = outputs_by_id(items)["q1"]
