@@ -27,12 +27,14 @@ from temporalio.exceptions import ApplicationError
 
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
+from durable_tools.activities.transcript_cache import TranscriptCache
 from durable_tools.conversation import (
     ModelRequest,
     ModelTurn,
     ModelTurnRequest,
     ToolActivityInput,
     ToolActivityResult,
+    TranscriptPage,
     TranscriptSlice,
 )
 from durable_tools.descriptor import descriptors_digest
@@ -60,8 +62,8 @@ TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
 
 TRANSCRIPT_QUERY: Final[str] = "transcript_slice"
 
-# A page of the transcript query (Temporal rejects query results over 2 MB).
-_QUERY_PAGE_BYTES: Final[int] = 1_000_000
+# What `transcript_slice` answers: a page with digests, or a list from older workflow code.
+_TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
 
 # Temporal rejects payloads over 2 MiB; stay well below for the whole turn.
 _MAX_TURN_ARGUMENT_BYTES: Final[int] = 1_500_000
@@ -78,6 +80,9 @@ class AgentActivities:
         redact: Applied to every tool failure's text before it reaches
             history or the model (default: `Redactor.from_environment()`, see
             `durable_tools.redact`).
+        transcripts: The transcripts this worker read, by run, so a model
+            turn reads only the items it lacks (default a `TranscriptCache()`:
+            256 MiB, 1024 runs; see `transcript_cache.py`).
 
     Attributes:
         deps: The worker's dependencies, given to every tool run as
@@ -92,6 +97,7 @@ class AgentActivities:
         *,
         mcp: McpToolsets | None = None,
         redact: Callable[[str], str] | None = None,
+        transcripts: TranscriptCache | None = None,
     ) -> None:
         self.redact: Callable[[str], str] = redact or Redactor.from_environment()
         self.toolkits = dict(toolkits)
@@ -99,6 +105,7 @@ class AgentActivities:
         self.deps: Any = None
         self.mcp = mcp
         self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
+        self.transcripts = transcripts if transcripts is not None else TranscriptCache()
 
     def _toolkit(self, name: str) -> Toolkit:
         try:
@@ -135,23 +142,22 @@ class AgentActivities:
         return model
 
     async def _transcript(self, request: ModelTurnRequest) -> list[TranscriptItem]:
+        """The transcript the model sees: only the items this worker has not read yet.
+
+        See `transcript_cache.py`: items `[known, upto)` with the digest of
+        the cached prefix, or the whole transcript in pages on a miss.
+        """
         if request.transcript is not None:
             return request.transcript
         handle = activity.client().get_workflow_handle(request.workflow_id, run_id=request.run_id)
-        # In pages: a query result over 2 MB fails ("Blob data size exceeds limit").
-        items: list[TranscriptItem] = []
-        while len(items) < request.upto:
-            page: list[TranscriptItem] = await handle.query(
-                TRANSCRIPT_QUERY,
-                TranscriptSlice(start=len(items), upto=request.upto, max_bytes=_QUERY_PAGE_BYTES),
-                result_type=list[TranscriptItem],
+
+        async def query(arg: TranscriptSlice) -> TranscriptPage | list[TranscriptItem]:
+            answer: TranscriptPage | list[TranscriptItem] = await handle.query(
+                TRANSCRIPT_QUERY, arg, result_type=_TRANSCRIPT_ANSWER
             )
-            if not page:
-                raise ApplicationError(
-                    f"the transcript has {len(items)} items, fewer than the {request.upto} expected"
-                )
-            items.extend(page)
-        return items
+            return answer
+
+        return await self.transcripts.read(query, request.workflow_id, request.run_id, request.upto)
 
     @activity.defn(name=MODEL_TURN_ACTIVITY)
     async def model_turn(self, request: ModelTurnRequest) -> ModelTurn:
