@@ -48,6 +48,7 @@ from durable_tools.results import Failure, ToolCall, failed
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
 from durable_tools.transcript import AssistantMessage, TranscriptItem
+from durable_tools.transcript_digest import CheckedTranscript
 
 if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
     from durable_tools.mcp.toolset import McpToolsets
@@ -327,12 +328,15 @@ def _unique_call_ids(
     message: AssistantMessage, transcript: Sequence[TranscriptItem]
 ) -> AssistantMessage:
     """Rename call ids the conversation already used, so each id has one output."""
-    seen = {
-        c.call_id
-        for item in transcript
-        if isinstance(item, AssistantMessage)
-        for c in item.tool_calls
-    }
+    if isinstance(transcript, CheckedTranscript):  # kept by the cache as the transcript grew
+        seen = set(transcript.call_ids)
+    else:
+        seen = {
+            c.call_id
+            for item in transcript
+            if isinstance(item, AssistantMessage)
+            for c in item.tool_calls
+        }
     calls: list[ToolCall] = []
     changed = False
     for c in message.tool_calls:

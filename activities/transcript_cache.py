@@ -33,8 +33,13 @@ from typing import Final
 from temporalio.exceptions import ApplicationError
 
 from durable_tools.conversation import TranscriptPage, TranscriptSlice
-from durable_tools.transcript import TranscriptItem
-from durable_tools.transcript_digest import EMPTY_DIGEST, extend_digest, item_json
+from durable_tools.transcript import AssistantMessage, TranscriptItem
+from durable_tools.transcript_digest import (
+    EMPTY_DIGEST,
+    CheckedTranscript,
+    extend_digest,
+    item_json,
+)
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -69,11 +74,13 @@ class CachedTranscript:
         items: The items, in order.
         digest: Their digest, computed here from the items (`transcript_digest`).
         size: Their JSON size in bytes (what the cache is bounded by).
+        call_ids: The tool call ids of the assistant messages among them.
     """
 
     items: tuple[TranscriptItem, ...]
     digest: str
     size: int
+    call_ids: frozenset[str]
 
 
 @dataclass
@@ -197,7 +204,7 @@ class TranscriptCache:
             self.stats.misses += 1
         self.discard(workflow_id, run_id)
         self.stats.full_reads += 1
-        empty = CachedTranscript(items=(), digest=EMPTY_DIGEST, size=0)
+        empty = CachedTranscript(items=(), digest=EMPTY_DIGEST, size=0, call_ids=frozenset())
         page = await self._query(query, 0, upto, page_bytes, EMPTY_DIGEST)
         if isinstance(page, list):
             return await self._legacy_read(query, upto, page_bytes)
@@ -224,6 +231,7 @@ class TranscriptCache:
         """Append pages to `known` until `upto` items, checking each page's digest."""
         items = list(known.items)
         digest, size, consistent = known.digest, known.size, True
+        call_ids = set[str]()
         while True:
             if not page.matched:  # only a transcript changed in place gets here
                 raise ApplicationError(
@@ -233,6 +241,8 @@ class TranscriptCache:
                 encoded = item_json(item)
                 digest = extend_digest(digest, encoded)
                 size += len(encoded)
+                if isinstance(item, AssistantMessage):
+                    call_ids.update(c.call_id for c in item.tool_calls)
             items.extend(page.items)
             if digest != page.digest:
                 consistent = False
@@ -244,8 +254,9 @@ class TranscriptCache:
                     f"the transcript has {len(items)} items, fewer than the {upto} expected"
                 )
             page = self._page(await self._query(query, len(items), upto, page_bytes, digest))
+        all_ids = known.call_ids | call_ids if call_ids else known.call_ids
         if consistent:
-            self.put(workflow_id, run_id, CachedTranscript(tuple(items), digest, size))
+            self.put(workflow_id, run_id, CachedTranscript(tuple(items), digest, size, all_ids))
         else:
             self.stats.inconsistent += 1
             self.discard(workflow_id, run_id)
@@ -255,7 +266,7 @@ class TranscriptCache:
                 workflow_id,
                 run_id,
             )
-        return items
+        return CheckedTranscript(items, all_ids)
 
     @staticmethod
     def _page(answer: TranscriptPage | list[TranscriptItem]) -> TranscriptPage:

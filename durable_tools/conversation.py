@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 
 from durable_tools.approvals import Decision
 from durable_tools.descriptor import ToolDescriptor
@@ -20,6 +20,7 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage
+from durable_tools.transcript_digest import CheckedTranscript
 
 __all__ = [
     "DEFAULT_APPROVAL_DEADLINE",
@@ -484,6 +485,15 @@ class ModelRequest(BaseModel):
     turn: int = 1
     workflow_id: str = ""
     settings: dict[str, Any] = Field(default_factory=dict[str, Any])
+
+    @field_validator("transcript", mode="wrap")
+    @classmethod
+    def _checked_once(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # A transcript the activity read was validated when it was decoded:
+        # validating thousands of items again each turn made turns grow.
+        if isinstance(value, CheckedTranscript):
+            return list(value)
+        return handler(value)
 
 
 class ToolActivityInput(BaseModel):

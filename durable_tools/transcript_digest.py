@@ -20,12 +20,12 @@ Pure Python, no I/O: importable in the workflow sandbox.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from durable_tools.transcript import TranscriptItem
 
-__all__ = ["EMPTY_DIGEST", "PrefixDigests", "extend_digest", "item_json"]
+__all__ = ["EMPTY_DIGEST", "CheckedTranscript", "PrefixDigests", "extend_digest", "item_json"]
 
 EMPTY_DIGEST: Final[str] = hashlib.sha256(b"durable-tools transcript digest v1").hexdigest()
 """The digest of an empty transcript (the start of every chain)."""
@@ -103,3 +103,22 @@ class PrefixDigests:
         """Bytes of `item_json(transcript[index])`."""
         self._cover(transcript, index + 1)
         return self._sizes[index]
+
+
+class CheckedTranscript(list[TranscriptItem]):
+    """A transcript read from the workflow and checked against its digest.
+
+    What `TranscriptCache.read` returns: its items were validated when the
+    query answer was decoded, so `ModelRequest` takes a shallow copy instead
+    of validating every item again on every turn (1.2 ms at 4,000 items);
+    `call_ids` (every tool call id of its assistant messages) is kept by the
+    cache as it grows, so a turn need not scan the whole transcript for them.
+
+    Args:
+        items: The transcript items.
+        call_ids: The call ids of the assistant messages among `items`.
+    """
+
+    def __init__(self, items: Iterable[TranscriptItem], call_ids: frozenset[str]) -> None:
+        super().__init__(items)
+        self.call_ids = call_ids

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from agent_support import AGENT, TOOLKITS, directed
+from agent_support import AGENT, TOOLKITS, directed, turns
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -26,7 +26,7 @@ from durable_tools.activities.transcript_cache import CachedTranscript, Transcri
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions, ModelRequest
 from durable_tools.testing import ScriptedModel
-from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
+from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem, UserMessage
 from durable_tools.transcript_digest import EMPTY_DIGEST, extend_digest, item_json
 from durable_tools.worker.plugin import DurableToolsPlugin
 
@@ -94,6 +94,7 @@ async def test_each_turn_reads_only_new_items_across_continue_as_new(
         await _idle_after(conversations, workflow_id, turns)
         transcript = await conversations.history(workflow_id)
         status = await conversations.status(workflow_id)
+        run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
 
     assert status.runs == 5  # 7 turns per run: 31 turns in 5 runs
     _assert_saw_full_transcript(model.requests, transcript, turns)
@@ -103,6 +104,12 @@ async def test_each_turn_reads_only_new_items_across_continue_as_new(
     assert stats.hits == turns - 5
     assert stats.queries == turns
     assert (stats.inconsistent, stats.legacy_reads) == (0, 0)
+    entry = cache.get(workflow_id, run_id)  # the last run's
+    assert entry is not None
+    held = transcript[: len(entry.items)]
+    assert entry.digest == _digest(held)
+    calls = {c.call_id for i in held if isinstance(i, AssistantMessage) for c in i.tool_calls}
+    assert entry.call_ids == calls and len(calls) == 30
 
 
 class TakingTurns(TranscriptCache):
@@ -171,7 +178,9 @@ async def test_a_stale_cache_entry_is_detected_and_read_again(
 
         # A consistent entry (its digest is that of its items) with other content.
         stale = (UserMessage(text="another conversation"), *entry.items[1:])
-        cache.put(workflow_id, run_id, CachedTranscript(stale, _digest(stale), 1000))
+        cache.put(
+            workflow_id, run_id, CachedTranscript(stale, _digest(stale), 1000, entry.call_ids)
+        )
         await conversations.send(workflow_id, _loop(2))
         await _idle_after(conversations, workflow_id, 7)
         assert cache.stats.mismatches == 1
@@ -180,7 +189,7 @@ async def test_a_stale_cache_entry_is_detected_and_read_again(
         entry = cache.get(workflow_id, run_id)
         assert entry is not None
         longer = (*entry.items, *entry.items[-3:])
-        cache.put(workflow_id, run_id, CachedTranscript(longer, _digest(longer), 1))
+        cache.put(workflow_id, run_id, CachedTranscript(longer, _digest(longer), 1, entry.call_ids))
         await conversations.send(workflow_id, _loop(1))
         await _idle_after(conversations, workflow_id, 9)
         assert cache.stats.mismatches == 2
@@ -212,3 +221,22 @@ async def test_a_worker_restart_reads_the_transcript_again(
     assert plugin.agent_activities.transcripts.stats.full_reads == 1
     stats = plugin2.agent_activities.transcripts.stats
     assert (stats.full_reads, stats.hits) == (1, 3)
+
+
+async def test_a_reused_call_id_is_renamed_when_the_transcript_comes_from_the_cache(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """The call ids already used come from the cache's running set, not a scan."""
+    client, plugin, _ = _worker(dev_env)
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"incremental-ids-{uuid.uuid4()}"
+    script = turns(
+        *[[("same", "get_weather", {"city": city})] for city in ("Oslo", "Lima", "Rome")]
+    )
+    async with Worker(client, task_queue=task_queue):
+        await conversations.start(workflow_id, agent=AGENT, message=script, options=_options())
+        await _idle_after(conversations, workflow_id, 4)
+        transcript = await conversations.history(workflow_id)
+    outputs = [item.call_id for item in transcript if isinstance(item, ToolCallOutput)]
+    assert outputs == ["same", "same~2", "same~3"]
+    assert plugin.agent_activities.transcripts.stats.hits == 3

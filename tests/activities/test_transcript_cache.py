@@ -92,9 +92,11 @@ def test_prefix_digests_start_over_when_the_transcript_is_replaced() -> None:
 def test_the_cache_is_bounded_by_entries_and_bytes() -> None:
     cache = TranscriptCache(max_bytes=1000, max_entries=2)
     for run in "abc":
-        cache.put("w", run, CachedTranscript((), EMPTY_DIGEST, 100))
+        cache.put("w", run, CachedTranscript((), EMPTY_DIGEST, 100, frozenset()))
     assert [cache.get("w", r) is not None for r in "abc"] == [False, True, True]
-    cache.put("w", "d", CachedTranscript((), EMPTY_DIGEST, 950))
+    cache.put("w", "d", CachedTranscript((), EMPTY_DIGEST, 950, frozenset()))
     assert len(cache) == 1 and cache.bytes == 950
-    cache.put("w", "e", CachedTranscript((), EMPTY_DIGEST, 1001))  # larger than the bound
+    cache.put(
+        "w", "e", CachedTranscript((), EMPTY_DIGEST, 1001, frozenset())
+    )  # larger than the bound
     assert cache.get("w", "e") is None and cache.bytes == 950
