@@ -14,6 +14,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from agent_support import AGENT, TOOLKITS, directed, turns
@@ -31,6 +32,8 @@ from durable_tools.transcript_digest import EMPTY_DIGEST, extend_digest, item_js
 from durable_tools.worker.plugin import DurableToolsPlugin
 
 SIZE = 300
+# A stopped worker's sticky queue holds the workflow's next task this long.
+_STICKY = timedelta(seconds=1)
 
 
 def _worker(env: WorkflowEnvironment) -> tuple[Client, DurableToolsPlugin, ScriptedModel]:
@@ -209,11 +212,13 @@ async def test_a_worker_restart_reads_the_transcript_again(
     client, plugin, model = _worker(dev_env)
     conversations = Conversations(client, task_queue=task_queue)
     workflow_id = f"incremental-restart-{uuid.uuid4()}"
-    async with Worker(client, task_queue=task_queue, max_cached_workflows=0):
+    async with Worker(
+        client, task_queue=task_queue, sticky_queue_schedule_to_start_timeout=_STICKY
+    ):
         await conversations.start(workflow_id, agent=AGENT, message=_loop(2), options=_options())
         await _idle_after(conversations, workflow_id, 3)
     client2, plugin2, model2 = _worker(dev_env)
-    async with Worker(client2, task_queue=task_queue, max_cached_workflows=0):
+    async with Worker(client2, task_queue=task_queue):
         await Conversations(client2, task_queue=task_queue).send(workflow_id, _loop(3))
         await asyncio.wait_for(_idle_after(conversations, workflow_id, 7), 60)
         transcript = await conversations.history(workflow_id)
