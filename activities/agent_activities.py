@@ -2,6 +2,7 @@
 
 * `model.turn` reads the transcript through a query to the workflow (so the
   transcript is never recorded as activity input: history grows linearly),
+  only the items this worker has not read yet (`transcript_cache.py`),
   calls the model adapter, makes its output safe to record
   (`model_output.py`), and plans the turn's calls (`planning.py`). It
   heartbeats while it runs, so a worker lost during a slow provider request

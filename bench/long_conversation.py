@@ -291,12 +291,12 @@ def report(ours: Measured, bare: Measured, extra: Sequence[Measured], size: int)
     rows.append(
         ("history bytes per turn, ours / bare", ours.total_bytes / bare.total_bytes, 1.5, "x")
     )
-    print(f"{'figure':<58} {'measured':>10} {'goal':>10}")
-    print("-" * 88)
+    print(f"{'figure':<76} {'measured':>10} {'goal':>10}")
+    print("-" * 106)
     for name, value, goal, unit in rows:
         shown = "n/a" if value is None else f"{value:.2f}"
         verdict = "not measured" if value is None else _verdict(value, goal)
-        print(f"{name:<58} {shown:>9}{unit:<1} {'<= ' + f'{goal:g}':>9}{unit:<1}  {verdict}")
+        print(f"{name:<76} {shown:>9}{unit:<1} {'<= ' + f'{goal:g}':>9}{unit:<1}  {verdict}")
     print("\nraw figures")
     for m in (ours, *extra, bare):
         b_first, b_last = _windows([float(b) for b in m.turn_bytes], n)
