@@ -41,6 +41,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/validation.py
 	$(PY) bench/history_growth.py
+	$(PY) bench/long_conversation.py
 
 # Opt-in tier, not part of `make test`: a real OpenAI-compatible server,
 # llama-cpp-python's, built from source (about 15 minutes on 2 cores, once),

@@ -2,6 +2,7 @@
 
 * `model.turn` reads the transcript through a query to the workflow (so the
   transcript is never recorded as activity input: history grows linearly),
+  only the items this worker has not read yet (`transcript_cache.py`),
   calls the model adapter, makes its output safe to record
   (`model_output.py`), and plans the turn's calls (`planning.py`). It
   heartbeats while it runs, so a worker lost during a slow provider request
@@ -29,6 +30,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
+from durable_tools.activities.transcript_cache import TranscriptCache
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
 from durable_tools.conversation import (
     ModelRequest,
@@ -36,6 +38,7 @@ from durable_tools.conversation import (
     ModelTurnRequest,
     ToolActivityInput,
     ToolActivityResult,
+    TranscriptPage,
     TranscriptSlice,
 )
 from durable_tools.descriptor import descriptors_digest
@@ -50,6 +53,7 @@ from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
 from durable_tools.transcript import AssistantMessage, TranscriptItem
+from durable_tools.transcript_digest import CheckedTranscript
 
 if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
     from durable_tools.mcp.toolset import McpToolsets
@@ -64,8 +68,8 @@ TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
 
 TRANSCRIPT_QUERY: Final[str] = "transcript_slice"
 
-# A page of the transcript query (Temporal rejects query results over 2 MB).
-_QUERY_PAGE_BYTES: Final[int] = 1_000_000
+# What `transcript_slice` answers: a page with digests, or a list from older workflow code.
+_TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
 
 # Temporal rejects payloads over 2 MiB; stay well below for the whole turn.
 _MAX_TURN_ARGUMENT_BYTES: Final[int] = 1_500_000
@@ -92,6 +96,9 @@ class AgentActivities:
         redact: Applied to every tool failure's text before it reaches
             history or the model (default: `Redactor.from_environment()`, see
             `durable_tools.redact`).
+        transcripts: The transcripts this worker read, by run, so a model
+            turn reads only the items it lacks (default a `TranscriptCache()`:
+            256 MiB, 1024 runs; see `transcript_cache.py`).
 
     Attributes:
         deps: The worker's dependencies, given to every tool run as
@@ -109,6 +116,7 @@ class AgentActivities:
         agents: Mapping[str, Agent] | None = None,
         allow_offline_models: bool = False,
         scripts_dir: str | os.PathLike[str] | None = None,
+        transcripts: TranscriptCache | None = None,
     ) -> None:
         self.redact: Callable[[str], str] = redact or Redactor.from_environment()
         self.toolkits = dict(toolkits)
@@ -126,6 +134,7 @@ class AgentActivities:
         self.deps: Any = None
         self.mcp = mcp
         self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
+        self.transcripts = transcripts if transcripts is not None else TranscriptCache()
 
     def _toolkit(self, name: str) -> Toolkit:
         try:
@@ -190,23 +199,22 @@ class AgentActivities:
         return model
 
     async def _transcript(self, request: ModelTurnRequest) -> list[TranscriptItem]:
+        """The transcript the model sees: only the items this worker has not read yet.
+
+        See `transcript_cache.py`: items `[known, upto)` with the digest of
+        the cached prefix, or the whole transcript in pages on a miss.
+        """
         if request.transcript is not None:
             return request.transcript
         handle = activity.client().get_workflow_handle(request.workflow_id, run_id=request.run_id)
-        # In pages: a query result over 2 MB fails ("Blob data size exceeds limit").
-        items: list[TranscriptItem] = []
-        while len(items) < request.upto:
-            page: list[TranscriptItem] = await handle.query(
-                TRANSCRIPT_QUERY,
-                TranscriptSlice(start=len(items), upto=request.upto, max_bytes=_QUERY_PAGE_BYTES),
-                result_type=list[TranscriptItem],
+
+        async def query(arg: TranscriptSlice) -> TranscriptPage | list[TranscriptItem]:
+            answer: TranscriptPage | list[TranscriptItem] = await handle.query(
+                TRANSCRIPT_QUERY, arg, result_type=_TRANSCRIPT_ANSWER
             )
-            if not page:
-                raise ApplicationError(
-                    f"the transcript has {len(items)} items, fewer than the {request.upto} expected"
-                )
-            items.extend(page)
-        return items
+            return answer
+
+        return await self.transcripts.read(query, request.workflow_id, request.run_id, request.upto)
 
     @activity.defn(name=MODEL_TURN_ACTIVITY)
     async def model_turn(self, request: ModelTurnRequest) -> ModelTurn:
@@ -379,12 +387,15 @@ def _unique_call_ids(
     message: AssistantMessage, transcript: Sequence[TranscriptItem]
 ) -> AssistantMessage:
     """Rename call ids the conversation already used, so each id has one output."""
-    seen = {
-        c.call_id
-        for item in transcript
-        if isinstance(item, AssistantMessage)
-        for c in item.tool_calls
-    }
+    if isinstance(transcript, CheckedTranscript):  # kept by the cache as the transcript grew
+        seen = set(transcript.call_ids)
+    else:
+        seen = {
+            c.call_id
+            for item in transcript
+            if isinstance(item, AssistantMessage)
+            for c in item.tool_calls
+        }
     calls: list[ToolCall] = []
     changed = False
     for c in message.tool_calls:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
 
 from durable_tools.approvals import Decision
 from durable_tools.descriptor import ToolDescriptor
@@ -20,6 +20,7 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage
+from durable_tools.transcript_digest import CheckedTranscript
 
 __all__ = [
     "DEFAULT_APPROVAL_DEADLINE",
@@ -47,6 +48,7 @@ __all__ = [
     "SendMessage",
     "ToolActivityInput",
     "ToolActivityResult",
+    "TranscriptPage",
     "TranscriptSlice",
     "TurnOutcome",
     "conversation_input",
@@ -428,11 +430,37 @@ class TranscriptSlice(BaseModel):
         max_bytes: Page size: return only as many items from `start` as fit
             in this many bytes of JSON (at least one), so a transcript over
             Temporal's 2 MB query-result limit is read in pages. `None`: all.
+        known_digest: The digest of items `[0, start)` the caller already
+            holds (`durable_tools.transcript_digest`; `EMPTY_DIGEST` for
+            `start=0`). When set, the answer is a `TranscriptPage` (the items
+            only if the workflow's prefix has this digest) instead of a list;
+            `None` (the default, what older callers send): a list.
     """
 
     upto: int
     start: int = 0
     max_bytes: int | None = None
+    known_digest: str | None = None
+
+
+class TranscriptPage(BaseModel):
+    """Answer of `transcript_slice` to a caller that sent `known_digest`.
+
+    Attributes:
+        matched: Whether the workflow's items `[0, start)` have the caller's
+            `known_digest`. When not, `items` is empty and the caller reads
+            again from 0 (its copy is stale: another run, or a bug).
+        items: Items from `start`, paged by `max_bytes` (at least one item
+            when any is asked for and `matched`).
+        digest: The digest of items `[0, start + len(items))` when `matched`,
+            else of `[0, start)` (`""` when `start` is past the transcript).
+        length: How many items the transcript has now.
+    """
+
+    matched: bool
+    items: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
+    digest: str = ""
+    length: int = 0
 
 
 class ModelTurnRequest(BaseModel):
@@ -505,6 +533,15 @@ class ModelRequest(BaseModel):
     turn: int = 1
     workflow_id: str = ""
     settings: dict[str, Any] = Field(default_factory=dict[str, Any])
+
+    @field_validator("transcript", mode="wrap")
+    @classmethod
+    def _checked_once(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # A transcript the activity read was validated when it was decoded:
+        # validating thousands of items again each turn made turns grow.
+        if isinstance(value, CheckedTranscript):
+            return list(value)
+        return handler(value)
 
 
 class ToolActivityInput(BaseModel):

@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         SendMessage,
         ToolActivityInput,
         ToolActivityResult,
+        TranscriptPage,
         TranscriptSlice,
         TurnOutcome,
     )
@@ -98,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
         is_reconciled,
         to_tool_call_output,
     )
+    from durable_tools.transcript_digest import PrefixDigests
 
 __all__ = ["NO_SEARCH_ATTRIBUTES_PATCH", "PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
 
@@ -202,6 +204,8 @@ class AgentWorkflow:
         self._model_failed: ModelFailure | None = None
         self._retry_requested = False
         self._carry_too_large = False
+        # Read by queries only (`transcript_page`): never changes what the loop does.
+        self._prefix_digests = PrefixDigests()
         self.embedded = False
         """Set by `run_agent`: the loop runs inside another workflow (no continue-as-new)."""
         self._verifications: set[asyncio.Task[None]] = set()
@@ -1010,8 +1014,10 @@ class AgentWorkflow:
             raise ApplicationError(clean_text(reason), type="DecisionRejected", non_retryable=True)
 
     @workflow.query(dynamic=True)
-    def _query(self, name: str, args: Sequence[RawValue]) -> list[TranscriptItem]:
+    def _query(self, name: str, args: Sequence[RawValue]) -> list[TranscriptItem] | TranscriptPage:
         """Route the `transcript_slice` query; an undecodable argument reads the first page.
+
+        An argument with `known_digest` gets a `TranscriptPage`, any other a list.
 
         Raises:
             ApplicationError: For a query name this workflow does not have
@@ -1026,6 +1032,8 @@ class AgentWorkflow:
         request = decode_input(args, TranscriptSlice, workflow.payload_converter())
         if isinstance(request, Undecodable):
             request = TranscriptSlice(upto=len(self._transcript), max_bytes=_DEFAULT_PAGE_BYTES)
+        if request.known_digest is not None:
+            return self.transcript_page(request)
         return self.transcript_slice(request)
 
     # -------------------------------------------------------------- queries
@@ -1048,6 +1056,36 @@ class AgentWorkflow:
                 if n and size > request.max_bytes:
                     return items[:n]
         return items
+
+    def transcript_page(self, request: TranscriptSlice) -> TranscriptPage:
+        """The `transcript_slice` query with `known_digest`: only what the caller lacks.
+
+        Items `start` to `upto` (paged by `max_bytes`) when the caller's
+        `known_digest` is the digest of this run's items `[0, start)`, else
+        none (`matched=False`). Costs what it returns: digests and sizes are
+        memoized per item (`PrefixDigests`). Routed by `_query`.
+        """
+        transcript, memo = self._transcript, self._prefix_digests
+        length = len(transcript)
+        start = request.start
+        if not 0 <= start <= length:
+            return TranscriptPage(matched=False, length=length)
+        digest = memo.digest(transcript, start)
+        if digest != request.known_digest:
+            return TranscriptPage(matched=False, digest=digest, length=length)
+        end, size = start, 0
+        stop = max(start, min(request.upto, length))
+        while end < stop:
+            size += memo.size(transcript, end)
+            if end > start and request.max_bytes is not None and size > request.max_bytes:
+                break
+            end += 1
+        return TranscriptPage(
+            matched=True,
+            items=transcript[start:end],
+            digest=memo.digest(transcript, end),
+            length=length,
+        )
 
     @workflow.update(name="await_turn")
     async def await_turn(self, *args: Any) -> TurnOutcome:

@@ -1,0 +1,292 @@
+"""Incremental transcript reads: the model activity reads only the items it has not seen.
+
+Each `model.turn` needs the conversation's transcript, which lives in the
+workflow and is read with the `transcript_slice` query (never recorded as
+activity input, so history grows linearly). Reading all of it every turn made
+a turn's cost grow with the conversation. A worker instead keeps, per run, the
+items it read and the digest of that prefix (`durable_tools.transcript_digest`)
+in a `TranscriptCache`, and asks the workflow only for items
+`[known, upto)` with that digest (`TranscriptSlice.known_digest`). The
+workflow answers with the new items when its prefix has the same digest; on a
+miss (another worker ran the previous turn, a restart, a new run after
+continue-as-new) or a digest mismatch the activity reads the transcript again
+from item 0, in pages (a query result over 2 MB fails).
+
+The activity checks every item it keeps: it computes the digest of what it
+holds itself and compares it with the workflow's. Should they ever differ (an
+item whose JSON does not survive a round trip), the items read are still used
+(they are the workflow's), but not kept.
+
+A workflow running code from before this change ignores `known_digest` and
+answers a list; the activity then reads the whole transcript in pages, as
+before, and keeps nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+from temporalio.exceptions import ApplicationError
+
+from durable_tools.conversation import TranscriptPage, TranscriptSlice
+from durable_tools.transcript import AssistantMessage, TranscriptItem
+from durable_tools.transcript_digest import (
+    EMPTY_DIGEST,
+    CheckedTranscript,
+    extend_digest,
+    item_json,
+)
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_CACHE_ENTRIES",
+    "QUERY_PAGE_BYTES",
+    "CacheStats",
+    "CachedTranscript",
+    "TranscriptCache",
+    "TranscriptQuery",
+]
+
+_log = logging.getLogger(__name__)
+
+QUERY_PAGE_BYTES: Final[int] = 1_000_000
+"""Page size of transcript reads: Temporal rejects query results over 2 MB."""
+
+DEFAULT_CACHE_BYTES: Final[int] = 256 * 1024 * 1024
+"""Default bound of a worker's cache: the JSON bytes of the items it holds."""
+
+DEFAULT_CACHE_ENTRIES: Final[int] = 1024
+"""Default bound of a worker's cache: how many runs it holds transcripts of."""
+
+TranscriptQuery = Callable[[TranscriptSlice], Awaitable[TranscriptPage | list[TranscriptItem]]]
+"""Sends one `transcript_slice` query to the run and returns its decoded answer."""
+
+
+@dataclass(frozen=True)
+class CachedTranscript:
+    """The items `[0, len(items))` of one run's transcript, as a worker read them.
+
+    Attributes:
+        items: The items, in order.
+        digest: Their digest, computed here from the items (`transcript_digest`).
+        size: Their JSON size in bytes (what the cache is bounded by).
+        call_ids: The tool call ids of the assistant messages among them.
+    """
+
+    items: tuple[TranscriptItem, ...]
+    digest: str
+    size: int
+    call_ids: frozenset[str]
+
+
+@dataclass
+class CacheStats:
+    """What a cache did, counted since it was made (for tests and benchmarks).
+
+    Attributes:
+        hits: Reads that extended a cached prefix.
+        misses: Reads with nothing cached for the run.
+        mismatches: Reads whose cached prefix the workflow did not confirm
+            (digest differs, or it is longer than the transcript asked for).
+        full_reads: Reads of the whole transcript from item 0.
+        legacy_reads: Reads from a workflow that answered without digests.
+        inconsistent: Reads whose items' digest, computed here, differed from
+            the workflow's (used, not kept).
+        queries: `transcript_slice` queries sent.
+    """
+
+    hits: int = 0
+    misses: int = 0
+    mismatches: int = 0
+    full_reads: int = 0
+    legacy_reads: int = 0
+    inconsistent: int = 0
+    queries: int = 0
+
+
+class TranscriptCache:
+    """A worker's transcripts by run, least recently used first out.
+
+    Bounded by `max_entries` runs and by `max_bytes` of the items' JSON (the
+    Python objects take more memory than that, typically 2 to 3 times). A
+    transcript larger than `max_bytes` is read every turn and never kept.
+
+    Args:
+        max_bytes: Bound on the JSON bytes of all cached items (default 256 MiB).
+        max_entries: Bound on the number of runs (default 1024). 0 disables the
+            cache: every read is a full read.
+    """
+
+    def __init__(
+        self, *, max_bytes: int = DEFAULT_CACHE_BYTES, max_entries: int = DEFAULT_CACHE_ENTRIES
+    ) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.stats = CacheStats()
+        self._entries: OrderedDict[tuple[str, str], CachedTranscript] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        """The JSON bytes of all cached items."""
+        return self._bytes
+
+    def get(self, workflow_id: str, run_id: str) -> CachedTranscript | None:
+        """The cached prefix of a run's transcript, marked as recently used."""
+        key = (workflow_id, run_id)
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, workflow_id: str, run_id: str, entry: CachedTranscript) -> None:
+        """Keep `entry` for the run (replacing what was kept), evicting the oldest over bounds."""
+        self.discard(workflow_id, run_id)
+        if self.max_entries <= 0 or entry.size > self.max_bytes:
+            return
+        self._entries[(workflow_id, run_id)] = entry
+        self._bytes += entry.size
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= evicted.size
+
+    def discard(self, workflow_id: str, run_id: str) -> None:
+        """Forget the run's transcript, if kept."""
+        entry = self._entries.pop((workflow_id, run_id), None)
+        if entry is not None:
+            self._bytes -= entry.size
+
+    async def read(
+        self,
+        query: TranscriptQuery,
+        workflow_id: str,
+        run_id: str,
+        upto: int,
+        *,
+        page_bytes: int = QUERY_PAGE_BYTES,
+    ) -> list[TranscriptItem]:
+        """Items `[0, upto)` of the run's transcript: the cached prefix plus what it lacks.
+
+        Args:
+            query: Sends `transcript_slice` to the run.
+            workflow_id: The run's workflow id.
+            run_id: The run's id.
+            upto: How many items the model sees.
+            page_bytes: Page size of each query answer (default `QUERY_PAGE_BYTES`).
+
+        Returns:
+            A new list (the caller may keep or change it).
+
+        Raises:
+            ApplicationError: The transcript has fewer than `upto` items, or
+                it changed other than by growing while it was read (retryable).
+        """
+        entry = self.get(workflow_id, run_id)
+        if entry is not None and len(entry.items) <= upto:
+            start = len(entry.items)
+            page = await self._query(query, start, upto, page_bytes, entry.digest)
+            if isinstance(page, list):
+                return await self._legacy_read(query, upto, page_bytes)
+            if page.matched:
+                self.stats.hits += 1
+                return await self._extend(query, workflow_id, run_id, upto, page_bytes, entry, page)
+            self.stats.mismatches += 1
+        elif entry is not None:
+            self.stats.mismatches += 1
+        else:
+            self.stats.misses += 1
+        self.discard(workflow_id, run_id)
+        self.stats.full_reads += 1
+        empty = CachedTranscript(items=(), digest=EMPTY_DIGEST, size=0, call_ids=frozenset())
+        page = await self._query(query, 0, upto, page_bytes, EMPTY_DIGEST)
+        if isinstance(page, list):
+            return await self._legacy_read(query, upto, page_bytes)
+        return await self._extend(query, workflow_id, run_id, upto, page_bytes, empty, page)
+
+    async def _query(
+        self, query: TranscriptQuery, start: int, upto: int, page_bytes: int, digest: str
+    ) -> TranscriptPage | list[TranscriptItem]:
+        self.stats.queries += 1
+        return await query(
+            TranscriptSlice(start=start, upto=upto, max_bytes=page_bytes, known_digest=digest)
+        )
+
+    async def _extend(
+        self,
+        query: TranscriptQuery,
+        workflow_id: str,
+        run_id: str,
+        upto: int,
+        page_bytes: int,
+        known: CachedTranscript,
+        page: TranscriptPage,
+    ) -> list[TranscriptItem]:
+        """Append pages to `known` until `upto` items, checking each page's digest."""
+        items = list(known.items)
+        digest, size, consistent = known.digest, known.size, True
+        call_ids = set[str]()
+        while True:
+            if not page.matched:  # only a transcript changed in place gets here
+                raise ApplicationError(
+                    f"the transcript changed while it was read (at item {len(items)} of {upto})"
+                )
+            for item in page.items:
+                encoded = item_json(item)
+                digest = extend_digest(digest, encoded)
+                size += len(encoded)
+                if isinstance(item, AssistantMessage):
+                    call_ids.update(c.call_id for c in item.tool_calls)
+            items.extend(page.items)
+            if digest != page.digest:
+                consistent = False
+                digest = page.digest  # ask for the next page with the workflow's own digest
+            if len(items) >= upto:
+                break
+            if not page.items:
+                raise ApplicationError(
+                    f"the transcript has {len(items)} items, fewer than the {upto} expected"
+                )
+            page = self._page(await self._query(query, len(items), upto, page_bytes, digest))
+        all_ids = known.call_ids | call_ids if call_ids else known.call_ids
+        if consistent:
+            self.put(workflow_id, run_id, CachedTranscript(tuple(items), digest, size, all_ids))
+        else:
+            self.stats.inconsistent += 1
+            self.discard(workflow_id, run_id)
+            _log.warning(
+                "transcript of %s (run %s): the digest of the items read differs from the "
+                "workflow's; reading it whole every turn",
+                workflow_id,
+                run_id,
+            )
+        return CheckedTranscript(items, all_ids)
+
+    @staticmethod
+    def _page(answer: TranscriptPage | list[TranscriptItem]) -> TranscriptPage:
+        if isinstance(answer, list):  # the workflow's code changed between two pages
+            raise ApplicationError("the workflow stopped answering transcript pages with digests")
+        return answer
+
+    async def _legacy_read(
+        self, query: TranscriptQuery, upto: int, page_bytes: int
+    ) -> list[TranscriptItem]:
+        """The whole transcript in pages, from a workflow that answers without digests."""
+        self.stats.legacy_reads += 1
+        items: list[TranscriptItem] = []
+        while len(items) < upto:
+            self.stats.queries += 1
+            page = await query(TranscriptSlice(start=len(items), upto=upto, max_bytes=page_bytes))
+            found = page.items if isinstance(page, TranscriptPage) else page
+            if not found:
+                raise ApplicationError(
+                    f"the transcript has {len(items)} items, fewer than the {upto} expected"
+                )
+            items.extend(found)
+        return items

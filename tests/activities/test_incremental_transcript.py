@@ -1,0 +1,247 @@
+"""The model activity reads only the transcript items it has not seen, and sees the same.
+
+Each worker keeps, per run, the items it read and their digest
+(`activities/transcript_cache.py`); a turn asks the workflow for the items
+after them with that digest, and reads everything again on a miss or a
+mismatch. What the model sees must be exactly the transcript a full read
+gives: checked turn by turn against the conversation's whole transcript,
+across continue-as-new, two workers taking turns, and stale cache entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from agent_support import AGENT, TOOLKITS, directed, turns
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from workflow_helpers import eventually
+
+from durable_tools.activities.transcript_cache import CachedTranscript, TranscriptCache
+from durable_tools.client import Conversations
+from durable_tools.conversation import ConversationOptions, ModelRequest
+from durable_tools.testing import ScriptedModel
+from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem, UserMessage
+from durable_tools.transcript_digest import EMPTY_DIGEST, extend_digest, item_json
+from durable_tools.worker.plugin import DurableToolsPlugin
+
+SIZE = 300
+# A stopped worker's sticky queue holds the workflow's next task this long.
+_STICKY = timedelta(seconds=1)
+
+
+def _worker(env: WorkflowEnvironment) -> tuple[Client, DurableToolsPlugin, ScriptedModel]:
+    model = ScriptedModel(directed)
+    plugin = DurableToolsPlugin(
+        toolkits=TOOLKITS, models={"directed": model}, search_attributes=False
+    )
+    config: dict[str, Any] = {**env.client.config(), "plugins": [plugin]}
+    return Client(**config), plugin, model
+
+
+def _options(every: int | None = None) -> ConversationOptions:
+    return ConversationOptions(
+        continue_as_new_after_turns=every, idle_timeout=60.0, search_attributes=False
+    )
+
+
+def _loop(turns: int) -> str:
+    return json.dumps({"loop": turns, "size": SIZE})
+
+
+def _assert_saw_full_transcript(
+    requests: Sequence[ModelRequest], transcript: Sequence[TranscriptItem], turns: int
+) -> None:
+    """Model turn t saw exactly the items before the t-th assistant message."""
+    before = [i for i, item in enumerate(transcript) if isinstance(item, AssistantMessage)]
+    assert len(before) == turns
+    seen = sorted({r.turn for r in requests})
+    assert seen == list(range(1, turns + 1))
+    for request in requests:
+        assert request.transcript == list(transcript[: before[request.turn - 1]]), request.turn
+
+
+async def _idle_after(conversations: Conversations, workflow_id: str, turns: int) -> None:
+    async def probe() -> bool:
+        status = await conversations.status(workflow_id)
+        return status.state == "idle" and status.turns == turns
+
+    await eventually(probe, what=f"{workflow_id} idle after {turns} turns", timeout=60)
+
+
+def _digest(items: Sequence[TranscriptItem]) -> str:
+    digest = EMPTY_DIGEST
+    for item in items:
+        digest = extend_digest(digest, item_json(item))
+    return digest
+
+
+async def test_each_turn_reads_only_new_items_across_continue_as_new(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client, plugin, model = _worker(dev_env)
+    cache = plugin.agent_activities.transcripts
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"incremental-{uuid.uuid4()}"
+    turns = 31  # 30 calling `echo`, then "done"
+    async with Worker(client, task_queue=task_queue):
+        await conversations.start(
+            workflow_id, agent=AGENT, message=_loop(30), options=_options(every=7)
+        )
+        await _idle_after(conversations, workflow_id, turns)
+        transcript = await conversations.history(workflow_id)
+        status = await conversations.status(workflow_id)
+        run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+
+    assert status.runs == 5  # 7 turns per run: 31 turns in 5 runs
+    _assert_saw_full_transcript(model.requests, transcript, turns)
+    stats = cache.stats
+    # One full read per run (its first turn: a new run id), one query per turn.
+    assert (stats.misses, stats.full_reads, stats.mismatches) == (5, 5, 0)
+    assert stats.hits == turns - 5
+    assert stats.queries == turns
+    assert (stats.inconsistent, stats.legacy_reads) == (0, 0)
+    entry = cache.get(workflow_id, run_id)  # the last run's
+    assert entry is not None
+    held = transcript[: len(entry.items)]
+    assert entry.digest == _digest(held)
+    calls = {c.call_id for i in held if isinstance(i, AssistantMessage) for c in i.tool_calls}
+    assert entry.call_ids == calls and len(calls) == 30
+
+
+class TakingTurns(TranscriptCache):
+    """Two workers' caches serving model turns alternately (odd turns, even turns).
+
+    One Temporal runtime refuses two workers on one task queue, and which of
+    two worker processes gets an activity is up to the server; this makes the
+    alternation exact: each read extends a prefix one turn behind the workflow.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.workers = (TranscriptCache(), TranscriptCache())
+        self.reads = 0
+
+    async def read(self, *args: Any, **kwargs: Any) -> list[TranscriptItem]:
+        self.reads += 1
+        return await self.workers[self.reads % 2].read(*args, **kwargs)
+
+
+async def test_two_workers_taking_turns_see_the_same_transcript(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """Each worker reads what it lacks: from 0 on its first turn, then from its own prefix."""
+    client, plugin, model = _worker(dev_env)
+    alternating = TakingTurns()
+    plugin.agent_activities.transcripts = alternating
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"incremental-two-{uuid.uuid4()}"
+    turns = 41
+    async with Worker(client, task_queue=task_queue):
+        await conversations.start(
+            workflow_id, agent=AGENT, message=_loop(40), options=_options(every=15)
+        )
+        await _idle_after(conversations, workflow_id, turns)
+        transcript = await conversations.history(workflow_id)
+        status = await conversations.status(workflow_id)
+
+    assert status.runs == 3
+    _assert_saw_full_transcript(model.requests, transcript, turns)
+    odd, even = alternating.workers[1].stats, alternating.workers[0].stats
+    # Runs start at turns 1, 16 and 31: each worker misses on its first turn
+    # of each run (both do: a run starts on an odd turn, then an even one).
+    assert (odd.misses, even.misses) == (3, 3)
+    assert (odd.full_reads, even.full_reads) == (3, 3)
+    assert (odd.mismatches, even.mismatches) == (0, 0)
+    assert (odd.hits, even.hits) == (21 - 3, 20 - 3)
+    assert odd.queries + even.queries == turns
+
+
+async def test_a_stale_cache_entry_is_detected_and_read_again(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    client, plugin, model = _worker(dev_env)
+    cache: TranscriptCache = plugin.agent_activities.transcripts
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"incremental-stale-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue):
+        handle = await conversations.start(
+            workflow_id, agent=AGENT, message=_loop(3), options=_options()
+        )
+        await _idle_after(conversations, workflow_id, 4)
+        run_id = (await handle.describe()).run_id
+        entry = cache.get(workflow_id, run_id)
+        assert entry is not None and len(entry.items) == 7  # up to the last model turn
+
+        # A consistent entry (its digest is that of its items) with other content.
+        stale = (UserMessage(text="another conversation"), *entry.items[1:])
+        cache.put(
+            workflow_id, run_id, CachedTranscript(stale, _digest(stale), 1000, entry.call_ids)
+        )
+        await conversations.send(workflow_id, _loop(2))
+        await _idle_after(conversations, workflow_id, 7)
+        assert cache.stats.mismatches == 1
+
+        # An entry longer than what the next turn asks for.
+        entry = cache.get(workflow_id, run_id)
+        assert entry is not None
+        longer = (*entry.items, *entry.items[-3:])
+        cache.put(workflow_id, run_id, CachedTranscript(longer, _digest(longer), 1, entry.call_ids))
+        await conversations.send(workflow_id, _loop(1))
+        await _idle_after(conversations, workflow_id, 9)
+        assert cache.stats.mismatches == 2
+        transcript = await conversations.history(workflow_id)
+
+    _assert_saw_full_transcript(model.requests, transcript, 9)
+    assert cache.stats.full_reads == 3  # the first turn and the two mismatches
+    assert cache.stats.hits == 9 - 3
+    entry = cache.get(workflow_id, run_id)
+    assert entry is not None and entry.digest == _digest(transcript[: len(entry.items)])
+
+
+async def test_a_worker_restart_reads_the_transcript_again(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """A new worker process has an empty cache: its first turn reads from item 0."""
+    client, plugin, model = _worker(dev_env)
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"incremental-restart-{uuid.uuid4()}"
+    async with Worker(
+        client, task_queue=task_queue, sticky_queue_schedule_to_start_timeout=_STICKY
+    ):
+        await conversations.start(workflow_id, agent=AGENT, message=_loop(2), options=_options())
+        await _idle_after(conversations, workflow_id, 3)
+    client2, plugin2, model2 = _worker(dev_env)
+    async with Worker(client2, task_queue=task_queue):
+        await Conversations(client2, task_queue=task_queue).send(workflow_id, _loop(3))
+        await asyncio.wait_for(_idle_after(conversations, workflow_id, 7), 60)
+        transcript = await conversations.history(workflow_id)
+    _assert_saw_full_transcript([*model.requests, *model2.requests], transcript, 7)
+    assert plugin.agent_activities.transcripts.stats.full_reads == 1
+    stats = plugin2.agent_activities.transcripts.stats
+    assert (stats.full_reads, stats.hits) == (1, 3)
+
+
+async def test_a_reused_call_id_is_renamed_when_the_transcript_comes_from_the_cache(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """The call ids already used come from the cache's running set, not a scan."""
+    client, plugin, _ = _worker(dev_env)
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"incremental-ids-{uuid.uuid4()}"
+    script = turns(
+        *[[("same", "get_weather", {"city": city})] for city in ("Oslo", "Lima", "Rome")]
+    )
+    async with Worker(client, task_queue=task_queue):
+        await conversations.start(workflow_id, agent=AGENT, message=script, options=_options())
+        await _idle_after(conversations, workflow_id, 4)
+        transcript = await conversations.history(workflow_id)
+    outputs = [item.call_id for item in transcript if isinstance(item, ToolCallOutput)]
+    assert outputs == ["same", "same~2", "same~3"]
+    assert plugin.agent_activities.transcripts.stats.hits == 3
