@@ -72,6 +72,9 @@ PASSTHROUGH_MODULES: tuple[str, ...] = (
     "docstring_parser",
     "annotated_types",
     "typing_inspection",
+    # The OpenTelemetry API (durable_tools.telemetry); spans started in workflow
+    # code must use the process's tracer provider, not a sandboxed copy.
+    "opentelemetry",
 )
 """Modules the workflow sandbox imports once and shares (pure, no I/O at import)."""
 
@@ -95,6 +98,15 @@ class DurableToolsPlugin(SimplePlugin):
             closes them when it stops (see `durable_tools.mcp`).
         deps: A factory of the tools' dependencies, called once when the
             worker starts (its run context); see `App.deps`.
+        tracing: Add Temporal's OpenTelemetry interceptor
+            (`temporalio.contrib.opentelemetry.OpenTelemetryInterceptor`, what
+            `OpenTelemetryPlugin` adds), which carries the trace context
+            through workflow and activity headers, so a conversation's
+            `invoke_agent`, `chat` and `execute_tool` spans form one trace
+            (`durable_tools.telemetry`). `None` (default): on when the global
+            tracer provider is replay-safe (`create_tracer_provider`, as
+            `durable_tools.worker.telemetry.configure_telemetry` installs it);
+            `True` requires one (the interceptor refuses any other).
 
     Raises:
         ConfigurationError: Two MCP servers share a name. A conversation
@@ -113,6 +125,7 @@ class DurableToolsPlugin(SimplePlugin):
         models: Mapping[str, Model],
         mcp_servers: Sequence[McpServerConfig] = (),
         deps: DepsFactory | None = None,
+        tracing: bool | None = None,
     ) -> None:
         self.mcp: McpToolsets | None = None
         self.deps_factory = deps
@@ -134,6 +147,7 @@ class DurableToolsPlugin(SimplePlugin):
             activities=[self.agent_activities.model_turn, self.agent_activities.tool_call],
             workflows=[AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),
+            interceptors=_tracing_interceptors(tracing),
             run_context=self._run_context if self.mcp or deps else None,
         )
 
@@ -152,6 +166,18 @@ class DurableToolsPlugin(SimplePlugin):
                     # DuplicateToolName now, not mid-conversation.
                     compose(kit, mcp.toolkit(), label=name)
             yield
+
+
+def _tracing_interceptors(tracing: bool | None) -> list[Any] | None:
+    from opentelemetry import trace
+    from temporalio.contrib.opentelemetry import (
+        OpenTelemetryInterceptor,
+        ReplaySafeTracerProvider,
+    )
+
+    if tracing is None:
+        tracing = isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
+    return [OpenTelemetryInterceptor()] if tracing else None
 
 
 def _config_secrets(servers: Sequence[McpServerConfig]) -> list[str]:

@@ -23,6 +23,7 @@ down gracefully: no new tasks are taken, and running tool activities get
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import signal
@@ -44,6 +45,7 @@ from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.toolkit import Toolkit
 from durable_tools.worker.plugin import DepsFactory, DurableToolsPlugin
+from durable_tools.worker.telemetry import configure_telemetry
 
 __all__ = ["DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT", "App", "load_app", "run_worker"]
 
@@ -225,12 +227,19 @@ async def run_worker(
         stop: Set it to stop the worker (an alternative to cancelling the task).
         on_ready: Called with the worker once it runs (polling starts then).
 
+    With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the worker exports its spans, its
+    metrics and Temporal's SDK metrics over OTLP (`configure_telemetry`,
+    docs/observability.md); without it, nothing.
+
     Raises:
+        ConfigurationError: `OTEL_EXPORTER_OTLP_ENDPOINT` is set and its
+            exporter is not installed (the `otel` extra).
         RuntimeError: The client could not connect (`Failed client connect: ...`),
             or the worker failed (e.g. its validation at startup).
         temporalio.service.RPCError: The namespace does not exist (`NOT_FOUND`),
             or another server-side error at startup.
     """
+    telemetry = configure_telemetry()
     plugin = DurableToolsPlugin(
         toolkits=toolkits, models=models, mcp_servers=mcp_servers, deps=deps
     )
@@ -239,7 +248,34 @@ async def run_worker(
         namespace=namespace,
         data_converter=data_converter(payload_codec),
         plugins=[plugin],
+        runtime=telemetry.runtime if telemetry is not None else None,
     )
+    async with telemetry.metrics() if telemetry is not None else contextlib.nullcontext():
+        await _serve(
+            client,
+            namespace=namespace,
+            task_queue=task_queue,
+            deployment=deployment,
+            graceful_shutdown_timeout=graceful_shutdown_timeout,
+            max_concurrent_activities=max_concurrent_activities,
+            handle_signals=handle_signals,
+            stop=stop,
+            on_ready=on_ready,
+        )
+
+
+async def _serve(
+    client: Client,
+    *,
+    namespace: str,
+    task_queue: str,
+    deployment: WorkerDeploymentVersion | None,
+    graceful_shutdown_timeout: float,
+    max_concurrent_activities: int | None,
+    handle_signals: bool,
+    stop: asyncio.Event | None,
+    on_ready: Callable[[Worker], None] | None,
+) -> None:
     # Fail with the server's NOT_FOUND before the worker starts polling a
     # namespace that does not exist (the worker would only log it).
     await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))

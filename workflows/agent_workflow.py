@@ -44,6 +44,7 @@ from temporalio.exceptions import (
 from durable_tools.workflows.model_failure import describe_model_failure, model_retry_policy
 
 with workflow.unsafe.imports_passed_through():
+    from durable_tools import telemetry
     from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
     from durable_tools.approvals import Decision
     from durable_tools.conversation import (
@@ -190,7 +191,8 @@ class AgentWorkflow:
     async def run(self, input: ConversationInput) -> ConversationResult:
         """Run the conversation until `finish`, the idle timeout or the turn limit."""
         try:
-            return await self._loop()
+            with telemetry.conversation_context():
+                return await self._loop()
         except asyncio.CancelledError:
             self._close_open_calls()
             self._state = "cancelled"
@@ -237,12 +239,14 @@ class AgentWorkflow:
             self._take_inbox()
             if self._turns >= self._options.max_model_turns:
                 return self._result("turn_limit", self._last_text())
-            turn = await self._model_turn()
-            self._transcript.append(turn.message)
-            if turn.plans:
-                finish = await self._answer_calls(turn)
-                if finish is not None:
-                    return self._result("finished", finish.output)
+            agent = self._input.agents[self._agent]
+            with telemetry.turn_span(agent.name, agent.model, self._turns + 1):
+                turn = await self._model_turn()
+                self._transcript.append(turn.message)
+                if turn.plans:
+                    finish = await self._answer_calls(turn)
+                    if finish is not None:
+                        return self._result("finished", finish.output)
 
     def _take_inbox(self) -> None:
         for message in self._inbox:
@@ -448,7 +452,7 @@ class AgentWorkflow:
                 reason = f"{call.name!r} is a {plan.kind} tool; it is not executed locally"
                 self._record(failed(call, "non_local_tool", reason))
             else:
-                refusal = await self._await_decision(plan) if plan.needs_approval else None
+                refusal = await self._traced_decision(plan) if plan.needs_approval else None
                 if refusal is not None:
                     self._record(refusal)
                 else:
@@ -466,6 +470,7 @@ class AgentWorkflow:
         self._answered.add(result.call_id)
         self._open.pop(result.call_id, None)
         self._transcript.append(to_tool_call_output(result))
+        telemetry.record_tool_call(result.tool, "ok" if isinstance(result, Ok) else result.kind)
 
     def _close(self, call: ToolCall) -> None:
         if call.call_id in self._started:
@@ -561,6 +566,25 @@ class AgentWorkflow:
         early = self._early_decisions.pop(call.call_id, None)
         if early is not None:
             self._accept_or_reject_decision(early)
+
+    async def _traced_decision(self, plan: PlannedCall) -> Failure | None:
+        """`_await_decision`, as `approval.*` events on the turn's span and the wait metric."""
+        call, asked = plan.call, workflow.now()
+        telemetry.approval_event("approval.requested", call.call_id, call.name)
+        refusal = await self._await_decision(plan)
+        decision = self._decisions.get(call.call_id)
+        outcome = "approved" if refusal is None else refusal.kind
+        telemetry.approval_event(
+            "approval.decided" if decision is not None else f"approval.{outcome}",
+            call.call_id,
+            call.name,
+            **{
+                "durable_tools.approval.decision": outcome,
+                telemetry.ATTR_APPROVAL_DECIDED_BY: decision.decided_by if decision else None,
+            },
+        )
+        telemetry.record_approval_wait(call.name, outcome, (workflow.now() - asked).total_seconds())
+        return refusal
 
     async def _await_decision(self, plan: PlannedCall) -> Failure | None:
         call = plan.call
