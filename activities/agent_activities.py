@@ -19,11 +19,13 @@ import json
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import to_json
 from temporalio import activity
 from temporalio.common import RawValue
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from durable_tools import telemetry
@@ -39,6 +41,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.descriptor import descriptors_digest
 from durable_tools.errors import ConfigurationError
+from durable_tools.events import EVENTS_TOPIC, MAX_EVENT_TEXT, ConversationEvent
 from durable_tools.executor import encode_result, prepare_call
 from durable_tools.models.base import Model
 from durable_tools.models.errors import bounded_failure
@@ -257,6 +260,7 @@ class AgentActivities:
                     time.monotonic() - started,
                     error or type(exc).__name__,
                 )
+                await _publish_attempt_failure(call, info.attempt, str(exc))
                 raise
             result = out.result
             outcome = "ok" if isinstance(result, Ok) else result.kind
@@ -306,6 +310,28 @@ class AgentActivities:
                 "(Temporal's payload limit is 2 MiB); ask for less data, e.g. a page or a summary",
             )
         return ToolActivityResult(result=result)
+
+
+async def _publish_attempt_failure(call: ToolCall, attempt: int, reason: str) -> None:
+    """Publish `tool_attempt_failed` to the conversation's event stream (a signal).
+
+    Best effort, bounded to 5 s: the attempt's own failure is what Temporal
+    records and retries, whatever happens here.
+    """
+    try:
+        async with asyncio.timeout(5), WorkflowStreamClient.from_within_activity() as stream:
+            stream.topic(EVENTS_TOPIC, type=ConversationEvent).publish(
+                ConversationEvent(
+                    kind="tool_attempt_failed",
+                    at=datetime.now(UTC),
+                    call_id=call.call_id,
+                    tool=call.name,
+                    attempt=attempt,
+                    reason=reason[:MAX_EVENT_TEXT],
+                )
+            )
+    except Exception:
+        activity.logger.warning("could not publish the attempt failure", exc_info=True)
 
 
 async def _traced_model_call(model: Model, request: ModelRequest) -> AssistantMessage:

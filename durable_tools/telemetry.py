@@ -24,6 +24,7 @@ Everything here is importable inside the workflow sandbox (no I/O at import).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 from collections.abc import Generator, Mapping
@@ -174,11 +175,25 @@ def conversation_context() -> Generator[None]:
         is_remote=True,
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
-    token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(parent)))
+    with _attached(trace.set_span_in_context(NonRecordingSpan(parent))):
+        yield
+
+
+@contextlib.contextmanager
+def _attached(context: otel_context.Context) -> Generator[None]:
+    """Attach `context` for the block; detach only where the token is valid.
+
+    A workflow coroutine abandoned by a dropped instance is finalized wherever
+    garbage collection runs, in another `contextvars.Context`: detaching there
+    would log "Failed to detach context" (as `temporalio.contrib.opentelemetry`
+    handles it too).
+    """
+    token = otel_context.attach(context)
     try:
         yield
     finally:
-        otel_context.detach(token)
+        with contextlib.suppress(ValueError):
+            token.var.reset(token)  # pyright: ignore[reportUnknownMemberType]
 
 
 @contextlib.contextmanager
@@ -192,10 +207,21 @@ def turn_span(agent: str, model: str, turn: int) -> Generator[Span]:
         "durable_tools.turn": turn,
         **model_attributes(model),
     }
-    with _tracer().start_as_current_span(
+    span = _tracer().start_span(
         f"invoke_agent {agent}", kind=SpanKind.INTERNAL, attributes=attributes
-    ) as span:
-        yield span
+    )
+    with _attached(trace.set_span_in_context(span)):
+        try:
+            yield span
+        except GeneratorExit:
+            raise  # abandoned by a dropped instance: the span did not end here
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            span.end()
+            raise
+        span.end()
 
 
 def approval_event(name: str, call_id: str, tool: str, **attributes: Any) -> None:
