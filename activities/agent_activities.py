@@ -260,7 +260,8 @@ class AgentActivities:
                     time.monotonic() - started,
                     error or type(exc).__name__,
                 )
-                await _publish_attempt_failure(call, info.attempt, str(exc))
+                reason = f"{error}: {exc}" if error else f"{type(exc).__name__}: {exc}"
+                await _publish_attempt_failure(call, info.attempt, reason)
                 raise
             result = out.result
             outcome = "ok" if isinstance(result, Ok) else result.kind
@@ -318,6 +319,7 @@ async def _publish_attempt_failure(call: ToolCall, attempt: int, reason: str) ->
     Best effort, bounded to 5 s: the attempt's own failure is what Temporal
     records and retries, whatever happens here.
     """
+    policy = activity.info().retry_policy
     try:
         async with asyncio.timeout(5), WorkflowStreamClient.from_within_activity() as stream:
             stream.topic(EVENTS_TOPIC, type=ConversationEvent).publish(
@@ -327,6 +329,7 @@ async def _publish_attempt_failure(call: ToolCall, attempt: int, reason: str) ->
                     call_id=call.call_id,
                     tool=call.name,
                     attempt=attempt,
+                    max_attempts=policy.maximum_attempts if policy is not None else None,
                     reason=reason[:MAX_EVENT_TEXT],
                 )
             )

@@ -70,6 +70,7 @@ class ConversationEvent(BaseModel):
         outcome: `ok` or the Failure kind of a call; `approved`/`denied`;
             how a conversation finished.
         attempt: The activity attempt that failed (1-based).
+        max_attempts: The tool's most attempts (0: unlimited), with `attempt`.
         reason: A failure's or rejection's one-line reason.
         decided_by: Who decided an approval (or sent a rejected decision).
         agent: The agent configuration's name.
@@ -89,6 +90,7 @@ class ConversationEvent(BaseModel):
     tool: str | None = None
     outcome: str | None = None
     attempt: int | None = None
+    max_attempts: int | None = None
     reason: str | None = None
     decided_by: str | None = None
     agent: str | None = None
