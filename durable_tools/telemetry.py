@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from typing import Any, Final
 
 from opentelemetry import context as otel_context
@@ -41,7 +41,6 @@ from opentelemetry.trace import (
     StatusCode,
     TraceFlags,
 )
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from temporalio import workflow
 
 __all__ = [
@@ -60,7 +59,6 @@ __all__ = [
     "record_tool_call",
     "record_usage",
     "tool_span",
-    "trace_meta",
     "turn_span",
 ]
 
@@ -79,7 +77,6 @@ ATTR_APPROVAL_DECIDED_BY: Final[str] = "durable_tools.approval.decided_by"
 _PROVIDERS: Final[frozenset[str]] = frozenset(
     {"openai", "openai-responses", "anthropic", "gemini", "scripted"}
 )
-_TRACECONTEXT = TraceContextTextMapPropagator()
 
 
 def _tracer() -> trace.Tracer:
@@ -317,14 +314,3 @@ def finish_tool_span(
         span.set_attribute("error.type", error)
         span.set_status(Status(StatusCode.ERROR, error))
     _metrics().tool_duration.record(seconds, {"gen_ai.tool.name": tool, ATTR_OUTCOME: outcome})
-
-
-def trace_meta() -> Mapping[str, str]:
-    """The current W3C trace context as MCP `_meta` entries (`traceparent`, `tracestate`).
-
-    Empty when no span is current (tracing off). MCP 2026-07-28 carries the
-    trace context in a request's `_meta`.
-    """
-    carrier: dict[str, str] = {}
-    _TRACECONTEXT.inject(carrier)
-    return carrier

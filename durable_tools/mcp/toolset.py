@@ -19,8 +19,9 @@ lists their tools and exposes each as a dynamic tool named `prefix__tool`:
   read-only or idempotent tools are retried with backoff, others are
   at-most-once. The configuration's overrides (per server and per tool) win
   either way. The call's idempotency key travels in the request's `_meta`
-  under `IDEMPOTENCY_KEY_META`, with the W3C trace context (`traceparent`,
-  `tracestate`) of the call's `execute_tool` span when tracing is on.
+  under `IDEMPOTENCY_KEY_META`. With tracing on, the `mcp` SDK adds the W3C
+  trace context (`traceparent`) of its client span, a child of the call's
+  `execute_tool` span (MCP 2026-07-28).
 * **Connections** are pooled: one `McpConnection` per server per worker
   process (see `durable_tools.mcp.connection`).
 * **Changes**: a server's `tools/list_changed` marks it stale; `refresh()`
@@ -52,7 +53,6 @@ from durable_tools.mcp.connection import (
     McpStartError,
     describe_error,
 )
-from durable_tools.telemetry import trace_meta
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import (
     ONE_ATTEMPT,
@@ -202,8 +202,7 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
                 tool_name,
                 arguments,
                 timeout=call_timeout,
-                # W3C trace context beside the key (MCP 2026-07-28: `_meta.traceparent`).
-                meta={IDEMPOTENCY_KEY_META: ctx.idempotency_key, **trace_meta()},
+                meta={IDEMPOTENCY_KEY_META: ctx.idempotency_key},
                 progress=progress,
             )
         except McpStartError as exc:

@@ -1,8 +1,6 @@
 """Tracing: one span per tool call and per model call, in one trace, across worker restarts.
 
-The SDK's in-memory exporters collect the spans of the process's one
-replay-safe tracer provider: `RAW` sees every ended span, `ONCE` sees them
-through `ExportOnce` (what `configure_telemetry` installs). A conversation
+The SDK's in-memory exporters of `tracing_support` collect the spans. A conversation
 runs on worker 1 until it waits for an approval; worker 1 stops; the
 approval is sent while no worker runs; worker 2 replays the history and
 finishes the conversation.
@@ -19,14 +17,14 @@ from typing import Any
 
 import pytest
 from agent_support import AGENT, LEDGER_ENV, MODELS, TOOLKITS, turns
-from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
-from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
+from temporalio.contrib.opentelemetry import create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from tracing_support import ONCE, RAW, tracer_provider
 from workflow_helpers import eventually, outputs_by_id
 
 from durable_tools.approvals import arguments_hash
@@ -34,25 +32,6 @@ from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions
 from durable_tools.worker.plugin import DurableToolsPlugin
 from durable_tools.worker.telemetry import ExportOnce
-
-RAW = InMemorySpanExporter()
-ONCE = InMemorySpanExporter()
-
-
-def tracer_provider() -> ReplaySafeTracerProvider:
-    """The process's replay-safe tracer provider (OpenTelemetry sets a global once)."""
-    current = trace.get_tracer_provider()
-    if isinstance(current, ReplaySafeTracerProvider):
-        provider = current
-    else:
-        provider = create_tracer_provider()
-        trace.set_tracer_provider(provider)
-        assert trace.get_tracer_provider() is provider, "another global tracer provider was set"
-    if not getattr(provider, "_dt_in_memory", False):
-        provider.add_span_processor(SimpleSpanProcessor(RAW))
-        provider.add_span_processor(ExportOnce(SimpleSpanProcessor(ONCE)))
-        provider._dt_in_memory = True  # type: ignore[attr-defined]
-    return provider
 
 
 def conversation_spans(exporter: InMemorySpanExporter, workflow_id: str) -> list[ReadableSpan]:
