@@ -8,13 +8,16 @@ installed, `DurableToolsPlugin` turns tracing on for the rest of the session.
 
 from __future__ import annotations
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
 
 from durable_tools.worker.telemetry import ExportOnce
 
+METRICS = InMemoryMetricReader()
 RAW = InMemorySpanExporter()
 ONCE = InMemorySpanExporter()
 
@@ -33,3 +36,11 @@ def tracer_provider() -> ReplaySafeTracerProvider:
         provider.add_span_processor(ExportOnce(SimpleSpanProcessor(ONCE)))
         provider._dt_in_memory = True  # type: ignore[attr-defined]
     return provider
+
+
+def meter_provider() -> InMemoryMetricReader:
+    """Install a global meter provider read by `METRICS` (once per process)."""
+    if not getattr(METRICS, "_dt_installed", False):
+        metrics.set_meter_provider(MeterProvider(metric_readers=[METRICS]))
+        METRICS._dt_installed = True  # type: ignore[attr-defined]
+    return METRICS
