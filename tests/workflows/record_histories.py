@@ -238,6 +238,28 @@ async def model_failed_retry(c: Conversations, wid: str) -> None:
     await c.retry(wid, requested_by="ops")
 
 
+async def events_followed(c: Conversations, wid: str) -> None:
+    """A follower reads the event stream (poll updates) while a tool's attempts fail
+    (published by the activity as signals) and the conversation continues as new."""
+    options = OPTIONS.model_copy(update={"continue_as_new_after_turns": 1})
+    script = turns([("w1", "get_weather", {"city": "Oslo"}), ("f1", "flaky", {})], [])
+    await c.start(wid, agent=AGENT, message=script, options=options)
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for event in c.events(wid):
+            seen.append(event.kind)
+
+    reader = asyncio.create_task(follow())
+    await _until(lambda: _true(seen.count("turn_finished") >= 2), "two turns in the stream")
+    await asyncio.wait_for(reader, 30)  # ends with the conversation (idle timeout)
+    assert "tool_attempt_failed" in seen and seen[-1] == "conversation_finished", seen
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (
@@ -256,6 +278,7 @@ SCENARIOS: dict[str, Scenario] = {
         continue_as_new,
         cancelled,
         model_failed_retry,
+        events_followed,
     )
 }
 
