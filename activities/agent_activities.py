@@ -19,15 +19,19 @@ import contextlib
 import json
 import os
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pydantic_core import to_json
 from temporalio import activity
 from temporalio.common import RawValue
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
+from durable_tools import telemetry
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.activities.transcript_cache import TranscriptCache
@@ -43,12 +47,13 @@ from durable_tools.conversation import (
 )
 from durable_tools.descriptor import descriptors_digest
 from durable_tools.errors import ConfigurationError
+from durable_tools.events import EVENTS_TOPIC, MAX_EVENT_TEXT, ConversationEvent
 from durable_tools.executor import encode_result, prepare_call
 from durable_tools.models.base import Model
 from durable_tools.models.errors import bounded_failure
 from durable_tools.models.registry import resolve_model
 from durable_tools.redact import Redactor
-from durable_tools.results import Failure, ToolCall, failed
+from durable_tools.results import Failure, Ok, ToolCall, failed
 from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
@@ -249,7 +254,8 @@ class AgentActivities:
         transcript = await self._transcript(request)
         descriptors = toolkit.descriptors()
         digest = descriptors_digest(descriptors)
-        message = await model(
+        message = await _traced_model_call(
+            model,
             ModelRequest(
                 model=agent.model,
                 instructions=agent.instructions,
@@ -258,7 +264,7 @@ class AgentActivities:
                 turn=request.turn,
                 workflow_id=request.workflow_id,
                 settings=agent.settings,
-            )
+            ),
         )
         message, problems = safe_turn(message)
         message = _unique_call_ids(message, transcript)
@@ -305,6 +311,37 @@ class AgentActivities:
             )
         request = activity.payload_converter().from_payload(args[0].payload, ToolActivityInput)
         call = request.call
+        started = time.monotonic()
+        with telemetry.tool_span(
+            call.name, call.call_id, info.attempt, request.workflow_id
+        ) as span:
+            try:
+                out = await self._tool_call(request, info.attempt)
+            except Exception as exc:
+                error = exc.type if isinstance(exc, ApplicationError) and exc.type else None
+                telemetry.finish_tool_span(
+                    span,
+                    call.name,
+                    "attempt_failed",
+                    time.monotonic() - started,
+                    error or type(exc).__name__,
+                )
+                reason = f"{error}: {exc}" if error else f"{type(exc).__name__}: {exc}"
+                await _publish_attempt_failure(call, info.attempt, reason)
+                raise
+            result = out.result
+            outcome = "ok" if isinstance(result, Ok) else result.kind
+            telemetry.finish_tool_span(
+                span,
+                call.name,
+                outcome,
+                time.monotonic() - started,
+                None if isinstance(result, Ok) else result.kind,
+            )
+            return out
+
+    async def _tool_call(self, request: ToolActivityInput, attempt: int) -> ToolActivityResult:
+        call = request.call
         prepared = prepare_call(self._toolkit(request.toolkit), call)
         if isinstance(prepared, Failure):
             return ToolActivityResult(
@@ -314,7 +351,7 @@ class AgentActivities:
             call_id=call.call_id,
             tool=call.name,
             idempotency_key=request.idempotency_key,
-            attempt=info.attempt,
+            attempt=attempt,
             deps=self.deps,
         )
         try:
@@ -340,6 +377,50 @@ class AgentActivities:
                 "(Temporal's payload limit is 2 MiB); ask for less data, e.g. a page or a summary",
             )
         return ToolActivityResult(result=result)
+
+
+async def _publish_attempt_failure(call: ToolCall, attempt: int, reason: str) -> None:
+    """Publish `tool_attempt_failed` to the conversation's event stream (a signal).
+
+    Best effort, bounded to 5 s: the attempt's own failure is what Temporal
+    records and retries, whatever happens here.
+    """
+    policy = activity.info().retry_policy
+    try:
+        async with asyncio.timeout(5), WorkflowStreamClient.from_within_activity() as stream:
+            stream.topic(EVENTS_TOPIC, type=ConversationEvent).publish(
+                ConversationEvent(
+                    kind="tool_attempt_failed",
+                    at=datetime.now(UTC),
+                    call_id=call.call_id,
+                    tool=call.name,
+                    attempt=attempt,
+                    max_attempts=policy.maximum_attempts if policy is not None else None,
+                    reason=reason[:MAX_EVENT_TEXT],
+                )
+            )
+    except Exception:
+        activity.logger.warning("could not publish the attempt failure", exc_info=True)
+
+
+async def _traced_model_call(model: Model, request: ModelRequest) -> AssistantMessage:
+    """Call the model inside its `chat {model}` span; record tokens, duration, failures."""
+    started = time.monotonic()
+    with telemetry.chat_span(request.model, request.workflow_id) as span:
+        try:
+            message = await model(request)
+        except Exception as exc:
+            error = exc.type if isinstance(exc, ApplicationError) and exc.type else None
+            error = error or type(exc).__name__
+            span.set_attribute("error.type", error)
+            telemetry.record_model_failure(request.model, error)
+            telemetry.record_model_duration(request.model, time.monotonic() - started, error)
+            raise
+        usage = message.usage
+        if usage is not None:
+            telemetry.record_usage(span, request.model, usage.input_tokens, usage.output_tokens)
+        telemetry.record_model_duration(request.model, time.monotonic() - started, None)
+        return message
 
 
 @contextlib.asynccontextmanager

@@ -20,8 +20,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
@@ -32,6 +32,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from durable_tools.approvals import Decision, sign_decision
@@ -56,6 +57,7 @@ from durable_tools.errors import (
     NoFinalOutput,
     RetryRejected,
 )
+from durable_tools.events import EVENTS_TOPIC, ConversationEvent
 from durable_tools.models._settings import check_settings
 from durable_tools.transcript import TranscriptItem
 
@@ -413,6 +415,39 @@ class Conversations:
                 break
             items.extend(page)
         return items
+
+    async def events(
+        self, workflow_id: str, *, after: int = -1, poll_cooldown: float = 0.1
+    ) -> AsyncIterator[ConversationEvent]:
+        """The conversation's events after offset `after`, as they happen.
+
+        A resumable async iterator over the conversation's event stream
+        (`durable_tools.events`; Temporal's Workflow Streams): it long-polls
+        with an update (a worker must run while the conversation does),
+        follows continue-as-new, and ends once the conversation has ended and
+        its remaining events were read. Each event's `offset` is its position
+        in the stream: pass the last one you handled as `after` to resume
+        without gaps or repeats. Offsets older than the stream retains
+        (`RETAINED_EVENTS` kept at each continue-as-new) resume from the
+        oldest retained event.
+
+        Args:
+            workflow_id: The conversation.
+            after: The offset of the last event already seen (default -1:
+                from the first event).
+            poll_cooldown: Seconds between polls when caught up (default 0.1).
+
+        Yields:
+            `ConversationEvent`s in order, with `offset` set.
+        """
+        stream = WorkflowStreamClient.create(self.client, workflow_id)
+        async for item in stream.subscribe(
+            [EVENTS_TOPIC],
+            from_offset=after + 1,
+            result_type=ConversationEvent,
+            poll_cooldown=timedelta(seconds=poll_cooldown),
+        ):
+            yield item.data.model_copy(update={"offset": item.offset})
 
     async def status(self, workflow_id: str) -> ConversationStatus:
         """What the loop is doing (query; needs a running worker)."""

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from durable_tools.approvals import Decision
 from durable_tools.descriptor import ToolDescriptor
@@ -581,6 +582,8 @@ class CarriedState(BaseModel):
         usage: Tokens so far, per model name (`AgentConfig.model`).
         early_resume: A `resume` that arrived while nothing was paused; it
             applies to the next pause.
+        stream: The event stream's retained events and publisher state
+            (`durable_tools.events`); `None` in runs recorded before it.
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -595,6 +598,7 @@ class CarriedState(BaseModel):
     runs: int = 1
     usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
     early_resume: Resume | None = None
+    stream: WorkflowStreamState | None = None
 
 
 class ConversationInput(BaseModel):

@@ -1441,6 +1441,38 @@ def history_command(
         _out.print(render_transcript(items))
 
 
+@app.command("follow")
+def follow_command(
+    workflow_id: WorkflowId,
+    after: Annotated[
+        int, typer.Option(help="Print events after this offset (default: from the first).")
+    ] = -1,
+    as_json: AsJson = False,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Annotated[
+        float, typer.Option(help="Stop after this many seconds (default: when it ends).")
+    ] = 0,
+) -> None:
+    """Print the conversation's events as they happen, until it ends (durable_tools.events).
+
+    Each line starts with the event's offset: `--after OFFSET` resumes after it.
+    """
+    from durable_tools.worker.events_view import event_line
+
+    async def follow(conversations: Conversations) -> None:
+        async for event in conversations.events(workflow_id, after=after):
+            print(event.model_dump_json() if as_json else event_line(event), flush=True)
+
+    _on_conversation(
+        workflow_id,
+        follow,
+        address=address,
+        namespace=namespace,
+        timeout=timeout or 10**9,
+    )
+
+
 @app.command("status")
 def status_command(
     workflow_id: WorkflowId,

@@ -189,6 +189,7 @@ class Follower:
         """
         interval = self._min_interval
         stopping = asyncio.create_task(stop.wait())
+        events = asyncio.create_task(self._follow_events())
         try:
             while True:
                 poll = asyncio.create_task(self._poll())
@@ -210,6 +211,25 @@ class Follower:
                     return Followed(outcome="detached")
         finally:
             stopping.cancel()
+            events.cancel()
+            with contextlib.suppress(BaseException):
+                await events
+
+    async def _follow_events(self) -> None:
+        """Report tool retries from the event stream: exact per call id, even for one tool twice."""
+        try:
+            async for event in self._conversations.events(self._workflow_id):
+                if event.kind != "tool_attempt_failed" or event.attempt is None:
+                    continue
+                limit = event.max_attempts or 0
+                if limit and event.attempt >= limit:
+                    continue  # no retry follows: the call's failure is reported
+                of = f" of {limit}" if limit else ""
+                label = escape(f"{event.tool} [{event.call_id}]")
+                why = escape(f"; last failure: {event.reason}") if event.reason else ""
+                self._emit(f"[yellow]↻ {label}[/] attempt {event.attempt + 1}{of}{why}")
+        except Exception:  # the stream adds detail; describe still reports the rest
+            return
 
     # ------------------------------------------------------------- polling
 
@@ -348,7 +368,9 @@ class Follower:
             name = info.activity_type.name
             label = self._activity_label(name)
             key = info.activity_id
-            if info.attempt > 1 and self._seen.attempts.get(key) != info.attempt:
+            # Tool retries come from the event stream (`_follow_events`), by call id.
+            retried = info.attempt > 1 and not name.startswith(_TOOL_PREFIX)
+            if retried and self._seen.attempts.get(key) != info.attempt:
                 self._seen.attempts[key] = info.attempt
                 of = f" of {info.maximum_attempts}" if info.maximum_attempts else ""
                 failure = info.last_failure.message if info.HasField("last_failure") else ""

@@ -78,6 +78,9 @@ PASSTHROUGH_MODULES: tuple[str, ...] = (
     "annotated_types",
     "typing_inspection",
     "rfc8785",
+    # The OpenTelemetry API (durable_tools.telemetry); spans started in workflow
+    # code must use the process's tracer provider, not a sandboxed copy.
+    "opentelemetry",
 )
 """Modules the workflow sandbox imports once and shares (pure, no I/O at import)."""
 
@@ -116,6 +119,15 @@ class DurableToolsPlugin(SimplePlugin):
             with (`durable_tools.approvals.sign_decision`); default: those in
             `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Never
             recorded in history (docs/approvals.md, "Trust model").
+        tracing: Add Temporal's OpenTelemetry interceptor
+            (`temporalio.contrib.opentelemetry.OpenTelemetryInterceptor`, what
+            `OpenTelemetryPlugin` adds), which carries the trace context
+            through workflow and activity headers, so a conversation's
+            `invoke_agent`, `chat` and `execute_tool` spans form one trace
+            (`durable_tools.telemetry`). `None` (default): on when the global
+            tracer provider is replay-safe (`create_tracer_provider`, as
+            `durable_tools.worker.telemetry.configure_telemetry` installs it);
+            `True` requires one (the interceptor refuses any other).
 
     Raises:
         ConfigurationError: Two MCP servers share a name, or an agent names a
@@ -141,6 +153,7 @@ class DurableToolsPlugin(SimplePlugin):
         allow_offline_models: bool = False,
         scripts_dir: str | os.PathLike[str] | None = None,
         decision_keys: Mapping[str, bytes] | None = None,
+        tracing: bool | None = None,
     ) -> None:
         self.search_attributes = search_attributes
         self.mcp: McpToolsets | None = None
@@ -173,6 +186,7 @@ class DurableToolsPlugin(SimplePlugin):
             ],
             workflows=[AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),
+            interceptors=_tracing_interceptors(tracing),
             run_context=self._run_context if self.mcp or deps else None,
         )
 
@@ -200,6 +214,18 @@ class DurableToolsPlugin(SimplePlugin):
                     # DuplicateToolName now, not mid-conversation.
                     compose(kit, mcp.toolkit(), label=name)
             yield
+
+
+def _tracing_interceptors(tracing: bool | None) -> list[Any] | None:
+    from opentelemetry import trace
+    from temporalio.contrib.opentelemetry import (
+        OpenTelemetryInterceptor,
+        ReplaySafeTracerProvider,
+    )
+
+    if tracing is None:
+        tracing = isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
+    return [OpenTelemetryInterceptor()] if tracing else None
 
 
 def _config_secrets(servers: Sequence[McpServerConfig]) -> list[str]:

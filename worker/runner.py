@@ -23,6 +23,7 @@ down gracefully: no new tasks are taken, and running tool activities get
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 import signal
@@ -48,6 +49,7 @@ from durable_tools.toolkit import Toolkit
 from durable_tools.worker.health import keep_fresh
 from durable_tools.worker.plugin import DepsFactory, DurableToolsPlugin
 from durable_tools.worker.search_attributes import check_search_attributes
+from durable_tools.worker.telemetry import configure_telemetry
 
 __all__ = ["DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT", "App", "load_app", "run_worker"]
 
@@ -312,14 +314,21 @@ async def run_worker(
             runs first make no upserts, on any worker that replays them
             (`DurableToolsPlugin(search_attributes=False)`).
 
+    With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the worker exports its spans, its
+    metrics and Temporal's SDK metrics over OTLP (`configure_telemetry`,
+    docs/observability.md); without it, nothing.
+
     Raises:
         ConfigurationError: A search attribute is missing or has another
             type; the one-line message holds the command that registers it.
+        ConfigurationError: `OTEL_EXPORTER_OTLP_ENDPOINT` is set and its
+            exporter is not installed (the `otel` extra).
         RuntimeError: The client could not connect (`Failed client connect: ...`),
             or the worker failed (e.g. its validation at startup).
         temporalio.service.RPCError: The namespace does not exist (`NOT_FOUND`),
             or another server-side error at startup.
     """
+    telemetry = configure_telemetry()
     plugin = DurableToolsPlugin(
         toolkits=toolkits,
         models=models,
@@ -336,12 +345,45 @@ async def run_worker(
         namespace=namespace,
         data_converter=data_converter(payload_codec),
         plugins=[plugin],
+        runtime=telemetry.runtime if telemetry is not None else None,
     )
+    async with telemetry.metrics() if telemetry is not None else contextlib.nullcontext():
+        await _serve(
+            client,
+            namespace=namespace,
+            task_queue=task_queue,
+            deployment=deployment,
+            graceful_shutdown_timeout=graceful_shutdown_timeout,
+            max_concurrent_activities=max_concurrent_activities,
+            handle_signals=handle_signals,
+            stop=stop,
+            on_ready=on_ready,
+            health_file=health_file,
+            check_attributes=search_attributes,
+            address=client_target,
+        )
+
+
+async def _serve(
+    client: Client,
+    *,
+    namespace: str,
+    address: str,
+    task_queue: str,
+    deployment: WorkerDeploymentVersion | None,
+    graceful_shutdown_timeout: float,
+    max_concurrent_activities: int | None,
+    handle_signals: bool,
+    stop: asyncio.Event | None,
+    on_ready: Callable[[Worker], None] | None,
+    health_file: Path | None,
+    check_attributes: bool,
+) -> None:
     # Fail with the server's NOT_FOUND before the worker starts polling a
     # namespace that does not exist (the worker would only log it).
     await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
-    if search_attributes:
-        await check_search_attributes(client, address=client_target, namespace=namespace)
+    if check_attributes:
+        await check_search_attributes(client, address=address, namespace=namespace)
     worker = Worker(
         client,
         task_queue=task_queue,

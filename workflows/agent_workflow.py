@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -44,6 +45,7 @@ from temporalio.exceptions import (
 from durable_tools.workflows.model_failure import describe_model_failure, model_retry_policy
 
 with workflow.unsafe.imports_passed_through():
+    from durable_tools import telemetry
     from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
     from durable_tools.activities.decision_activities import VERIFY_DECISION_ACTIVITY
     from durable_tools.approvals import (
@@ -74,6 +76,12 @@ with workflow.unsafe.imports_passed_through():
         TranscriptPage,
         TranscriptSlice,
         TurnOutcome,
+    )
+    from durable_tools.events import (
+        EVENTS_TOPIC,
+        MAX_EVENT_TEXT,
+        RETAINED_EVENTS,
+        ConversationEvent,
     )
     from durable_tools.formats import check_answer
     from durable_tools.handler_input import Undecodable, clean_text, decode_input
@@ -206,9 +214,20 @@ class AgentWorkflow:
         self._carry_too_large = False
         # Read by queries only (`transcript_page`): never changes what the loop does.
         self._prefix_digests = PrefixDigests()
-        self.embedded = False
-        """Set by `run_agent`: the loop runs inside another workflow (no continue-as-new)."""
+        # `run_agent` sets it before calling __init__: the loop runs inside
+        # another workflow (no continue-as-new, no event stream of its own).
+        self.embedded: bool = getattr(self, "embedded", False)
         self._verifications: set[asyncio.Task[None]] = set()
+        # The event stream (durable_tools.events): handlers registered here.
+        # (Only inside a workflow: unit tests build the class directly.)
+        self._stream = (
+            WorkflowStream(prior_state=state.stream)
+            if workflow.in_workflow() and not self.embedded
+            else None
+        )
+        self._events = (
+            self._stream.topic(EVENTS_TOPIC, type=ConversationEvent) if self._stream else None
+        )
 
     # ------------------------------------------------------------------ run
 
@@ -216,11 +235,13 @@ class AgentWorkflow:
     async def run(self, input: ConversationInput) -> ConversationResult:
         """Run the conversation until `finish`, the idle timeout or the turn limit."""
         try:
-            return await self._loop()
+            with telemetry.conversation_context():
+                return await self._loop()
         except asyncio.CancelledError:
             self._close_open_calls()
             self._state = "cancelled"
             self._publish()
+            self._event("conversation_finished", outcome="cancelled")
             raise
 
     async def _loop(self) -> ConversationResult:
@@ -239,7 +260,13 @@ class AgentWorkflow:
                         return self._result("idle_timeout", self._last_text())
                     # A message arrived with the timer: it is answered, not dropped.
             if self._should_continue_as_new():
+                # Event subscribers' long polls are handlers too: release them
+                # (they follow the new run), keep the latest events only.
+                if self._stream is not None:
+                    self._stream.detach_pollers()
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                if self._stream is not None:
+                    self._stream.truncate(self._stream_end() - RETAINED_EVENTS)
                 carry = self._carry()
                 size = workflow.payload_converter().to_payloads([carry])[0].ByteSize()
                 if size <= _MAX_CARRY_BYTES:
@@ -255,6 +282,8 @@ class AgentWorkflow:
                     )
                 # The transcript only grows: stay in this run from now on.
                 self._carry_too_large = True
+                if self._stream is not None:
+                    self._stream._detaching = False  # pyright: ignore[reportPrivateUsage]
                 workflow.logger.warning(
                     "not continuing as new: the carried state is %d bytes, over %d",
                     size,
@@ -263,16 +292,29 @@ class AgentWorkflow:
             self._take_inbox()
             if self._turns >= self._options.max_model_turns:
                 return self._result("turn_limit", self._last_text())
-            turn = await self._model_turn()
-            self._transcript.append(turn.message)
-            if turn.plans:
-                finish = await self._answer_calls(turn)
-                if finish is not None:
-                    return self._result("finished", finish.output)
+            agent = self._input.agents[self._agent]
+            with telemetry.turn_span(agent.name, agent.model, self._turns + 1):
+                self._event(
+                    "turn_started", turn=self._turns + 1, agent=agent.name, model=agent.model
+                )
+                turn = await self._model_turn()
+                self._transcript.append(turn.message)
+                self._event(
+                    "turn_finished",
+                    turn=self._turns,
+                    usage=turn.message.usage,
+                    calls=len(turn.message.tool_calls),
+                    text=turn.message.text[:MAX_EVENT_TEXT] or None,
+                )
+                if turn.plans:
+                    finish = await self._answer_calls(turn)
+                    if finish is not None:
+                        return self._result("finished", finish.output)
 
     def _take_inbox(self) -> None:
         for message in self._inbox:
             self._transcript.append(UserMessage(text=message.text))
+            self._event("message_received", text=message.text[:MAX_EVENT_TEXT])
         self._inbox.clear()
 
     def _needs_model(self) -> bool:
@@ -305,6 +347,7 @@ class AgentWorkflow:
             runs=self._runs + 1,
             usage=self._usage,
             early_resume=self._early_resume,
+            stream=self._stream.get_state() if self._stream is not None else None,
         )
         return self._input.model_copy(update={"messages": [], "state": state, "agent": self._agent})
 
@@ -313,6 +356,9 @@ class AgentWorkflow:
         # calling `finish`) are returned with the result, never dropped silently.
         self._state = "finished"
         self._publish()
+        self._event("conversation_finished", outcome=str(status))
+        if self._stream is not None:
+            self._stream.detach_pollers()
         return ConversationResult(
             status=status,
             output=output,
@@ -396,6 +442,7 @@ class AgentWorkflow:
         )
         workflow.logger.warning("model turn %d failed: %s", failure.turn, failure.message)
         self._model_failed = failure
+        self._event("model_failed", turn=failure.turn, reason=failure.message)
         self._retry_requested = False
         self._state = "model_failed"
         self._publish()
@@ -474,12 +521,12 @@ class AgentWorkflow:
             elif plan.kind == "signal":
                 return await self._interpret(plan)
             elif plan.kind == "interaction":
-                self._record(await self._await_answer(plan))
+                self._record(await self._traced_answer(plan))
             elif plan.kind != "local":
                 reason = f"{call.name!r} is a {plan.kind} tool; it is not executed locally"
                 self._record(failed(call, "non_local_tool", reason))
             else:
-                refusal = await self._await_decision(plan) if plan.needs_approval else None
+                refusal = await self._traced_decision(plan) if plan.needs_approval else None
                 if refusal is not None:
                     self._record(refusal)
                 else:
@@ -497,6 +544,9 @@ class AgentWorkflow:
         self._answered.add(result.call_id)
         self._open.pop(result.call_id, None)
         self._transcript.append(to_tool_call_output(result))
+        outcome = "ok" if isinstance(result, Ok) else result.kind
+        telemetry.record_tool_call(result.tool, outcome)
+        self._event("tool_call_finished", call_id=result.call_id, tool=result.tool, outcome=outcome)
 
     def _close(self, call: ToolCall) -> None:
         if call.call_id in self._started:
@@ -513,6 +563,7 @@ class AgentWorkflow:
         info = workflow.info()
         self._started.add(call.call_id)
         self._running += 1
+        self._event("tool_call_scheduled", call_id=call.call_id, tool=call.name, turn=self._turns)
         try:
             out = await workflow.execute_activity(
                 TOOL_ACTIVITY_PREFIX + call.name,
@@ -603,6 +654,33 @@ class AgentWorkflow:
         self._verifications.add(task)
         task.add_done_callback(self._verifications.discard)
 
+    async def _traced_decision(self, plan: PlannedCall) -> Failure | None:
+        """`_await_decision`, as `approval.*` events on the turn's span and the wait metric."""
+        call, asked = plan.call, workflow.now()
+        telemetry.approval_event("approval.requested", call.call_id, call.name)
+        self._event("approval_requested", call_id=call.call_id, tool=call.name)
+        refusal = await self._await_decision(plan)
+        decision = self._decisions.get(call.call_id)
+        outcome = "approved" if refusal is None else refusal.kind
+        self._event(
+            "approval_decided" if decision is not None else "approval_expired",
+            call_id=call.call_id,
+            tool=call.name,
+            outcome=outcome,
+            decided_by=decision.decided_by if decision is not None else None,
+        )
+        telemetry.approval_event(
+            "approval.decided" if decision is not None else f"approval.{outcome}",
+            call.call_id,
+            call.name,
+            **{
+                "durable_tools.approval.decision": outcome,
+                telemetry.ATTR_APPROVAL_DECIDED_BY: decision.decided_by if decision else None,
+            },
+        )
+        telemetry.record_approval_wait(call.name, outcome, (workflow.now() - asked).total_seconds())
+        return refusal
+
     async def _await_decision(self, plan: PlannedCall) -> Failure | None:
         call = plan.call
         seconds = self._deadline(plan)
@@ -654,6 +732,13 @@ class AgentWorkflow:
     def _reject(
         self, call_id: str, reason: str, by: str, signal: str, at: datetime | None = None
     ) -> None:
+        self._event(
+            "approval_rejected",
+            call_id=clean_text(call_id, _MAX_ID_CHARS),
+            reason=clean_text(reason),
+            decided_by=clean_text(by, _MAX_ID_CHARS),
+            outcome=signal,
+        )
         self._rejected.append(
             RejectedDecision(
                 call_id=clean_text(call_id, _MAX_ID_CHARS),
@@ -781,6 +866,15 @@ class AgentWorkflow:
         early = self._early_answers.pop(call.call_id, None)
         if early is not None:
             self._accept_or_reject_answer(early)
+
+    async def _traced_answer(self, plan: PlannedCall) -> Ok | Failure:
+        """`_await_answer`, published as `question_asked` / `question_answered` events."""
+        call = plan.call
+        self._event("question_asked", call_id=call.call_id, tool=call.name)
+        result = await self._await_answer(plan)
+        outcome = "ok" if isinstance(result, Ok) else result.kind
+        self._event("question_answered", call_id=call.call_id, tool=call.name, outcome=outcome)
+        return result
 
     async def _await_answer(self, plan: PlannedCall) -> Ok | Failure:
         call = plan.call
@@ -1141,6 +1235,16 @@ class AgentWorkflow:
         )
 
     # ----------------------------------------------------------- visibility
+
+    def _event(self, kind: Any, **fields: Any) -> None:
+        """Publish a `ConversationEvent` to the conversation's stream (durable_tools.events)."""
+        if self._events is None or not (workflow.in_workflow() and workflow.instance() is self):
+            return  # a dropped instance's `finally` blocks (see `_publish`)
+        self._events.publish(ConversationEvent(kind=kind, at=workflow.now(), **fields))
+
+    def _stream_end(self) -> int:
+        stream = self._stream
+        return stream._on_offset() if stream is not None else 0  # pyright: ignore[reportPrivateUsage]
 
     def _publish(self) -> None:
         """Update search attributes and current details when what is pending changes."""

@@ -141,8 +141,11 @@ async def run_agent(
     conversation = conversation_input(
         agent, message=message, handoffs=handoffs, options=embedded_options
     )
-    loop = AgentWorkflow(conversation)
+    # `embedded` must be set before __init__ runs: it decides whether the loop
+    # registers an event stream (handlers) of its own on the calling workflow.
+    loop = AgentWorkflow.__new__(AgentWorkflow)
     loop.embedded = True
+    loop.__init__(conversation)  # pyright: ignore[reportUnknownMemberType]
     _register(loop, namespace)
     try:
         return await loop.run(conversation)

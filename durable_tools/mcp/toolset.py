@@ -19,7 +19,9 @@ lists their tools and exposes each as a dynamic tool named `prefix__tool`:
   read-only or idempotent tools are retried with backoff, others are
   at-most-once. The configuration's overrides (per server and per tool) win
   either way. The call's idempotency key travels in the request's `_meta`
-  under `IDEMPOTENCY_KEY_META`.
+  under `IDEMPOTENCY_KEY_META`. With tracing on, the `mcp` SDK adds the W3C
+  trace context (`traceparent`) of its client span, a child of the call's
+  `execute_tool` span (MCP 2026-07-28).
 * **Connections** are pooled: one `McpConnection` per server per worker
   process (see `durable_tools.mcp.connection`).
 * **Changes**: a server's `tools/list_changed` marks it stale; `refresh()`

@@ -49,6 +49,12 @@ def log(**event: Any) -> None:
         f.write(json.dumps({**event, "pid": os.getpid()}) + "\n")
 
 
+def meta_of(ctx: Context, name: str) -> str | None:
+    meta = ctx.request_context.meta
+    value = meta.get(name) if isinstance(meta, dict) else getattr(meta, name, None)
+    return value if isinstance(value, str) else None
+
+
 def key_of(ctx: Context) -> str | None:
     meta = ctx.request_context.meta
     if meta is None:
@@ -69,7 +75,13 @@ WRITES = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, ide
 @server.tool(annotations=READ_ONLY)
 async def add(a: int, b: int, ctx: Context) -> int:
     """Add two integers."""
-    log(event="call", tool="add", args={"a": a, "b": b}, key=key_of(ctx))
+    log(
+        event="call",
+        tool="add",
+        args={"a": a, "b": b},
+        key=key_of(ctx),
+        traceparent=meta_of(ctx, "traceparent"),
+    )
     return a + b
 
 

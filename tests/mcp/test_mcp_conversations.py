@@ -28,6 +28,7 @@ import pytest
 from mcp_support import http_test_server
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
+from tracing_support import RAW, tracer_provider
 from workflow_helpers import Harness, assistant_texts, eventually, running
 
 from durable_tools.errors import ConfigurationError, DuplicateToolName
@@ -222,6 +223,31 @@ async def test_a_hanging_call_times_out_alone_and_the_next_call_works(
     assert [e["request_id"] for e in cancelled] == [stuck["request_id"]]
     assert stats["starts"] == 1
     assert len([e for e in _events(log) if e["event"] == "start"]) == 1
+
+
+async def test_mcp_requests_carry_a_trace_context_under_their_execute_tool_span(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    tracer_provider()  # tracing on: DurableToolsPlugin adds the interceptor
+    log = tmp_path / "notes.jsonl"
+    async with _harness(dev_env, task_queue, tmp_path, _stdio(log)) as h:
+        workflow_id = await h.start(_turns([("sum", "notes__add", {"a": 1, "b": 2})]))
+        await h.wait_outputs(workflow_id, "sum")
+    [call] = _calls(log, "add")
+    version, trace_id, span_id, flags = call["traceparent"].split("-")
+    spans = RAW.get_finished_spans()
+    [tool] = [
+        s
+        for s in spans
+        if (s.attributes or {}).get("gen_ai.tool.call.id") == "sum"
+        and (s.attributes or {}).get("gen_ai.conversation.id") == workflow_id
+    ]
+    assert tool.name == "execute_tool notes__add"
+    assert (version, flags) == ("00", "01")
+    assert int(trace_id, 16) == tool.context.trace_id
+    # The mcp SDK's client span of the request, a child of `execute_tool`.
+    [request] = [s for s in spans if s.context.span_id == int(span_id, 16)]
+    assert request.parent is not None and request.parent.span_id == tool.context.span_id
 
 
 async def test_arguments_violating_the_schema_never_reach_the_server(

@@ -11,6 +11,7 @@ Worker subprocesses import it as `cli_app:app` (`PYTHONPATH` holds `tests` and
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from agent_support import MODELS, TOOLKIT, get_weather, slow_heartbeat
@@ -30,7 +31,21 @@ async def unsteady(ctx: ToolContext) -> str:
     return f"ok on attempt {ctx.attempt}"
 
 
-kit = Toolkit(unsteady, slow_heartbeat, label="cli")
+@tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.5, maximum_interval=0.5))
+async def fetch(key: str, ctx: ToolContext) -> str:
+    """Fetch a key: `slow` takes 3 s, `bad` fails its first attempt.
+
+    Args:
+        key: The key.
+    """
+    if key == "slow":
+        await asyncio.sleep(3)
+    if key == "bad" and ctx.attempt == 1:
+        raise ConnectionError(f"connection reset fetching {key}")
+    return f"got {key}"
+
+
+kit = Toolkit(unsteady, slow_heartbeat, fetch, label="cli")
 weather = Toolkit(get_weather, label="weather")
 
 

@@ -326,6 +326,18 @@ def test_cli_round_trip_with_rejected_decisions(live: Live) -> None:
     status = live.cli("status", workflow_id)
     assert status.exit_code == 0 and "finished" in status.stdout
 
+    # The event stream of the ended conversation: printed in order, then the command exits.
+    followed = live.cli("follow", workflow_id)
+    assert followed.exit_code == 0, followed.output
+    lines = followed.stdout.splitlines()
+    assert lines[0].split()[0] == "0" and lines[0].split()[2] == "message_received:"
+    assert any(f"approval_decided {call_id} refund -> approved by ana" in line for line in lines)
+    assert lines[-1].split()[2:] == ["conversation_finished", "->", "finished"]
+    resumed = live.cli("follow", workflow_id, "--after", str(len(lines) - 2), "--json")
+    assert [json.loads(line)["kind"] for line in resumed.stdout.splitlines()] == [
+        "conversation_finished"
+    ]
+
 
 def test_deny_by_signal_reaches_the_model(live: Live) -> None:
     workflow_id = f"cli-{uuid.uuid4().hex[:8]}"

@@ -115,6 +115,19 @@ async def test_run_shows_retries_and_progress(served: Served) -> None:
     assert "✓ slow_heartbeat (c2) ok" in out
 
 
+async def test_run_shows_a_retry_on_the_call_that_was_retried(served: Served) -> None:
+    # Two calls to one tool, both running while the second one is retried.
+    prompt = directed([("c1", "fetch", {"key": "slow"}), ("c2", "fetch", {"key": "bad"})])
+    done = await cli("run", "--model", "directed", "--toolkit", "cli", *served.opts(), prompt)
+    assert done.code == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert re.search(
+        r"↻ fetch \[c2\] attempt 2 of 3; last failure: ConnectionError: .*fetching bad", out
+    ), out
+    assert "↻ fetch [c1]" not in out and out.count("↻") == 1, out
+    assert "✓ fetch (c1) ok: got slow" in out and "✓ fetch (c2) ok: got bad" in out, out
+
+
 async def test_run_detach_returns_at_once_with_the_id(served: Served) -> None:
     wf = _id()
     began = time.monotonic()

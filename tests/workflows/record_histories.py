@@ -287,6 +287,28 @@ async def start_and_wait(c: Conversations, wid: str) -> None:
     await c.approve(wid, "r1", arguments_hash=approval.arguments_hash, decided_by="ana")
 
 
+async def events_followed(c: Conversations, wid: str) -> None:
+    """A follower reads the event stream (poll updates) while a tool's attempts fail
+    (published by the activity as signals) and the conversation continues as new."""
+    options = OPTIONS.model_copy(update={"continue_as_new_after_turns": 1})
+    script = turns([("w1", "get_weather", {"city": "Oslo"}), ("f1", "flaky", {})], [])
+    await c.start(wid, agent=AGENT, message=script, options=options)
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for event in c.events(wid):
+            seen.append(event.kind)
+
+    reader = asyncio.create_task(follow())
+    await _until(lambda: _true(seen.count("turn_finished") >= 2), "two turns in the stream")
+    await asyncio.wait_for(reader, 30)  # ends with the conversation (idle timeout)
+    assert "tool_attempt_failed" in seen and seen[-1] == "conversation_finished", seen
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (
@@ -307,6 +329,7 @@ SCENARIOS: dict[str, Scenario] = {
         cancelled,
         model_failed_retry,
         start_and_wait,
+        events_followed,
     )
 }
 

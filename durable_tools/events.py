@@ -1,0 +1,106 @@
+"""The conversation's event stream: what happened, in order, addressed by offset.
+
+Each conversation workflow hosts a Temporal Workflow Stream
+(`temporalio.contrib.workflow_streams`, experimental in temporalio 1.35): an
+append-only log in the workflow, published to deterministically by workflow
+code (and by tool activities, through a signal, for attempt failures), read
+by long-polling updates and, once the conversation ended, by queries. Every
+event is a `ConversationEvent` on the topic `EVENTS_TOPIC`; its `offset` is
+its position in the conversation's log, stable across continue-as-new.
+
+Read it with `Conversations.events(workflow_id, after=offset)` or
+`durable-tools follow ID`. Retention is bounded: at continue-as-new the new
+run keeps the latest `RETAINED_EVENTS` events (older offsets read from the
+oldest retained one).
+
+The kinds (`EventKind`) and their fields are listed in docs/observability.md:
+messages, turns (with usage), model failures, tool calls (scheduled, attempt
+failed, finished with the outcome kind), approvals (requested, decided,
+expired, rejected), questions (asked, answered), the conversation's end.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
+from durable_tools.transcript import Usage
+
+__all__ = ["EVENTS_TOPIC", "RETAINED_EVENTS", "ConversationEvent", "EventKind"]
+
+EVENTS_TOPIC: Final[str] = "conversation"
+"""The Workflow Streams topic of conversation events."""
+
+RETAINED_EVENTS: Final[int] = 200
+"""Events a new run keeps at continue-as-new (the latest ones)."""
+
+MAX_EVENT_TEXT: Final[int] = 500
+"""Characters of a message or model text an event carries."""
+
+EventKind = Literal[
+    "message_received",
+    "turn_started",
+    "turn_finished",
+    "model_failed",
+    "tool_call_scheduled",
+    "tool_attempt_failed",
+    "tool_call_finished",
+    "approval_requested",
+    "approval_decided",
+    "approval_expired",
+    "approval_rejected",
+    "question_asked",
+    "question_answered",
+    "conversation_finished",
+]
+
+
+class ConversationEvent(BaseModel):
+    """One event of a conversation (see the module docstring for the kinds).
+
+    Attributes:
+        kind: What happened.
+        at: When (the workflow's clock; the activity's for `tool_attempt_failed`).
+        offset: Position in the conversation's stream (set when read).
+        turn: The model turn (1-based) the event belongs to, when known.
+        call_id: The tool call's id.
+        tool: The tool's name.
+        outcome: `ok` or the Failure kind of a call; `approved`/`denied`;
+            how a conversation finished.
+        attempt: The activity attempt that failed (1-based).
+        max_attempts: The tool's most attempts (0: unlimited), with `attempt`.
+        reason: A failure's or rejection's one-line reason.
+        decided_by: Who decided an approval (or sent a rejected decision).
+        agent: The agent configuration's name.
+        model: The model name or spec.
+        usage: Tokens of the turn.
+        calls: Tool calls the model made in the turn.
+        text: A user message, or the model's text (bounded by `MAX_EVENT_TEXT`).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: EventKind
+    at: datetime
+    offset: int = -1
+    turn: int | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    outcome: str | None = None
+    attempt: int | None = None
+    max_attempts: int | None = None
+    reason: str | None = None
+    decided_by: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    calls: int | None = None
+    text: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Events are carried across continue-as-new: unset fields cost no bytes.
+        dumped: dict[str, Any] = handler(self)
+        return {k: v for k, v in dumped.items() if v is not None}

@@ -1,0 +1,140 @@
+"""The conversation's event stream (Workflow Streams) on the dev server.
+
+Two calls to the same tool, one of them retried: the events arrive in order
+with the right call ids; resuming after an offset yields only later events;
+the events survive continue-as-new; the stream ends with the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from agent_support import turns
+from temporalio.testing import WorkflowEnvironment
+from workflow_helpers import running
+
+from durable_tools import RetryPolicy, Toolkit, tool
+from durable_tools.client import Conversations
+from durable_tools.conversation import AgentConfig, ConversationOptions
+from durable_tools.events import ConversationEvent
+from durable_tools.tools import ToolContext
+
+
+@tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.05, maximum_interval=0.1))
+async def fetch(key: str, ctx: ToolContext) -> str:
+    """Fetch a key; the key `bad` fails its first attempt.
+
+    Args:
+        key: The key.
+    """
+    if key == "bad" and ctx.attempt == 1:
+        raise ConnectionError(f"connection reset fetching {key}")
+    return f"got {key}"
+
+
+KIT = Toolkit(fetch, label="events")
+AGENT = AgentConfig(name="main", model="directed", toolkit="events")
+TWO_FETCHES = turns([("c1", "fetch", {"key": "good"}), ("c2", "fetch", {"key": "bad"})])
+
+
+async def collect(
+    conversations: Conversations,
+    workflow_id: str,
+    until: Callable[[list[ConversationEvent]], bool],
+    *,
+    after: int = -1,
+    timeout: float = 30,
+) -> list[ConversationEvent]:
+    seen: list[ConversationEvent] = []
+    async with asyncio.timeout(timeout):
+        async for event in conversations.events(workflow_id, after=after):
+            seen.append(event)
+            if until(seen):
+                return seen
+    return seen
+
+
+def turn_finished(n: int) -> Callable[[list[ConversationEvent]], bool]:
+    return lambda seen: any(e.kind == "turn_finished" and e.turn == n for e in seen)
+
+
+def index(events: list[ConversationEvent], kind: str, call_id: str | None = None) -> int:
+    return next(
+        i
+        for i, e in enumerate(events)
+        if e.kind == kind and (call_id is None or e.call_id == call_id)
+    )
+
+
+async def test_events_of_two_calls_to_one_tool_arrive_in_order_with_their_call_ids(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running(dev_env, task_queue, tmp_path / "ledger", toolkits={"events": KIT}) as h:
+        workflow_id = await h.start(TWO_FETCHES, agent=AGENT)
+        events = await collect(h.conversations, workflow_id, turn_finished(2))
+
+        assert [e.offset for e in events] == list(range(len(events)))
+        kinds = [e.kind for e in events]
+        assert kinds[:3] == ["message_received", "turn_started", "turn_finished"]
+        assert events[2].turn == 1 and events[2].calls == 2
+        assert kinds[-2:] == ["turn_started", "turn_finished"]
+        assert [(e.call_id, e.attempt) for e in events if e.kind == "tool_attempt_failed"] == [
+            ("c2", 1)
+        ]
+        failed = next(e for e in events if e.kind == "tool_attempt_failed")
+        assert failed.tool == "fetch" and "connection reset fetching bad" in (failed.reason or "")
+        for call_id in ("c1", "c2"):
+            assert index(events, "tool_call_scheduled", call_id) < index(
+                events, "tool_call_finished", call_id
+            )
+        assert (
+            index(events, "tool_call_scheduled", "c2")
+            < index(events, "tool_attempt_failed", "c2")
+            < index(events, "tool_call_finished", "c2")
+        )
+        finished = {e.call_id: e.outcome for e in events if e.kind == "tool_call_finished"}
+        assert finished == {"c1": "ok", "c2": "ok"}
+
+        # Resuming after an offset yields exactly the later events.
+        middle = index(events, "tool_call_scheduled", "c2")
+        resumed = await collect(
+            h.conversations,
+            workflow_id,
+            lambda seen: len(seen) >= len(events) - middle - 1,
+            after=middle,
+        )
+        assert resumed == events[middle + 1 :]
+
+        # The stream ends with the conversation.
+        await h.conversations.cancel(workflow_id)
+        rest = await collect(h.conversations, workflow_id, lambda _: False, after=events[-1].offset)
+        assert [e.kind for e in rest][-1] == "conversation_finished"
+        assert rest[-1].outcome == "cancelled"
+
+
+async def test_events_survive_continue_as_new(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    async with running(dev_env, task_queue, tmp_path / "ledger", toolkits={"events": KIT}) as h:
+        workflow_id = await h.start(
+            TWO_FETCHES,
+            agent=AGENT,
+            options=ConversationOptions(search_attributes=False, continue_as_new_after_turns=1),
+        )
+        first = await collect(h.conversations, workflow_id, turn_finished(2))
+        await h.conversations.send(workflow_id, "hello")
+        everything = await collect(
+            h.conversations,
+            workflow_id,
+            lambda seen: any(e.kind == "turn_finished" and e.text == "echo: hello" for e in seen),
+        )
+        assert (await h.conversations.status(workflow_id)).runs >= 3
+        assert everything[: len(first)] == first
+        assert [e.offset for e in everything] == list(range(len(everything)))
+        assert [e.text for e in everything if e.kind == "message_received"] == [
+            TWO_FETCHES,
+            "hello",
+        ]
