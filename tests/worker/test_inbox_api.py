@@ -256,3 +256,26 @@ def test_build_auth_refuses_dev_mode_off_localhost_and_no_auth(tmp_path: Path) -
     with pytest.raises(ConfigurationError, match="line 2"):
         build_auth(host="0.0.0.0", tokens_file=tokens)
     assert build_auth(host="127.0.0.1", dev_user="dev").chain
+
+
+@pytest.mark.parametrize("action", ["decide", "answer", "send", "resume", "retry"])
+async def test_page_forms_refuse_a_missing_or_foreign_csrf_token(
+    harness: Harness, action: str
+) -> None:
+    async with inbox_client(harness) as client:
+        page = await client.get("/", headers=ANA)
+        assert page.status_code == 200 and "dt_csrf" in page.cookies
+        url = f"/conversations/c1/{action}"
+        response = await client.post(url, data={"text": "hi"}, headers=ANA)
+        assert response.status_code == 403
+        assert "security token" in response.text
+        bobs = await csrf_token(client, BOB)
+        response = await client.post(url, data={"csrf_token": bobs, "text": "hi"}, headers=ANA)
+        assert response.status_code == 403
+        anas = await csrf_token(client, ANA)
+        fields = {"text": "hi", "decision": "approve", "value_json": "1", "call_id": "r1"}
+        response = await client.post(
+            url, data={"csrf_token": anas, "arguments_hash": "x", **fields}, headers=ANA
+        )
+        assert response.status_code != 403, response.text  # past CSRF: the conversation is missing
+        assert "does not exist" in response.text

@@ -11,6 +11,7 @@ import uvicorn
 
 from durable_tools.client import Conversations
 from durable_tools.errors import ConfigurationError
+from durable_tools.worker.dev_server import port_in_use
 from durable_tools.worker.inbox.app import create_app
 from durable_tools.worker.inbox.auth import (
     Authenticator,
@@ -102,7 +103,14 @@ async def serve_inbox(
         stop: Set to stop serving.
         on_ready: Called with the URL once the server listens.
         refresh_seconds: How often open pages look for changes.
+
+    Raises:
+        ConfigurationError: The port is taken.
     """
+    if port_in_use(host, port):
+        raise ConfigurationError(
+            f"port {port} on {host} is in use; pass another port (--port / --inbox-port)"
+        )
     secret = os.environ.get("DURABLE_TOOLS_INBOX_SECRET")
     app = create_app(
         conversations,

@@ -511,10 +511,19 @@ class InboxService:
             return Conflict(
                 "expired", f"Call {call_id} expired before a decision: {_reason(output)}"
             )
-        if output is not None:
-            outcome = output.failure_kind or "ran"
+        if output is not None and output.failure_kind is None:
             return Conflict(
-                "already_decided", f"Call {call_id} is no longer waiting (it was {outcome})."
+                "already_decided", f"Someone already decided on call {call_id}: it was approved."
+            )
+        if output is not None and output.failure_kind == "denied":
+            return Conflict(
+                "already_decided",
+                f"Someone already decided on call {call_id}: {_reason(output)}.",
+            )
+        if output is not None:
+            return Conflict(
+                "not_waiting",
+                f"Call {call_id} is no longer waiting (it ended {output.failure_kind}).",
             )
         return Conflict("not_waiting", f"Call {call_id} is no longer waiting: {reason}")
 
