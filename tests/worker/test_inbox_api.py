@@ -11,8 +11,9 @@ import pytest
 from inbox_support import basic, bearer, csrf_token, inbox_client, listed, turns
 from workflow_helpers import Harness
 
+from durable_tools.conversation import ConversationOptions
 from durable_tools.errors import ConfigurationError
-from durable_tools.worker.inbox import build_auth
+from durable_tools.worker.inbox import Identity, build_auth, service
 
 ANA = basic("ana", "ana-secret")
 BOB = basic("bob", "bob-secret")
@@ -279,3 +280,56 @@ async def test_page_forms_refuse_a_missing_or_foreign_csrf_token(
         )
         assert response.status_code != 403, response.text  # past CSRF: the conversation is missing
         assert "does not exist" in response.text
+
+
+async def test_an_expired_approval_is_told_apart(harness: Harness) -> None:
+    wf = await harness.start(
+        turns(("r1", "refund", {"order": "A-3", "amount": 1})),
+        options=ConversationOptions(approval_deadline=1.0),
+    )
+    approval = await harness.wait_approval(wf, "r1")
+    outputs = await harness.wait_outputs(wf, "r1")
+    assert outputs["r1"].failure_kind == "expired"
+    async with inbox_client(harness) as client:
+        response = await client.post(
+            f"/api/conversations/{wf}/calls/r1/decision",
+            json={"approved": True, "arguments_hash": approval.arguments_hash},
+            headers=bearer("ana-secret"),
+        )
+    assert response.status_code == 409
+    assert response.json()["error"] == "expired"
+    assert "expired before a decision" in response.json()["message"]
+
+
+async def test_may_decide_is_the_seam_for_approver_groups(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def approvers_only(identity: Identity, approval: object) -> bool:
+        return "approvers" in identity.groups
+
+    monkeypatch.setattr(service, "may_decide", approvers_only)
+    wf = await harness.start(turns(("r1", "refund", {"order": "A-4", "amount": 2})))
+    approval = await harness.wait_approval(wf, "r1")
+    body = {"approved": True, "arguments_hash": approval.arguments_hash}
+    url = f"/api/conversations/{wf}/calls/r1/decision"
+    async with inbox_client(harness) as client:
+        refused = await client.post(url, json=body, headers=bearer("bob-secret"))
+        assert refused.status_code == 403 and refused.json()["error"] == "not_allowed"
+        assert [a.call_id for a in (await harness.conversations.pending(wf)).approvals] == ["r1"]
+        allowed = await client.post(url, json=body, headers=bearer("ana-secret"))
+        assert allowed.status_code == 200, allowed.text
+    await harness.wait_outputs(wf, "r1")
+
+
+async def test_version_changes_when_the_conversation_does(harness: Harness) -> None:
+    wf = await harness.start(turns(("r1", "refund", {"order": "A-5", "amount": 2})))
+    approval = await harness.wait_approval(wf, "r1")
+    async with inbox_client(harness) as client:
+        url = f"/api/conversations/{wf}/version"
+        before = (await client.get(url, headers=ANA)).json()["version"]
+        assert (await client.get(url, headers=ANA)).json()["version"] == before
+        await harness.conversations.approve(
+            wf, "r1", arguments_hash=approval.arguments_hash, wait=True
+        )
+        await harness.wait_outputs(wf, "r1")
+        assert (await client.get(url, headers=ANA)).json()["version"] != before
