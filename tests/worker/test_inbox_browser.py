@@ -67,10 +67,15 @@ async def browser() -> AsyncIterator[Browser]:
 
 @pytest.fixture
 async def inbox(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, browser: Browser
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    browser: Browser,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Inbox]:
     """The demo's worker (its toolkit, scripted model and MCP time server), the inbox served
-    on a free port in dev mode as `ana`, and a browser page."""
+    on a free port in dev mode as `ana`, and a browser page. Pages poll for changes every
+    `request.param` seconds (default 0: never, so no reload races a click)."""
     workspace = tmp_path / "workspace"
     async with running(
         dev_env,
@@ -90,7 +95,7 @@ async def inbox(
                 port=port,
                 stop=stop,
                 on_ready=ready.append,
-                refresh_seconds=0,
+                refresh_seconds=getattr(request, "param", 0),
             )
         )
         try:
@@ -203,3 +208,20 @@ async def test_a_stale_page_shows_the_conflict(inbox: Inbox) -> None:
     assert "Traceback" not in await page.content()
     await _shot(page, "conflict")
     assert harness.ledger_rows("refund") == []
+
+
+@pytest.mark.parametrize("inbox", [0.5], indirect=True)
+async def test_an_open_page_follows_a_decision_made_elsewhere(inbox: Inbox) -> None:
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start(turns(("r1", "refund", {"order": "A-8", "amount": 4})))
+    approval = await harness.wait_approval(wf, "r1")
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await expect(page.get_by_role("button", name="Approve")).to_be_visible()
+    await harness.conversations.approve(
+        wf, "r1", arguments_hash=approval.arguments_hash, decided_by="bob", wait=True
+    )
+    # No click: the page polls its version and reloads once the call has run.
+    await expect(page.locator('li.msg.tool[data-call-id="r1"]')).to_contain_text(
+        "refunded 4 on A-8"
+    )
+    await expect(page.get_by_role("button", name="Approve")).to_have_count(0)

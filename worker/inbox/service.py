@@ -21,7 +21,7 @@ import hashlib
 import json
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
@@ -83,6 +83,7 @@ INBOX_QUERY = (
 workflow lists in `DurableToolsPendingKinds` without counting them)."""
 
 _QUERY_TIMEOUT = 10.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_CONVERSATIONS = 500
 
 
@@ -308,7 +309,7 @@ class InboxService:
         except RPCError as exc:
             raise _rpc_conflict(exc, "the inbox") from exc
         await asyncio.gather(*(self._fill(w) for w in found))
-        found.sort(key=lambda w: w.started or datetime.min, reverse=True)
+        found.sort(key=lambda w: w.started or _EPOCH, reverse=True)
         return found
 
     async def _fill(self, waiting: WaitingConversation) -> None:
