@@ -88,6 +88,10 @@ async def test_pending_lists_the_approval_and_a_decision_runs_it_as_the_authenti
         assert all(w["workflow_id"] != wf for w in questions)
         refunds = (await client.get("/api/pending?tool=refund", headers=ANA)).json()
         assert any(w["workflow_id"] == wf for w in refunds)
+        mains = (await client.get("/api/pending?agent=main&kind=approval", headers=ANA)).json()
+        assert any(w["workflow_id"] == wf for w in mains)
+        others = (await client.get("/api/pending?agent=other", headers=ANA)).json()
+        assert all(w["workflow_id"] != wf for w in others)
         conversation = (await client.get(f"/api/conversations/{wf}", headers=ANA)).json()
         assert conversation["items"][0]["arguments_hash"] == item["arguments_hash"]
         assert conversation["transcript"][0]["role"] == "user"

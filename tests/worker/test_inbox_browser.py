@@ -48,6 +48,24 @@ class Inbox:
     workspace: Path
 
 
+UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button, a[href]')]
+  .filter((el) => el.type !== 'hidden' && !el.hidden && el.offsetParent !== null)
+  .filter((el) => !((el.labels && el.labels.length) || el.getAttribute('aria-label')
+                    || (['BUTTON', 'A'].includes(el.tagName) && el.textContent.trim())))
+  .map((el) => el.outerHTML)"""
+
+
+async def _accessible(page: Page) -> None:
+    """Every visible control has a label (or text); the skip link comes first and shows on focus."""
+    assert await page.evaluate(UNLABELLED) == []
+    first = "document.querySelector('a[href], button, input, select, textarea').textContent"
+    assert await page.evaluate(first) == "Skip to content"
+    skip = page.get_by_role("link", name="Skip to content")
+    await skip.focus()
+    box = await skip.bounding_box()
+    assert box is not None and box["x"] >= 0
+
+
 async def _shot(page: Page, name: str) -> None:
     IMAGES.mkdir(parents=True, exist_ok=True)
     await page.screenshot(path=str(IMAGES / f"inbox-{name}.png"), full_page=True)
@@ -137,11 +155,13 @@ async def test_approve_the_demo_write_then_answer_its_question(inbox: Inbox) -> 
     await expect(entry.locator(".meta")).to_contain_text("agent reporter")
     await expect(page.get_by_test_id("identity")).to_have_text("ana")
     await _shot(page, "list")
+    await _accessible(page)
 
     await item.get_by_role("link", name="Open to decide").click()
     await expect(page.get_by_role("heading", name="Transcript")).to_be_visible()
     await expect(page.locator("ol.transcript")).to_contain_text("check_service")
     await _shot(page, "approval")
+    await _accessible(page)
     await page.get_by_role("button", name="Approve").click()
     await expect(page.get_by_role("status")).to_have_text("Approved call write.")
 
@@ -151,6 +171,7 @@ async def test_approve_the_demo_write_then_answer_its_question(inbox: Inbox) -> 
     form = page.locator("form.answer")
     field = form.get_by_label("recipient (required)")
     await expect(field).to_be_visible()
+    await _accessible(page)
     await form.get_by_role("button", name="Send answer").click()  # empty: refused in the page
     await expect(form.locator(".errors")).to_contain_text("recipient is required")
     await expect(field).to_be_focused()

@@ -262,10 +262,14 @@ def create_app(
         tags=["conversations"],
     )
     async def api_pending(  # pyright: ignore[reportUnusedFunction]
-        who: Who, tool: str | None = None, kind: str | None = None
+        who: Who, tool: str | None = None, kind: str | None = None, agent: str | None = None
     ) -> list[WaitingConversation]:
-        """Every conversation waiting for a person, with what it waits for."""
-        return _filtered(await state.service.waiting(), tool=tool, kind=kind)
+        """Every conversation waiting for a person, with what it waits for.
+
+        Filters: `tool` (a tool name), `kind` (`approval`, `question`, `pause`,
+        `model_failed`), `agent` (the agent configuration's name).
+        """
+        return _filtered(await state.service.waiting(), tool=tool, kind=kind, agent=agent)
 
     @app.get(
         "/api/conversations/{workflow_id}",
@@ -381,7 +385,7 @@ def create_app(
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def inbox_page(  # pyright: ignore[reportUnusedFunction]
-        request: Request, who: Who, tool: str = "", kind: str = ""
+        request: Request, who: Who, tool: str = "", kind: str = "", agent: str = ""
     ) -> Response:
         problem = ""
         try:
@@ -389,7 +393,8 @@ def create_app(
         except Conflict as exc:
             waiting, problem = [], exc.message
         tools = sorted({i.tool for w in waiting for i in w.items if i.tool})
-        shown = _filtered(waiting, tool=tool or None, kind=kind or None)
+        agents = sorted({w.agent for w in waiting if w.agent})
+        shown = _filtered(waiting, tool=tool or None, kind=kind or None, agent=agent or None)
         return _page(
             request,
             who,
@@ -398,6 +403,8 @@ def create_app(
                 "waiting": shown,
                 "tools": tools,
                 "tool": tool,
+                "agents": agents,
+                "agent": agent,
                 "kind": kind,
                 "problem": problem,
                 "total": sum(len(w.items) for w in shown),
@@ -550,12 +557,18 @@ def create_app(
 
 
 def _filtered(
-    waiting: list[WaitingConversation], *, tool: str | None, kind: str | None
+    waiting: list[WaitingConversation],
+    *,
+    tool: str | None,
+    kind: str | None,
+    agent: str | None = None,
 ) -> list[WaitingConversation]:
-    if not tool and not kind:
+    if not tool and not kind and not agent:
         return waiting
     shown: list[WaitingConversation] = []
     for conversation in waiting:
+        if agent and conversation.agent != agent:
+            continue
         items = [
             i
             for i in conversation.items
