@@ -15,6 +15,7 @@ API (`/api/openapi.json` describes it; the same auth; CSRF header unless a beare
 | who am I, a CSRF token | `GET /api/session` |
 | list pending | `GET /api/pending` |
 | get a conversation | `GET /api/conversations/{id}` |
+| its changes (server-sent events) | `GET /api/conversations/{id}/events` |
 | decide | `POST /api/conversations/{id}/calls/{call_id}/decision` |
 | answer | `POST /api/conversations/{id}/calls/{call_id}/answer` |
 | send | `POST /api/conversations/{id}/messages` |
@@ -25,13 +26,20 @@ API (`/api/openapi.json` describes it; the same auth; CSRF header unless a beare
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
 from fastapi import Depends, FastAPI, Form, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel, Field
@@ -123,6 +131,7 @@ class _State:
     auth: Authenticators
     csrf: Csrf
     refresh_seconds: float
+    event_interval: float
 
 
 def _state(request: Request) -> _State:
@@ -159,6 +168,7 @@ def create_app(
     *,
     csrf_secret: bytes | None = None,
     refresh_seconds: float = 5.0,
+    event_interval: float = 1.0,
 ) -> FastAPI:
     """Build the inbox app.
 
@@ -167,11 +177,15 @@ def create_app(
         auth: How requests authenticate.
         csrf_secret: HMAC key of CSRF tokens (default: random per process).
         refresh_seconds: How often open pages look for changes (0: never).
+        event_interval: How often the events endpoint looks for changes, in
+            seconds (until the event stream lands).
 
     Returns:
         An ASGI app (serve it with uvicorn).
     """
-    state = _State(InboxService(conversations), auth, Csrf(csrf_secret), refresh_seconds)
+    state = _State(
+        InboxService(conversations), auth, Csrf(csrf_secret), refresh_seconds, event_interval
+    )
     app = FastAPI(
         title="durable-tools inbox",
         summary="Approvals, questions, pauses and failed model turns waiting for a person.",
@@ -289,6 +303,41 @@ def create_app(
     async def api_version(workflow_id: str, who: Who) -> dict[str, str]:  # pyright: ignore[reportUnusedFunction]
         """A string that changes whenever the conversation does (pages poll it)."""
         return {"version": await state.service.version(workflow_id)}
+
+    @app.get(
+        "/api/conversations/{workflow_id}/events",
+        responses={
+            **problems,
+            200: {"content": {"text/event-stream": {}}, "description": "The event stream."},
+        },
+        response_class=StreamingResponse,
+        tags=["conversations"],
+    )
+    async def api_events(request: Request, workflow_id: str, who: Who) -> Response:  # pyright: ignore[reportUnusedFunction]
+        """Server-sent events of the conversation's changes.
+
+        `event: changed` with `{"version": ...}` now and whenever it changes;
+        `event: conflict` (`{"error", "message"}`) and the end when it can no
+        longer be read.
+        """
+        versions = state.service.watch(workflow_id, interval=state.event_interval)
+        first = await anext(versions)  # a Conflict here is a JSON error, not a stream
+
+        async def stream() -> AsyncIterator[str]:
+            yield _event("changed", {"version": first})
+            try:
+                async for version in versions:
+                    if await request.is_disconnected():
+                        return
+                    yield _event("changed", {"version": version})
+            except Conflict as exc:
+                yield _event("conflict", {"error": exc.kind, "message": exc.message})
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
 
     @app.post(
         "/api/conversations/{workflow_id}/calls/{call_id}/decision",
@@ -554,6 +603,10 @@ def create_app(
         return _back(workflow_id, "Retrying the model turn.")
 
     return app
+
+
+def _event(name: str, data: dict[str, str]) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
 
 
 def _filtered(

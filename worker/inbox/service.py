@@ -10,8 +10,9 @@ Two seams for work in flight elsewhere:
 
 - `send_decision` is the one function that sends a decision: signing (the
   trust work) plugs in there.
-- `changes` is the one function the pages poll to learn that a conversation
-  changed: the event stream (`Conversations.events`, SSE) replaces its body.
+- `changes` is the one function that tells that a conversation changed: the
+  pages poll it and `InboxService.watch` (the SSE endpoint) loops over it
+  today; the event stream (`Conversations.events`) replaces its body.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -363,6 +364,22 @@ class InboxService:
             raise _no_worker() from exc
         except RPCError as exc:
             raise _rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
+
+    async def watch(self, workflow_id: str, *, interval: float = 1.0) -> AsyncIterator[str]:
+        """Yield the conversation's version now and each time it changes (forever).
+
+        Checks `changes` every `interval` seconds until the event stream lands.
+
+        Raises:
+            Conflict: As `version`.
+        """
+        last = ""
+        while True:
+            version = await self.version(workflow_id)
+            if version != last:
+                last = version
+                yield version
+            await asyncio.sleep(interval)
 
     async def decide(
         self,
