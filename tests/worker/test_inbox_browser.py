@@ -20,7 +20,10 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, running
 
+from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest, ModelRetry
+from durable_tools.models.errors import ProviderContext, status_error
 from durable_tools.models.scripted import ScriptedFileModel
+from durable_tools.transcript import AssistantMessage
 from durable_tools.worker.dev_server import free_port
 from durable_tools.worker.inbox import Authenticators, DevAuth, serve_inbox
 from examples.demo import AGENT, MODEL, SCRIPT, TIME_SERVER, make_kit
@@ -38,6 +41,33 @@ CHROMIUM_ARGS = [
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason="Debian's chromium is missing (`make test` installs it)"
 )
+
+
+class BrokenModel:
+    """Fails with a non-retryable provider error while `broken`; then answers."""
+
+    def __init__(self) -> None:
+        self.broken = True
+
+    async def __call__(self, request: ModelRequest) -> AssistantMessage:
+        if self.broken:
+            raise status_error(
+                ProviderContext(
+                    provider="OpenAI",
+                    api="Chat Completions",
+                    model="gpt-test",
+                    base_url="http://127.0.0.1:9/v1",
+                    key_env="OPENAI_API_KEY",
+                ),
+                status=400,
+                headers={},
+                body={"error": {"message": "bad request", "code": None}},
+                fallback_message="bad request",
+            )
+        return AssistantMessage(text="fixed and answered")
+
+
+BROKEN = BrokenModel()
 
 
 @dataclass
@@ -100,7 +130,7 @@ async def inbox(
         task_queue,
         tmp_path / "ledger.jsonl",
         toolkits={"demo": make_kit(workspace)},
-        models={MODEL: ScriptedFileModel(SCRIPT)},
+        models={MODEL: ScriptedFileModel(SCRIPT), "broken": BROKEN},
         mcp_servers=[TIME_SERVER],
     ) as harness:
         port = free_port()
@@ -246,3 +276,28 @@ async def test_an_open_page_follows_a_decision_made_elsewhere(inbox: Inbox) -> N
         "refunded 4 on A-8"
     )
     await expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+
+
+async def test_a_failed_model_turn_is_listed_and_retried(inbox: Inbox) -> None:
+    harness, page = inbox.harness, inbox.page
+    BROKEN.broken = True
+    wf = await harness.start(
+        "hello",
+        agent=AgentConfig(name="fragile", model="broken", toolkit="tests"),
+        options=ConversationOptions(model_retry=ModelRetry(max_attempts=1)),
+    )
+    await harness.wait_state(wf, "model_failed")
+    await page.goto(f"{inbox.url}?kind=model_failed&agent=fragile")
+    item = page.locator(f'li.conversation[data-workflow-id="{wf}"] li.item')
+    for _ in range(40):  # visibility lists it a moment after the upsert
+        if await item.count():
+            break
+        await asyncio.sleep(0.25)
+        await page.reload()
+    await expect(item.locator(".summary")).to_contain_text("model turn 1 failed")
+    await expect(item.locator(".summary")).to_contain_text("HTTP 400")
+    await item.get_by_role("link", name="Open to decide").click()
+    BROKEN.broken = False
+    await page.get_by_role("button", name="Retry the model turn").click()
+    await expect(page.get_by_role("status")).to_have_text("Retrying the model turn.")
+    await harness.wait_assistant_text(wf, "fixed and answered")
