@@ -17,7 +17,7 @@ from durable_tools.worker.dev_server import free_port
 def _status(url: str, headers: dict[str, str]) -> int:
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=30) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return exc.code

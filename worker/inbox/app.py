@@ -239,10 +239,11 @@ def create_app(
         nonce = request.cookies.get(CSRF_COOKIE, "")
         return (nonce, False) if nonce else (Csrf.new_nonce(), True)
 
-    def _set_nonce(response: Response, nonce: str, fresh: bool) -> None:
+    def _set_nonce(request: Request, response: Response, nonce: str, fresh: bool) -> None:
         if fresh:
+            secure = request.url.scheme == "https"
             response.set_cookie(
-                CSRF_COOKIE, nonce, httponly=True, samesite="strict", secure=False, path="/"
+                CSRF_COOKIE, nonce, httponly=True, samesite="strict", secure=secure, path="/"
             )
 
     # ------------------------------------------------------------------ API
@@ -266,7 +267,7 @@ def create_app(
             csrf_token=state.csrf.token(nonce, who),
         )
         response = JSONResponse(session.model_dump())
-        _set_nonce(response, nonce, fresh)
+        _set_nonce(request, response, nonce, fresh)
         return response
 
     @app.get(
@@ -429,7 +430,7 @@ def create_app(
             },
             status_code=status_code,
         )
-        _set_nonce(response, nonce, fresh)
+        _set_nonce(request, response, nonce, fresh)
         return response
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)

@@ -84,6 +84,9 @@ INBOX_QUERY = (
 workflow lists in `DurableToolsPendingKinds` without counting them)."""
 
 _QUERY_TIMEOUT = 10.0
+_LIST_QUERY_TIMEOUT = 3.0
+"""Seconds the list waits for one conversation's queries: a query to a conversation
+whose worker is gone waits for its whole timeout, and the page waits for the slowest."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_CONVERSATIONS = 500
 
@@ -316,12 +319,12 @@ class InboxService:
     async def _fill(self, waiting: WaitingConversation) -> None:
         async with self._limit:
             try:
-                async with asyncio.timeout(_QUERY_TIMEOUT):
+                async with asyncio.timeout(_LIST_QUERY_TIMEOUT):
                     pending = await self.conversations.pending(waiting.workflow_id)
                     status = await self.conversations.status(waiting.workflow_id)
             except (TimeoutError, RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
                 waiting.problem = (
-                    f"no worker answered its queries within {_QUERY_TIMEOUT:g} s "
+                    f"no worker answered its queries within {_LIST_QUERY_TIMEOUT:g} s "
                     f"(waiting for: {waiting.state or 'unknown'})"
                 )
                 return
