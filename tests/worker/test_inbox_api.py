@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
+from agent_support import AGENT
 from inbox_support import CREDENTIALS, basic, bearer, csrf_token, inbox_client, listed, turns
-from workflow_helpers import Harness
+from temporalio.testing import WorkflowEnvironment
+from workflow_helpers import Harness, running
 
 from durable_tools.conversation import ConversationOptions
 from durable_tools.errors import ConfigurationError
@@ -389,3 +392,30 @@ async def test_events_stream_a_change_over_real_http(harness: Harness) -> None:
     finally:
         stop.set()
         await asyncio.wait_for(serving, 10)
+
+
+async def test_a_conversation_without_a_worker_is_listed_with_the_problem(
+    harness: Harness, dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    orphan = f"orphan-{uuid.uuid4().hex[:8]}"
+    async with running(dev_env, f"gone-{uuid.uuid4()}", tmp_path / "gone.jsonl") as gone:
+        await gone.conversations.start(
+            orphan,
+            agent=AGENT,
+            message=turns(("r1", "refund", {"order": "A-9", "amount": 1})),
+            options=ConversationOptions(search_attributes=True),
+        )
+        await gone.wait_approval(orphan, "r1")
+    # Its worker is gone; a conversation with a worker is listed beside it.
+    wf = await harness.start(turns(("r1", "refund", {"order": "A-10", "amount": 1})))
+    await harness.wait_approval(wf, "r1")
+    try:
+        async with inbox_client(harness) as client:
+            await listed(client, ANA, wf)
+            everything = (await client.get("/api/pending", headers=ANA)).json()
+            [entry] = [w for w in everything if w["workflow_id"] == orphan]
+            assert entry["items"] == []
+            assert entry["problem"].startswith("no worker answered its queries within 3 s")
+            assert "approval" in entry["problem"]
+    finally:
+        await harness.client.get_workflow_handle(orphan).terminate("test over")
