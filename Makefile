@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install format lint typecheck test test-local-model demo bench
+.PHONY: install format lint typecheck test test-local-model demo bench chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m pyright
 
-test: lint typecheck $(NODE_STAMP)
+# The inbox's browser tests drive Debian's chromium through Playwright (never
+# `playwright install`, which downloads a browser).
+chromium:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+test: lint typecheck $(NODE_STAMP) chromium
 	$(PY) -m pytest -q
 
 demo: $(STAMP)

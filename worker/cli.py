@@ -264,6 +264,8 @@ DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_TASK_QUEUE = "agents"
 DEFAULT_TIMEOUT = 15.0
+DEFAULT_INBOX_PORT = 8234
+"""Port of the approval inbox (`durable-tools inbox`, `durable-tools dev`)."""
 _FOREVER = 100 * 365 * 86400.0  # long-running commands: bounded only by a signal
 
 
@@ -649,6 +651,9 @@ def dev_command(
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
     graceful_shutdown: GracefulShutdown = 5.0,
     scripts_dir: ScriptsDir = None,
+    inbox_port: Annotated[
+        int, typer.Option(help="Port of the approval inbox (dev mode, 127.0.0.1); 0: no inbox.")
+    ] = DEFAULT_INBOX_PORT,
 ) -> None:
     """Run a Temporal dev server (SQLite under .durable-tools/, Web UI) and a worker in one process.
 
@@ -703,6 +708,7 @@ def dev_command(
                 )
                 _out.print(f"Temporal frontend: [bold]{server.address}[/]", soft_wrap=True)
                 _out.print(f"Web UI: [bold]{server.ui_url}[/]", soft_wrap=True)
+                inbox = await _dev_inbox(server.address, inbox_port, stop)
                 _out.print(
                     f"persistence: {escape(str(db_filename))}; worker on task queue "
                     f"{escape(task_queue)}; "
@@ -727,6 +733,8 @@ def dev_command(
                     raise CliError(f"the dev server exited with code {exited.result()}")
                 exited.cancel()
                 await worker  # re-raises the worker's failure
+                if inbox is not None:
+                    await inbox
         except DevServerError as exc:
             raise CliError(str(exc).splitlines()[0]) from exc
         finally:
@@ -735,6 +743,117 @@ def dev_command(
         _out.print("worker and dev server stopped")
 
     _run(main, address=f"{ip}:{port}", namespace=DEFAULT_NAMESPACE, timeout=_FOREVER)
+
+
+async def _dev_inbox(address: str, port: int, stop: asyncio.Event) -> asyncio.Task[None] | None:
+    """Serve the inbox in dev mode beside the dev server; print its URL once it listens."""
+    if port == 0:
+        return None
+    from durable_tools.worker.inbox import build_auth, serve_inbox
+
+    conversations = await _conversations(address, DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE)
+    ready = asyncio.Event()
+
+    def listening(url: str) -> None:
+        _out.print(f"Inbox: {url}", soft_wrap=True, markup=False)
+        ready.set()
+
+    task = asyncio.create_task(
+        serve_inbox(
+            conversations,
+            build_auth(host="127.0.0.1", dev_user=_whoami() or "dev"),
+            host="127.0.0.1",
+            port=port,
+            stop=stop,
+            on_ready=listening,
+        )
+    )
+    await asyncio.wait({task, asyncio.create_task(ready.wait())}, timeout=10)
+    if task.done():
+        await task  # re-raises a bind failure
+    return task
+
+
+@app.command("inbox")
+def inbox_command(
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; dev mode binds only 127.0.0.1.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = DEFAULT_INBOX_PORT,
+    dev_user: Annotated[
+        str | None,
+        typer.Option(
+            "--dev-user",
+            help="Dev mode: everyone reaching the inbox is this name (127.0.0.1 only). The "
+            "default when no other authentication is given: your login name.",
+        ),
+    ] = None,
+    trust_proxy_header: Annotated[
+        bool,
+        typer.Option(
+            "--trust-proxy-header",
+            help="Take the user (and groups) from headers a reverse proxy sets; only behind a "
+            "proxy that authenticates and strips them from clients.",
+        ),
+    ] = False,
+    user_header: Annotated[str, typer.Option(help="The proxy's user header.")] = (
+        "X-Forwarded-User"
+    ),
+    groups_header: Annotated[str, typer.Option(help="The proxy's groups header.")] = (
+        "X-Forwarded-Groups"
+    ),
+    tokens_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens-file",
+            help="Static tokens / basic auth, lines NAME:SECRET[:GROUPS] (SECRET may be "
+            "sha256:HEX); else $DURABLE_TOOLS_INBOX_TOKENS.",
+        ),
+    ] = None,
+) -> None:
+    """Serve the approval inbox: a web page and an HTTP API for the people who decide."""
+    from durable_tools.worker.inbox import build_auth, serve_inbox
+    from durable_tools.worker.inbox.server import TOKENS_ENV
+
+    tokens_env = os.environ.get(TOKENS_ENV)
+    if dev_user is None and not (trust_proxy_header or tokens_file or tokens_env):
+        dev_user = _whoami() or "dev"
+    try:
+        auth = build_auth(
+            host=host,
+            dev_user=dev_user,
+            trust_proxy_header=trust_proxy_header,
+            user_header=user_header,
+            groups_header=groups_header,
+            tokens_file=tokens_file,
+            tokens_env=tokens_env,
+        )
+    except ConfigurationError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+
+    async def main() -> None:
+        conversations = await _conversations(address, namespace, DEFAULT_TASK_QUEUE)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        modes = ", ".join(type(a).__name__ for a in auth.chain)
+
+        def ready(url: str) -> None:
+            _out.print(f"Inbox: {url}", soft_wrap=True, markup=False)
+            _out.print(
+                f"Temporal at {address}, namespace {namespace}; authentication: {modes}; "
+                "Ctrl-C stops it",
+                soft_wrap=True,
+                markup=False,
+            )
+
+        await serve_inbox(conversations, auth, host=host, port=port, stop=stop, on_ready=ready)
+        _out.print("inbox stopped")
+
+    _run(main, address=address, namespace=namespace, timeout=_FOREVER)
 
 
 @app.command("start")

@@ -30,7 +30,9 @@ async def _get(url: str, timeout: float = 30.0) -> int:
     raise AssertionError(f"{url} did not answer within {timeout} s: {problem}")
 
 
-async def _start_dev(tmp_path: Path, port: int, ui_port: int) -> Running:
+async def _start_dev(
+    tmp_path: Path, port: int, ui_port: int, inbox_port: int | None = None
+) -> Running:
     dev = await Running.start(
         "dev",
         "--app",
@@ -41,6 +43,8 @@ async def _start_dev(tmp_path: Path, port: int, ui_port: int) -> Running:
         str(port),
         "--ui-port",
         str(ui_port),
+        "--inbox-port",
+        str(inbox_port or free_port()),
         cwd=tmp_path,
         python=True,  # `python -m durable_tools.worker.cli` works as well as the script
         stderr=tmp_path / "dev.stderr",
@@ -50,13 +54,16 @@ async def _start_dev(tmp_path: Path, port: int, ui_port: int) -> Running:
 
 
 async def test_dev_serves_ui_and_worker_persists_and_stops_cleanly(tmp_path: Path) -> None:
-    port, ui_port = free_port(), free_port()
+    port, ui_port, inbox_port = free_port(), free_port(), free_port()
     address = f"127.0.0.1:{port}"
-    dev = await _start_dev(tmp_path, port, ui_port)
+    dev = await _start_dev(tmp_path, port, ui_port, inbox_port)
     try:
         assert f"Temporal frontend: {address}" in dev.output()
         ui = await dev.wait_for_line("Web UI: ", timeout=10)
         assert ui.endswith(f"http://127.0.0.1:{ui_port}")
+        inbox = await dev.wait_for_line("Inbox: ", timeout=10)
+        assert inbox.startswith(f"Inbox: http://127.0.0.1:{inbox_port}/"), inbox
+        assert await _get(f"http://127.0.0.1:{inbox_port}/api/pending") == 200  # dev mode
         await dev.wait_for_line("try: durable-tools run", timeout=10)
         assert await _get(f"http://127.0.0.1:{ui_port}/") == 200
 

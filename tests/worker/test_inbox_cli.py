@@ -1,0 +1,55 @@
+"""`durable-tools inbox`: serves the app against an existing server, with the chosen auth."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from cli_process import Running, cli
+from temporalio.testing import WorkflowEnvironment
+
+from durable_tools.worker.dev_server import free_port
+
+
+def _status(url: str, headers: dict[str, str]) -> int:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+async def test_inbox_serves_with_tokens_and_stops_on_sigint(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    address = dev_env.client.service_client.config.target_host
+    tokens = tmp_path / "tokens"
+    tokens.write_text("ana:ana-secret:approvers\n")
+    port = free_port()
+    inbox = await Running.start(
+        "inbox", "--address", address, "--port", str(port), "--tokens-file", str(tokens)
+    )
+    try:
+        line = await inbox.wait_for_line("Inbox: ", timeout=30)
+        assert line == f"Inbox: http://127.0.0.1:{port}/"
+        url = f"http://127.0.0.1:{port}/api/pending"
+        assert await asyncio.to_thread(_status, url, {}) == 401
+        ok = await asyncio.to_thread(_status, url, {"Authorization": "Bearer ana-secret"})
+        assert ok == 200
+        inbox.send_signal(signal.SIGINT)
+        done = await inbox.finish(timeout=30)
+        assert done.code == 0, done.stdout + done.stderr
+        assert "inbox stopped" in done.stdout
+        assert "Traceback" not in done.stderr
+    finally:
+        await inbox.kill()
+
+
+async def test_inbox_refuses_dev_mode_off_localhost() -> None:
+    done = await cli("inbox", "--host", "0.0.0.0", "--dev-user", "ana")
+    assert done.code == 2
+    assert "127.0.0.1" in done.error_line()

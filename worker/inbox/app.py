@@ -1,0 +1,633 @@
+"""The inbox web app: HTML pages for people and a JSON API, on one FastAPI app.
+
+Pages (server-rendered Jinja templates, plain JavaScript, no build step):
+
+| path | what |
+|---|---|
+| `GET /` | every conversation waiting for a person; filters `tool`, `kind` |
+| `GET /conversations/{id}` | the transcript and the forms to decide, answer, send, resume, retry |
+| `POST /conversations/{id}/decide` ... | the forms' targets (CSRF-checked), then back to the page |
+
+API (`/api/openapi.json` describes it; the same auth; CSRF header unless a bearer token):
+
+| operation | path |
+|---|---|
+| who am I, a CSRF token | `GET /api/session` |
+| list pending | `GET /api/pending` |
+| get a conversation | `GET /api/conversations/{id}` |
+| its changes (server-sent events) | `GET /api/conversations/{id}/events` |
+| decide | `POST /api/conversations/{id}/calls/{call_id}/decision` |
+| answer | `POST /api/conversations/{id}/calls/{call_id}/answer` |
+| send | `POST /api/conversations/{id}/messages` |
+| resume | `POST /api/conversations/{id}/resume` |
+| retry | `POST /api/conversations/{id}/retry` |
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from fastapi import Depends, FastAPI, Form, Request
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel, Field
+
+from durable_tools.client import Conversations
+from durable_tools.conversation import DecisionReceipt
+from durable_tools.worker.inbox.auth import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    Authenticators,
+    Csrf,
+    Identity,
+)
+from durable_tools.worker.inbox.render import register_filters
+from durable_tools.worker.inbox.service import (
+    Conflict,
+    ConversationView,
+    InboxService,
+    WaitingConversation,
+)
+
+__all__ = ["create_app"]
+
+_HERE = Path(__file__).parent
+
+
+class Problem(BaseModel):
+    """An API error: what kind, and a sentence for a person."""
+
+    error: str
+    message: str
+
+
+class Session(BaseModel):
+    """Who the request authenticated as, and the CSRF token for state-changing calls."""
+
+    name: str
+    groups: list[str]
+    method: str
+    csrf_token: str
+
+
+class DecisionBody(BaseModel):
+    """A decision on an approval, for the arguments hash that was shown."""
+
+    approved: bool
+    arguments_hash: str = Field(min_length=1)
+    reason: str = ""
+
+
+class AnswerBody(BaseModel):
+    """An answer to a question, for the arguments hash that was shown."""
+
+    value: Any = None
+    arguments_hash: str = Field(min_length=1)
+
+
+class MessageBody(BaseModel):
+    """A user message."""
+
+    text: str = Field(min_length=1)
+
+
+class ResumeBody(BaseModel):
+    """The message that answers the `pause` call."""
+
+    message: str = "resumed"
+
+
+class Accepted(BaseModel):
+    """An accepted operation."""
+
+    accepted: bool = True
+    receipt: DecisionReceipt | None = None
+
+
+class _Unauthenticated(Exception):
+    pass
+
+
+class _CsrfFailed(Exception):
+    pass
+
+
+@dataclass
+class _State:
+    service: InboxService
+    auth: Authenticators
+    csrf: Csrf
+    refresh_seconds: float
+    event_interval: float
+
+
+def _state(request: Request) -> _State:
+    state: _State = request.app.state.inbox
+    return state
+
+
+def _identity(request: Request) -> Identity:
+    found = _state(request).auth.authenticate(request)
+    if found is None:
+        raise _Unauthenticated()
+    return found
+
+
+Who = Annotated[Identity, Depends(_identity)]
+
+
+def _api_csrf(request: Request, who: Who) -> Identity:
+    state = _state(request)
+    if who.needs_csrf and not state.csrf.check(
+        request.headers.get(CSRF_HEADER, ""), request.cookies, who
+    ):
+        raise _CsrfFailed()
+    return who
+
+
+Checked = Annotated[Identity, Depends(_api_csrf)]
+CsrfToken = Annotated[str, Form(alias=CSRF_FIELD)]
+
+
+def create_app(
+    conversations: Conversations,
+    auth: Authenticators,
+    *,
+    csrf_secret: bytes | None = None,
+    refresh_seconds: float = 5.0,
+    event_interval: float = 1.0,
+) -> FastAPI:
+    """Build the inbox app.
+
+    Args:
+        conversations: The client API on the namespace to serve.
+        auth: How requests authenticate.
+        csrf_secret: HMAC key of CSRF tokens (default: random per process).
+        refresh_seconds: How often open pages look for changes (0: never).
+        event_interval: How often the events endpoint looks for changes, in
+            seconds (until the event stream lands).
+
+    Returns:
+        An ASGI app (serve it with uvicorn).
+    """
+    state = _State(
+        InboxService(conversations), auth, Csrf(csrf_secret), refresh_seconds, event_interval
+    )
+    app = FastAPI(
+        title="durable-tools inbox",
+        summary="Approvals, questions, pauses and failed model turns waiting for a person.",
+        version="1",
+        openapi_url="/api/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.inbox = state
+    templates = Jinja2Templates(directory=str(_HERE / "templates"))
+    register_filters(templates.env)
+    app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
+
+    @app.exception_handler(_Unauthenticated)
+    async def _unauthenticated(request: Request, exc: _Unauthenticated) -> Response:  # pyright: ignore[reportUnusedFunction]
+        headers = (
+            {"WWW-Authenticate": f'Basic realm="{state.auth.basic_realm}"'}
+            if state.auth.basic_realm
+            else {}
+        )
+        body = Problem(error="unauthenticated", message="Sign in to use the inbox.")
+        if request.url.path.startswith("/api/"):
+            return JSONResponse(body.model_dump(), status_code=401, headers=headers)
+        return HTMLResponse(
+            "<!doctype html><html lang=en><title>Sign in</title>"
+            "<p>Sign in to use the durable-tools inbox.</p></html>",
+            status_code=401,
+            headers=headers,
+        )
+
+    @app.exception_handler(_CsrfFailed)
+    async def _csrf_failed(request: Request, exc: _CsrfFailed) -> Response:  # pyright: ignore[reportUnusedFunction]
+        body = Problem(
+            error="csrf",
+            message="The form's security token is missing or stale; reload the page and retry.",
+        )
+        if request.url.path.startswith("/api/"):
+            return JSONResponse(body.model_dump(), status_code=403)
+        return HTMLResponse(
+            f"<!doctype html><html lang=en><title>Reload</title><p role=alert>{body.message}</p>"
+            "</html>",
+            status_code=403,
+        )
+
+    @app.exception_handler(Conflict)
+    async def _conflict(request: Request, exc: Conflict) -> Response:  # pyright: ignore[reportUnusedFunction]
+        body = Problem(error=exc.kind, message=exc.message)
+        return JSONResponse(body.model_dump(), status_code=exc.status_code)
+
+    def _nonce(request: Request) -> tuple[str, bool]:
+        nonce = request.cookies.get(CSRF_COOKIE, "")
+        return (nonce, False) if nonce else (Csrf.new_nonce(), True)
+
+    def _set_nonce(request: Request, response: Response, nonce: str, fresh: bool) -> None:
+        if fresh:
+            secure = request.url.scheme == "https"
+            response.set_cookie(
+                CSRF_COOKIE, nonce, httponly=True, samesite="strict", secure=secure, path="/"
+            )
+
+    # ------------------------------------------------------------------ API
+
+    problems: dict[int | str, dict[str, Any]] = {
+        401: {"model": Problem, "description": "Not authenticated."},
+        403: {"model": Problem, "description": "CSRF token missing, or not allowed."},
+        404: {"model": Problem, "description": "No such conversation."},
+        409: {"model": Problem, "description": "Conflict: decided, changed, expired, ended."},
+        503: {"model": Problem, "description": "No worker answered."},
+    }
+
+    @app.get("/api/session", response_model=Session, responses=problems, tags=["session"])
+    async def api_session(request: Request, who: Who) -> Response:  # pyright: ignore[reportUnusedFunction]
+        """Who you are, and the CSRF token to send as `X-CSRF-Token` (sets its cookie)."""
+        nonce, fresh = _nonce(request)
+        session = Session(
+            name=who.name,
+            groups=list(who.groups),
+            method=who.method,
+            csrf_token=state.csrf.token(nonce, who),
+        )
+        response = JSONResponse(session.model_dump())
+        _set_nonce(request, response, nonce, fresh)
+        return response
+
+    @app.get(
+        "/api/pending",
+        response_model=list[WaitingConversation],
+        responses=problems,
+        tags=["conversations"],
+    )
+    async def api_pending(  # pyright: ignore[reportUnusedFunction]
+        who: Who, tool: str | None = None, kind: str | None = None, agent: str | None = None
+    ) -> list[WaitingConversation]:
+        """Every conversation waiting for a person, with what it waits for.
+
+        Filters: `tool` (a tool name), `kind` (`approval`, `question`, `pause`,
+        `model_failed`), `agent` (the agent configuration's name).
+        """
+        return _filtered(await state.service.waiting(), tool=tool, kind=kind, agent=agent)
+
+    @app.get(
+        "/api/conversations/{workflow_id}",
+        response_model=ConversationView,
+        responses=problems,
+        tags=["conversations"],
+    )
+    async def api_conversation(workflow_id: str, who: Who) -> ConversationView:  # pyright: ignore[reportUnusedFunction]
+        """A conversation's status, what it waits for and its transcript."""
+        return await state.service.conversation(workflow_id)
+
+    @app.get(
+        "/api/conversations/{workflow_id}/version",
+        responses=problems,
+        tags=["conversations"],
+    )
+    async def api_version(workflow_id: str, who: Who) -> dict[str, str]:  # pyright: ignore[reportUnusedFunction]
+        """A string that changes whenever the conversation does (pages poll it)."""
+        return {"version": await state.service.version(workflow_id)}
+
+    @app.get(
+        "/api/conversations/{workflow_id}/events",
+        responses={
+            **problems,
+            200: {"content": {"text/event-stream": {}}, "description": "The event stream."},
+        },
+        response_class=StreamingResponse,
+        tags=["conversations"],
+    )
+    async def api_events(request: Request, workflow_id: str, who: Who) -> Response:  # pyright: ignore[reportUnusedFunction]
+        """Server-sent events of the conversation's changes.
+
+        `event: changed` with `{"version": ...}` now and whenever it changes;
+        `event: conflict` (`{"error", "message"}`) and the end when it can no
+        longer be read.
+        """
+        versions = state.service.watch(workflow_id, interval=state.event_interval)
+        first = await anext(versions)  # a Conflict here is a JSON error, not a stream
+
+        async def stream() -> AsyncIterator[str]:
+            yield _event("changed", {"version": first})
+            try:
+                async for version in versions:
+                    if await request.is_disconnected():
+                        return
+                    yield _event("changed", {"version": version})
+            except Conflict as exc:
+                yield _event("conflict", {"error": exc.kind, "message": exc.message})
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    @app.post(
+        "/api/conversations/{workflow_id}/calls/{call_id}/decision",
+        response_model=Accepted,
+        responses=problems,
+        tags=["decisions"],
+    )
+    async def api_decide(  # pyright: ignore[reportUnusedFunction]
+        workflow_id: str, call_id: str, body: DecisionBody, who: Checked
+    ) -> Accepted:
+        """Approve or deny a call; `arguments_hash` is the one you showed."""
+        receipt = await state.service.decide(
+            workflow_id,
+            call_id,
+            who,
+            approved=body.approved,
+            arguments_hash=body.arguments_hash,
+            reason=body.reason,
+        )
+        return Accepted(receipt=receipt)
+
+    @app.post(
+        "/api/conversations/{workflow_id}/calls/{call_id}/answer",
+        response_model=Accepted,
+        responses={**problems, 422: {"model": Problem, "description": "Invalid answer."}},
+        tags=["decisions"],
+    )
+    async def api_answer(  # pyright: ignore[reportUnusedFunction]
+        workflow_id: str, call_id: str, body: AnswerBody, who: Checked
+    ) -> Accepted:
+        """Answer a question; the value must satisfy its answer schema."""
+        receipt = await state.service.answer(
+            workflow_id, call_id, who, value=body.value, arguments_hash=body.arguments_hash
+        )
+        return Accepted(receipt=receipt)
+
+    @app.post(
+        "/api/conversations/{workflow_id}/messages",
+        response_model=Accepted,
+        responses=problems,
+        tags=["conversations"],
+    )
+    async def api_send(workflow_id: str, body: MessageBody, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
+        """Send a user message."""
+        await state.service.send(workflow_id, who, body.text)
+        return Accepted()
+
+    @app.post(
+        "/api/conversations/{workflow_id}/resume",
+        response_model=Accepted,
+        responses=problems,
+        tags=["conversations"],
+    )
+    async def api_resume(workflow_id: str, body: ResumeBody, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
+        """Resume a paused conversation."""
+        await state.service.resume(workflow_id, who, body.message)
+        return Accepted()
+
+    @app.post(
+        "/api/conversations/{workflow_id}/retry",
+        response_model=Accepted,
+        responses=problems,
+        tags=["conversations"],
+    )
+    async def api_retry(workflow_id: str, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
+        """Run a failed model turn again."""
+        await state.service.retry(workflow_id, who)
+        return Accepted()
+
+    # ---------------------------------------------------------------- pages
+
+    def _page(
+        request: Request,
+        who: Identity,
+        template: str,
+        context: dict[str, Any],
+        status_code: int = 200,
+    ) -> Response:
+        nonce, fresh = _nonce(request)
+        response = templates.TemplateResponse(
+            request,
+            template,
+            {
+                "who": who,
+                "csrf_field": CSRF_FIELD,
+                "csrf_token": state.csrf.token(nonce, who),
+                "refresh_seconds": state.refresh_seconds,
+                **context,
+            },
+            status_code=status_code,
+        )
+        _set_nonce(request, response, nonce, fresh)
+        return response
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def inbox_page(  # pyright: ignore[reportUnusedFunction]
+        request: Request, who: Who, tool: str = "", kind: str = "", agent: str = ""
+    ) -> Response:
+        problem = ""
+        try:
+            waiting = await state.service.waiting()
+        except Conflict as exc:
+            waiting, problem = [], exc.message
+        tools = sorted({i.tool for w in waiting for i in w.items if i.tool})
+        agents = sorted({w.agent for w in waiting if w.agent})
+        shown = _filtered(waiting, tool=tool or None, kind=kind or None, agent=agent or None)
+        return _page(
+            request,
+            who,
+            "inbox.html",
+            {
+                "waiting": shown,
+                "tools": tools,
+                "tool": tool,
+                "agents": agents,
+                "agent": agent,
+                "kind": kind,
+                "problem": problem,
+                "total": sum(len(w.items) for w in shown),
+            },
+        )
+
+    async def _conversation_page(
+        request: Request,
+        who: Identity,
+        workflow_id: str,
+        *,
+        notice: str = "",
+        conflict: Conflict | None = None,
+    ) -> Response:
+        try:
+            view = await state.service.conversation(workflow_id)
+        except Conflict as exc:
+            return _page(
+                request,
+                who,
+                "conversation.html",
+                {"workflow_id": workflow_id, "view": None, "conflict": conflict or exc},
+                status_code=exc.status_code if conflict is None else conflict.status_code,
+            )
+        return _page(
+            request,
+            who,
+            "conversation.html",
+            {
+                "workflow_id": workflow_id,
+                "view": view,
+                "notice": notice,
+                "conflict": conflict,
+            },
+            status_code=conflict.status_code if conflict else 200,
+        )
+
+    @app.get("/conversations/{workflow_id}", response_class=HTMLResponse, include_in_schema=False)
+    async def conversation_page(  # pyright: ignore[reportUnusedFunction]
+        request: Request, workflow_id: str, who: Who, notice: str = ""
+    ) -> Response:
+        return await _conversation_page(request, who, workflow_id, notice=notice)
+
+    def _form_checked(request: Request, who: Identity, token: str) -> None:
+        if who.needs_csrf and not state.csrf.check(token, request.cookies, who):
+            raise _CsrfFailed()
+
+    def _back(workflow_id: str, notice: str) -> Response:
+        url = f"/conversations/{quote(workflow_id, safe='')}?{urlencode({'notice': notice})}"
+        return RedirectResponse(url, status_code=303)
+
+    @app.post("/conversations/{workflow_id}/decide", include_in_schema=False)
+    async def decide_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        call_id: Annotated[str, Form()] = "",
+        arguments_hash: Annotated[str, Form()] = "",
+        decision: Annotated[str, Form()] = "",
+        reason: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        if decision not in ("approve", "deny"):
+            conflict = Conflict("not_waiting", "Choose Approve or Deny.")
+            return await _conversation_page(request, who, workflow_id, conflict=conflict)
+        try:
+            await state.service.decide(
+                workflow_id,
+                call_id,
+                who,
+                approved=decision == "approve",
+                arguments_hash=arguments_hash,
+                reason=reason.strip(),
+            )
+        except Conflict as exc:
+            return await _conversation_page(request, who, workflow_id, conflict=exc)
+        verb = "Approved" if decision == "approve" else "Denied"
+        return _back(workflow_id, f"{verb} call {call_id}.")
+
+    @app.post("/conversations/{workflow_id}/answer", include_in_schema=False)
+    async def answer_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        call_id: Annotated[str, Form()] = "",
+        arguments_hash: Annotated[str, Form()] = "",
+        value_json: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        try:
+            value = json.loads(value_json)
+        except ValueError:
+            conflict = Conflict("invalid_answer", "The answer is not valid JSON.")
+            return await _conversation_page(request, who, workflow_id, conflict=conflict)
+        try:
+            await state.service.answer(
+                workflow_id, call_id, who, value=value, arguments_hash=arguments_hash
+            )
+        except Conflict as exc:
+            return await _conversation_page(request, who, workflow_id, conflict=exc)
+        return _back(workflow_id, f"Answered call {call_id}.")
+
+    @app.post("/conversations/{workflow_id}/send", include_in_schema=False)
+    async def send_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        text: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        if not text.strip():
+            conflict = Conflict("not_waiting", "Write a message first.")
+            return await _conversation_page(request, who, workflow_id, conflict=conflict)
+        try:
+            await state.service.send(workflow_id, who, text)
+        except Conflict as exc:
+            return await _conversation_page(request, who, workflow_id, conflict=exc)
+        return _back(workflow_id, "Message sent.")
+
+    @app.post("/conversations/{workflow_id}/resume", include_in_schema=False)
+    async def resume_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        message: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        try:
+            await state.service.resume(workflow_id, who, message.strip())
+        except Conflict as exc:
+            return await _conversation_page(request, who, workflow_id, conflict=exc)
+        return _back(workflow_id, "Resumed.")
+
+    @app.post("/conversations/{workflow_id}/retry", include_in_schema=False)
+    async def retry_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request, workflow_id: str, who: Who, csrf: CsrfToken = ""
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        try:
+            await state.service.retry(workflow_id, who)
+        except Conflict as exc:
+            return await _conversation_page(request, who, workflow_id, conflict=exc)
+        return _back(workflow_id, "Retrying the model turn.")
+
+    return app
+
+
+def _event(name: str, data: dict[str, str]) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+def _filtered(
+    waiting: list[WaitingConversation],
+    *,
+    tool: str | None,
+    kind: str | None,
+    agent: str | None = None,
+) -> list[WaitingConversation]:
+    if not tool and not kind and not agent:
+        return waiting
+    shown: list[WaitingConversation] = []
+    for conversation in waiting:
+        if agent and conversation.agent != agent:
+            continue
+        items = [
+            i
+            for i in conversation.items
+            if (not tool or i.tool == tool) and (not kind or i.kind == kind)
+        ]
+        if items:
+            shown.append(conversation.model_copy(update={"items": items}))
+    return shown

@@ -1,0 +1,143 @@
+"""Serving the inbox: choosing the authenticators, running uvicorn until told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import uvicorn
+
+from durable_tools.client import Conversations
+from durable_tools.errors import ConfigurationError
+from durable_tools.worker.dev_server import port_in_use
+from durable_tools.worker.inbox.app import create_app
+from durable_tools.worker.inbox.auth import (
+    Authenticator,
+    Authenticators,
+    DevAuth,
+    ProxyHeaderAuth,
+    TokenAuth,
+)
+
+__all__ = ["LOCAL_HOSTS", "TOKENS_ENV", "build_auth", "serve_inbox"]
+
+TOKENS_ENV = "DURABLE_TOOLS_INBOX_TOKENS"
+"""Environment variable with credential lines `NAME:SECRET[:GROUPS]` (one a line)."""
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+"""Hosts dev mode may bind."""
+
+
+def build_auth(
+    *,
+    host: str,
+    dev_user: str | None = None,
+    trust_proxy_header: bool = False,
+    user_header: str = "X-Forwarded-User",
+    groups_header: str = "X-Forwarded-Groups",
+    tokens_file: Path | None = None,
+    tokens_env: str | None = None,
+) -> Authenticators:
+    """The authenticators the options ask for.
+
+    Args:
+        host: The address the server binds (dev mode needs a local one).
+        dev_user: Dev mode: everyone is this name.
+        trust_proxy_header: Accept the proxy's user and groups headers.
+        user_header: The proxy's user header.
+        groups_header: The proxy's groups header.
+        tokens_file: A file of credential lines (`TokenAuth`).
+        tokens_env: Credential lines from the environment (`TOKENS_ENV`).
+
+    Returns:
+        The chain, proxy first, then tokens, then dev mode.
+
+    Raises:
+        ConfigurationError: No authentication chosen, or dev mode on a
+            non-local address.
+    """
+    chain: list[Authenticator] = []
+    realm: str | None = None
+    if trust_proxy_header:
+        chain.append(ProxyHeaderAuth(user_header, groups_header))
+    if tokens_file is not None:
+        chain.append(TokenAuth.from_file(tokens_file))
+        realm = "durable-tools inbox"
+    elif tokens_env:
+        chain.append(TokenAuth.parse(tokens_env, source=TOKENS_ENV))
+        realm = "durable-tools inbox"
+    if dev_user is not None:
+        if host not in LOCAL_HOSTS:
+            raise ConfigurationError(
+                f"dev mode (everyone is {dev_user!r}) binds 127.0.0.1 only, not {host}; "
+                "use --trust-proxy-header or --tokens-file on other addresses"
+            )
+        chain.append(DevAuth(dev_user))
+    if not chain:
+        raise ConfigurationError(
+            "no authentication: pass --dev (local only), --trust-proxy-header behind an "
+            f"authenticating proxy, or --tokens-file / ${TOKENS_ENV}"
+        )
+    return Authenticators(chain, basic_realm=realm)
+
+
+async def serve_inbox(
+    conversations: Conversations,
+    auth: Authenticators,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8234,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    refresh_seconds: float = 5.0,
+) -> None:
+    """Serve the inbox until `stop` is set (or the task is cancelled).
+
+    Args:
+        conversations: The client API on the namespace to serve.
+        auth: How requests authenticate.
+        host: Address to bind.
+        port: Port to bind.
+        stop: Set to stop serving.
+        on_ready: Called with the URL once the server listens.
+        refresh_seconds: How often open pages look for changes.
+
+    Raises:
+        ConfigurationError: The port is taken.
+    """
+    if port_in_use(host, port):
+        raise ConfigurationError(
+            f"port {port} on {host} is in use; pass another port (--port / --inbox-port)"
+        )
+    secret = os.environ.get("DURABLE_TOOLS_INBOX_SECRET")
+    app = create_app(
+        conversations,
+        auth,
+        csrf_secret=secret.encode() if secret else None,
+        refresh_seconds=refresh_seconds,
+    )
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                await serving  # re-raises a bind failure
+                raise ConfigurationError(f"the inbox could not listen on {host}:{port}")
+            await asyncio.sleep(0.05)
+        if on_ready is not None:
+            shown = f"[{host}]" if ":" in host else host
+            on_ready(f"http://{shown}:{port}/")
+        if stop is None:
+            await serving
+        else:
+            stopped = asyncio.create_task(stop.wait())
+            await asyncio.wait({serving, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+    finally:
+        server.should_exit = True
+        await asyncio.wait({serving}, timeout=5)

@@ -1,0 +1,241 @@
+// durable-tools inbox: plain JavaScript, no build step.
+// - deadline countdowns;
+// - answer forms generated from the answer's JSON Schema and checked before sending
+//   (the workflow checks again: this only saves a round trip);
+// - polling for changes (the event stream will replace it: see service.changes).
+"use strict";
+
+function left(deadline) {
+  let s = Math.floor((Date.parse(deadline) - Date.now()) / 1000);
+  if (s <= 0) return "expired";
+  const d = Math.floor(s / 86400); s -= d * 86400;
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  if (d) return d + " d " + h + " h";
+  if (h) return h + " h " + m + " min";
+  if (m) return m + " min " + s + " s";
+  return s + " s";
+}
+
+function tickCountdowns() {
+  for (const el of document.querySelectorAll(".countdown[data-deadline]")) {
+    el.textContent = left(el.dataset.deadline);
+  }
+}
+
+// ---------------------------------------------------------------- JSON Schema (a subset)
+
+function typeOf(v) {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "array";
+  if (typeof v === "number") return Number.isInteger(v) ? "integer" : "number";
+  return typeof v;
+}
+
+const FORMATS = {
+  date: (s) => /^\d{4}-\d{2}-\d{2}$/.test(s) && !isNaN(Date.parse(s + "T00:00:00Z")),
+  "date-time": (s) => /^\d{4}-\d{2}-\d{2}T/.test(s) && !isNaN(Date.parse(s)),
+  email: (s) => /^[^@\s]+@[^@\s]+$/.test(s),
+};
+
+function validate(schema, value, path, errors) {
+  if (schema === true || schema === undefined || schema === null) return errors;
+  if (schema === false) { errors.push(path + ": no value is allowed"); return errors; }
+  const where = path || "the answer";
+  if (schema.type !== undefined) {
+    const types = Array.isArray(schema.type) ? schema.type : [schema.type];
+    const t = typeOf(value);
+    if (!types.includes(t) && !(t === "integer" && types.includes("number"))) {
+      errors.push(where + " must be " + types.join(" or "));
+      return errors;
+    }
+  }
+  if (schema.enum && !schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(value))) {
+    errors.push(where + " must be one of " + schema.enum.map((e) => JSON.stringify(e)).join(", "));
+  }
+  if ("const" in schema && JSON.stringify(schema.const) !== JSON.stringify(value)) {
+    errors.push(where + " must be " + JSON.stringify(schema.const));
+  }
+  if (typeof value === "string") {
+    const n = [...value].length;
+    if (schema.minLength !== undefined && n < schema.minLength)
+      errors.push(where + (schema.minLength === 1 ? " is required" : " needs at least " + schema.minLength + " characters"));
+    if (schema.maxLength !== undefined && n > schema.maxLength)
+      errors.push(where + " allows at most " + schema.maxLength + " characters");
+    if (schema.pattern && !new RegExp(schema.pattern, "u").test(value))
+      errors.push(where + " must match " + schema.pattern);
+    if (schema.format && FORMATS[schema.format] && !FORMATS[schema.format](value))
+      errors.push(where + " must be a valid " + schema.format);
+  }
+  if (typeof value === "number") {
+    if (schema.minimum !== undefined && value < schema.minimum) errors.push(where + " must be ≥ " + schema.minimum);
+    if (schema.maximum !== undefined && value > schema.maximum) errors.push(where + " must be ≤ " + schema.maximum);
+    if (schema.exclusiveMinimum !== undefined && value <= schema.exclusiveMinimum) errors.push(where + " must be > " + schema.exclusiveMinimum);
+    if (schema.exclusiveMaximum !== undefined && value >= schema.exclusiveMaximum) errors.push(where + " must be < " + schema.exclusiveMaximum);
+  }
+  if (Array.isArray(value)) {
+    if (schema.minItems !== undefined && value.length < schema.minItems) errors.push(where + " needs at least " + schema.minItems + " items");
+    if (schema.maxItems !== undefined && value.length > schema.maxItems) errors.push(where + " allows at most " + schema.maxItems + " items");
+    if (schema.items && typeof schema.items === "object") value.forEach((v, i) => validate(schema.items, v, where + "[" + i + "]", errors));
+  }
+  if (typeOf(value) === "object") {
+    const props = schema.properties || {};
+    for (const name of schema.required || []) {
+      if (!(name in value)) errors.push((path ? path + "." : "") + name + " is required");
+    }
+    for (const [name, v] of Object.entries(value)) {
+      if (name in props) validate(props[name], v, (path ? path + "." : "") + name, errors);
+      else if (schema.additionalProperties === false) errors.push(where + " does not allow " + name);
+      else if (typeof schema.additionalProperties === "object") validate(schema.additionalProperties, v, (path ? path + "." : "") + name, errors);
+    }
+  }
+  return errors;
+}
+
+// ---------------------------------------------------------------- generated answer forms
+
+let fieldCounter = 0;
+
+function scalarField(name, schema, required) {
+  // One labelled control for a string / number / integer / boolean / enum.
+  const id = "gen-" + (++fieldCounter);
+  const wrap = document.createElement("div");
+  wrap.className = "gen-field";
+  const label = document.createElement("label");
+  label.htmlFor = id;
+  label.textContent = (schema.title || name || "Answer") + (required ? " (required)" : "");
+  let input;
+  if (Array.isArray(schema.enum)) {
+    input = document.createElement("select");
+    const blank = document.createElement("option");
+    blank.value = ""; blank.textContent = "choose…";
+    input.append(blank);
+    for (const e of schema.enum) {
+      const o = document.createElement("option");
+      o.value = JSON.stringify(e); o.textContent = String(e);
+      input.append(o);
+    }
+    input.dataset.kind = "enum";
+  } else if (schema.type === "boolean") {
+    input = document.createElement("input");
+    input.type = "checkbox"; input.dataset.kind = "boolean";
+  } else if (schema.type === "number" || schema.type === "integer") {
+    input = document.createElement("input");
+    input.type = "number"; input.step = schema.type === "integer" ? "1" : "any";
+    input.dataset.kind = schema.type;
+  } else {
+    input = document.createElement("input");
+    input.type = schema.format === "date" ? "date" : schema.format === "email" ? "email" : "text";
+    input.dataset.kind = "string";
+  }
+  input.id = id;
+  input.dataset.name = name;
+  wrap.append(label);
+  if (schema.description) {
+    const hint = document.createElement("p");
+    hint.className = "hint"; hint.id = id + "-hint"; hint.textContent = schema.description;
+    input.setAttribute("aria-describedby", hint.id);
+    wrap.append(hint);
+  }
+  wrap.append(input);
+  return wrap;
+}
+
+function isScalar(schema) {
+  return schema && (Array.isArray(schema.enum) || ["string", "number", "integer", "boolean"].includes(schema.type));
+}
+
+function readControl(input) {
+  // The control's value as JSON, or undefined when left empty.
+  const kind = input.dataset.kind;
+  if (kind === "boolean") return input.checked;
+  if (input.value === "") return undefined;
+  if (kind === "enum") return JSON.parse(input.value);
+  if (kind === "number" || kind === "integer") return Number(input.value);
+  return input.value;
+}
+
+function setupAnswerForm(form) {
+  const schema = JSON.parse(form.querySelector(".answer-schema").textContent || "{}");
+  const generated = form.querySelector(".generated");
+  const raw = form.querySelector("textarea.raw");
+  const rawLabel = form.querySelector(".raw-label");
+  const errors = form.querySelector(".errors");
+  let collect = null;
+  if (schema.type === "object" && schema.properties && Object.values(schema.properties).every(isScalar)) {
+    const required = new Set(schema.required || []);
+    for (const [name, sub] of Object.entries(schema.properties)) generated.append(scalarField(name, sub, required.has(name)));
+    collect = () => {
+      const value = {};
+      for (const input of generated.querySelectorAll("[data-name]")) {
+        const v = readControl(input);
+        if (v !== undefined) value[input.dataset.name] = v;
+      }
+      return value;
+    };
+  } else if (isScalar(schema)) {
+    generated.append(scalarField("", schema, true));
+    collect = () => {
+      const v = readControl(generated.querySelector("[data-name]"));
+      return v === undefined ? (schema.type === "string" ? "" : null) : v;
+    };
+  }
+  if (collect) {
+    raw.hidden = true; rawLabel.hidden = true;
+  }
+  form.addEventListener("submit", (event) => {
+    errors.textContent = "";
+    let value;
+    if (collect) {
+      value = collect();
+      raw.value = JSON.stringify(value);
+    } else {
+      try { value = JSON.parse(raw.value); }
+      catch (e) { event.preventDefault(); errors.textContent = "The answer is not valid JSON."; raw.focus(); return; }
+    }
+    const problems = validate(schema, value, "", []);
+    if (problems.length) {
+      event.preventDefault();
+      const list = document.createElement("ul");
+      for (const p of problems) { const li = document.createElement("li"); li.textContent = p; list.append(li); }
+      errors.append(list);
+      const first = generated.querySelector("[data-name]") || raw;
+      first.setAttribute("aria-invalid", "true");
+      first.focus();
+    }
+  });
+}
+
+// ---------------------------------------------------------------- polling
+
+function busy() {
+  const active = document.activeElement;
+  if (active && ["INPUT", "TEXTAREA", "SELECT"].includes(active.tagName)) return true;
+  for (const el of document.querySelectorAll("form input[type=text], form textarea, form input[type=email], form input[type=number]")) {
+    if (el.value && el.value !== el.defaultValue) return true;
+  }
+  return false;
+}
+
+function poll() {
+  const seconds = Number(document.body.dataset.refresh || 0);
+  if (!seconds) return;
+  const id = document.body.dataset.workflowId;
+  setInterval(async () => {
+    if (busy() || document.hidden) return;
+    if (!id) { location.reload(); return; }
+    try {
+      const r = await fetch("/api/conversations/" + encodeURIComponent(id) + "/version", { credentials: "same-origin" });
+      if (!r.ok) return;
+      const { version } = await r.json();
+      if (version !== document.body.dataset.version) location.replace(location.pathname);
+    } catch (e) { /* the next tick tries again */ }
+  }, seconds * 1000);
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  tickCountdowns();
+  setInterval(tickCountdowns, 1000);
+  for (const form of document.querySelectorAll("form.answer")) setupAnswerForm(form);
+  poll();
+});
