@@ -228,3 +228,92 @@ def test_kubernetes_worker_command_runs_versioned(bare_server: DevServer, tmp_pa
         check=True,
     ).stdout
     assert env["DURABLE_TOOLS_DEPLOYMENT"] in listed, listed
+
+
+def _serve_inbox(command: list[str], env: dict[str, str], port: int, log: Path) -> Any:
+    """Start an inbox command (its --port replaced by `port`); wait until it answers."""
+    import urllib.request
+
+    args = list(command)
+    args[args.index("--port") + 1] = str(port)
+    with log.open("w") as out:
+        inbox = subprocess.Popen(
+            args, env=_env(**env), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        assert inbox.poll() is None, log.read_text()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/openapi.json", timeout=2)
+            return inbox
+        except OSError:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+
+
+def _status(url: str, headers: dict[str, str] | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _stop(process: Any) -> None:
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def test_inbox_commands_serve_with_their_auth(bare_server: DevServer, tmp_path: Path) -> None:
+    from durable_tools.worker.dev_server import free_port
+
+    # compose: a tokens file mounted as a secret, and an HTTP health check.
+    service = _compose()["inbox"]
+    secret = (
+        DEPLOY
+        / yaml.safe_load((DEPLOY / "compose.yaml").read_text())["secrets"]["inbox_tokens"]["file"]
+    ).resolve()
+    command = [
+        str(secret) if part == "/run/secrets/inbox_tokens" else part for part in service["command"]
+    ]
+    env = {**service["environment"], "DURABLE_TOOLS_ADDRESS": bare_server.address}
+    port = free_port()
+    inbox = _serve_inbox(command, env, port, tmp_path / "compose-inbox.log")
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert _status(f"{base}/api/session") == 401
+        name, token = secret.read_text().splitlines()[-1].split(":")[:2]
+        assert _status(f"{base}/api/session", {"Authorization": f"Bearer {token}"}) == 200
+        check = [part.replace(":8234/", f":{port}/") for part in service["healthcheck"]["test"][1:]]
+        assert subprocess.run(check, env=_env(), timeout=30).returncode == 0
+    finally:
+        _stop(inbox)
+
+    # Kubernetes: behind an identity-aware proxy, probed over HTTP.
+    (deployment,) = [
+        d
+        for d in yaml.safe_load_all((DEPLOY / "k8s" / "inbox.yaml").read_text())
+        if d["kind"] == "Deployment"
+    ]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    env["DURABLE_TOOLS_ADDRESS"] = bare_server.address
+    port = free_port()
+    inbox = _serve_inbox(
+        container["command"] + container["args"], env, port, tmp_path / "k8s-inbox.log"
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert _status(f"{base}{container['readinessProbe']['httpGet']['path']}") == 200
+        assert _status(f"{base}/api/session") == 401
+        assert _status(f"{base}/api/session", {"X-Forwarded-User": "ana"}) == 200
+    finally:
+        _stop(inbox)
