@@ -30,7 +30,16 @@ from durable_tools.models.scripted import ScriptedFileModel
 from durable_tools.transcript import AssistantMessage
 from durable_tools.worker.dev_server import free_port
 from durable_tools.worker.inbox import Authenticators, DevAuth, serve_inbox
-from examples.demo import AGENT, MODEL, SCRIPT, TIME_SERVER, make_kit
+from examples.demo import AGENT, MODEL, REPORTER, SCRIPT, TIME_SERVER, make_kit
+
+# This worker declares no agents (development mode): the demo's agent, spelled out.
+DEMO_AGENT = AGENT.model_copy(
+    update={
+        "model": REPORTER.model,
+        "toolkit": REPORTER.toolkit,
+        "instructions": REPORTER.instructions,
+    }
+)
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 IMAGES = (
@@ -174,7 +183,7 @@ async def test_approve_the_demo_write_then_answer_its_question(inbox: Inbox) -> 
     wf = "demo-inbox"
     harness.started.append(wf)
     harness.handles[wf] = await harness.conversations.start(
-        wf, agent=AGENT, message="Status report"
+        wf, agent=DEMO_AGENT, message="Status report"
     )
     await harness.wait_approval(wf, "write")
 

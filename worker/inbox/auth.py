@@ -279,9 +279,12 @@ class Csrf:
 def may_decide(identity: Identity, approval: PendingApproval | PendingInteraction) -> bool:
     """Whether `identity` may decide on (or answer) `approval`.
 
-    The seam for per-tool approver groups: today anyone authenticated may
-    (dev mode's fixed name included); the trust work's policy (groups per
-    tool, from `identity.groups`) replaces this body.
+    The tool's approvers (`@tool(approvers=["group:finance", "user:ana"])`,
+    shown on the pending approval) are checked here before anything is sent:
+    `user:NAME` matches the identity's name, `group:NAME` one of its groups
+    (from the proxy's groups header or the tokens file). An approval without
+    approvers may be decided by anyone authenticated. The workflow checks
+    again when a decision must be signed (docs/approvals.md, "Who may decide").
 
     Args:
         identity: The authenticated person.
@@ -290,4 +293,10 @@ def may_decide(identity: Identity, approval: PendingApproval | PendingInteractio
     Returns:
         True to allow.
     """
-    return bool(identity.name)
+    if not identity.name:
+        return False
+    approvers: list[str] = approval.approvers if isinstance(approval, PendingApproval) else []
+    if not approvers:
+        return True
+    mine = {f"user:{identity.name}", *(f"group:{group}" for group in identity.groups)}
+    return any(approver in mine for approver in approvers)
