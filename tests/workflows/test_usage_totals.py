@@ -38,9 +38,7 @@ async def test_usage_totals_carry_across_continue_as_new(dev_env: WorkflowEnviro
     )
     # The dev server: on the time-skipping server, queries during a chain of
     # continue-as-new runs time out when the machine is loaded.
-    async with AgentTestEnvironment.start(
-        toolkit=Toolkit(lookup), model=model, env=dev_env
-    ) as env:
+    async with AgentTestEnvironment.start(toolkit=Toolkit(lookup), model=model, env=dev_env) as env:
         chat = await env.start_conversation(
             "Where are A-1 and A-2?",
             options=ConversationOptions(continue_as_new_after_turns=1, idle_timeout=2),
