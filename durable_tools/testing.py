@@ -34,7 +34,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,6 +67,7 @@ __all__ = [
     "call",
     "last_user_text",
     "outputs_since_last_turn",
+    "terminate_running",
 ]
 
 Turn = AssistantMessage | str | Sequence[ToolCall]
@@ -167,6 +168,25 @@ def _test_server_binary() -> str:
     return found
 
 
+async def terminate_running(client: Client, workflow_ids: Iterable[str]) -> None:
+    """Terminate those of `workflow_ids` still running (a test's leftovers).
+
+    On the time-skipping server a leftover workflow's timer would stall time
+    skipping for the next test; on any server it would keep polling workers
+    busy. Conversations already closed, or unknown, are skipped.
+    """
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    for workflow_id in workflow_ids:
+        handle = client.get_workflow_handle(workflow_id)
+        try:
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await handle.terminate("test over")
+        except RPCError:
+            pass
+
+
 async def _register_search_attributes(env: WorkflowEnvironment) -> None:
     # The test server fails every workflow task that upserts an unknown
     # search attribute, and conversations upsert durable-tools' two.
@@ -252,9 +272,8 @@ class AgentTestEnvironment:
             MissingExtra: No `temporal-test-server` binary (the `dev-server`
                 extra) and no `env` given.
         """
-        from temporalio.client import Client, WorkflowExecutionStatus
+        from temporalio.client import Client
         from temporalio.contrib.pydantic import pydantic_data_converter
-        from temporalio.service import RPCError
         from temporalio.testing import WorkflowEnvironment
         from temporalio.worker import Worker
 
@@ -294,13 +313,7 @@ class AgentTestEnvironment:
                 try:
                     yield testing
                 finally:
-                    for workflow_id in testing._handles:
-                        handle = client.get_workflow_handle(workflow_id)
-                        try:
-                            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-                                await handle.terminate("test over")
-                        except RPCError:
-                            pass
+                    await terminate_running(client, testing._handles)
         finally:
             if owned:
                 await env.shutdown()

@@ -38,7 +38,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.mcp import McpServerConfig
 from durable_tools.models.base import Model
-from durable_tools.testing import ScriptedModel
+from durable_tools.testing import ScriptedModel, terminate_running
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem
 from durable_tools.worker.plugin import DurableToolsPlugin
@@ -228,10 +228,4 @@ async def running(
         try:
             yield harness
         finally:
-            for workflow_id in harness.started:
-                handle = client.get_workflow_handle(workflow_id)
-                try:
-                    if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-                        await handle.terminate("test over")
-                except RPCError:
-                    pass
+            await terminate_running(client, harness.started)
