@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_support import started
+from mcp_support import http_test_server, started
 
 from durable_tools.executor import Output
 from durable_tools.mcp import McpServerConfig, McpToolsets
@@ -32,39 +29,12 @@ SERVER = Path(__file__).with_name("mcp_test_server.py")
 TOKEN_ENV = "DT_TEST_LIST_CHANGED_TOKEN"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def http_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The test server over streamable HTTP on 127.0.0.1 (bearer token required)."""
+    """The test server over streamable HTTP (the shared helper), with its token set."""
     monkeypatch.setenv(TOKEN_ENV, "tok-list-changed")
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(SERVER), "http", "--port", str(port), "--token-env", TOKEN_ENV]
-        + ["--log", str(tmp_path / "http.jsonl")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if process.poll() is not None:
-                    raise RuntimeError("the HTTP test server exited") from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the HTTP test server did not listen within 20 s") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(10)
+    with http_test_server(tmp_path / "http.jsonl", TOKEN_ENV) as url:
+        yield url
 
 
 @pytest.fixture(params=["stdio", "http"])
