@@ -20,10 +20,11 @@ import json
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic_core import to_json
 from temporalio import activity
@@ -36,7 +37,10 @@ from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.activities.transcript_cache import TranscriptCache
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
+from durable_tools.approvals import call_digest
 from durable_tools.conversation import (
+    AgentConfig,
+    CallReference,
     ModelRequest,
     ModelTurn,
     ModelTurnRequest,
@@ -72,9 +76,20 @@ TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
 """Tool activities are named `tool.<tool name>`."""
 
 TRANSCRIPT_QUERY: Final[str] = "transcript_slice"
+AGENT_CONFIG_QUERY: Final[str] = "agent_config"
+TOOL_CALL_QUERY: Final[str] = "tool_call"
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+# Bounds of the per-worker memories of recorded-by-reference inputs (entries).
+_MAX_AGENT_CONFIGS: Final[int] = 1024
+_MAX_PLANNED: Final[int] = 16_384
 
 # What `transcript_slice` answers: a page with digests, or a list from older workflow code.
 _TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
+_AGENT_CONFIG_ANSWER: Any = AgentConfig | None
+_TOOL_CALL_ANSWER: Any = ToolCall | None
 
 # Temporal rejects payloads over 2 MiB; stay well below for the whole turn.
 _MAX_TURN_ARGUMENT_BYTES: Final[int] = 1_500_000
@@ -140,6 +155,10 @@ class AgentActivities:
         self.mcp = mcp
         self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
         self.transcripts = transcripts if transcripts is not None else TranscriptCache()
+        # What recorded inputs name instead of holding (issue 12, slim records):
+        # agent configurations by run and name, and the calls this worker planned.
+        self._agent_configs: OrderedDict[tuple[str, str, str], AgentConfig] = OrderedDict()
+        self._planned: OrderedDict[tuple[str, str], ToolCall] = OrderedDict()
 
     def _toolkit(self, name: str) -> Toolkit:
         try:
@@ -173,9 +192,72 @@ class AgentActivities:
             cached = self._with_output[key] = (base, view)
         return cached[1]
 
-    def _resolve(self, request: ModelTurnRequest) -> ResolvedAgent:
+    async def _agent_config(self, request: ModelTurnRequest) -> AgentConfig:
+        """The turn's agent configuration: in the request, or read by name once per run."""
+        if request.agent is not None:
+            return request.agent
+        key = (request.workflow_id, request.run_id, request.agent_name)
+        config = self._agent_configs.get(key)
+        if config is None:
+            handle = activity.client().get_workflow_handle(
+                request.workflow_id, run_id=request.run_id
+            )
+            found: AgentConfig | None = await handle.query(
+                AGENT_CONFIG_QUERY, request.agent_name, result_type=_AGENT_CONFIG_ANSWER
+            )
+            if found is None:
+                raise ApplicationError(
+                    f"the conversation has no agent named {request.agent_name[:200]!r}",
+                    type="ConfigurationError",
+                    non_retryable=True,
+                )
+            config = found
+            _remember(self._agent_configs, key, config, _MAX_AGENT_CONFIGS)
+        return config
+
+    async def _call(self, request: ToolActivityInput) -> ToolCall:
+        """The call to run: in the request, else planned on this worker or read by query.
+
+        Arguments this worker planned are used only when they have the
+        reference's digest (the `arguments_hash` the workflow recorded: the
+        plan may come from an attempt whose result was not recorded); else
+        the workflow's open call is read with the `tool_call` query.
+
+        Raises:
+            ApplicationError: Non-retryable, when the request names neither a
+                call nor a reference, or the conversation has no such open call
+                with that digest.
+        """
+        if request.call is not None:
+            return request.call
+        reference = request.reference
+        if reference is None:
+            raise ApplicationError(
+                "the tool activity's input names no call",
+                type="ConfigurationError",
+                non_retryable=True,
+            )
+        planned = self._planned.get((request.workflow_id, reference.call_id))
+        if planned is not None and _matches(planned, reference):
+            return planned
+        handle = activity.client().get_workflow_handle(request.workflow_id)
+        found: ToolCall | None = await handle.query(
+            TOOL_CALL_QUERY, reference.call_id, result_type=_TOOL_CALL_ANSWER
+        )
+        # The workflow's own open call is the record (histories planned before
+        # `call_digest` hold another hash): its id and name must match.
+        if found is None or (found.call_id, found.name) != (reference.call_id, reference.name):
+            raise ApplicationError(
+                f"the conversation has no open call {reference.call_id[:200]!r} "
+                f"of {reference.name[:200]!r}",
+                type="ConfigurationError",
+                non_retryable=True,
+            )
+        return found
+
+    def _resolve(self, agent_config: AgentConfig) -> ResolvedAgent:
         try:
-            return resolve_agent(request.agent, self.agents)
+            return resolve_agent(agent_config, self.agents)
         except ConfigurationError as exc:
             raise ApplicationError(
                 str(exc), type="ConfigurationError", non_retryable=True
@@ -248,7 +330,8 @@ class AgentActivities:
     async def _model_turn(self, request: ModelTurnRequest) -> ModelTurn:
         if self.mcp is not None:
             await self.mcp.refresh()  # between turns only: a turn sees one tool list
-        agent = self._resolve(request)  # never trusted from history: checked every turn
+        # Never trusted from history: checked against the worker's agents every turn.
+        agent = self._resolve(await self._agent_config(request))
         toolkit = self._agent_toolkit(agent)
         model = self._model(agent.model)
         transcript = await self._transcript(request)
@@ -275,6 +358,10 @@ class AgentActivities:
                 plan = plans[index]
                 failure = failed(plan.call, "input_validation_error", problem)
                 plans[index] = plan.model_copy(update={"kind": "unknown", "failure": failure})
+        for plan in plans:
+            _remember(
+                self._planned, (request.workflow_id, plan.call.call_id), plan.call, _MAX_PLANNED
+            )
         turn = ModelTurn(
             message=message,
             plans=plans,
@@ -310,7 +397,9 @@ class AgentActivities:
                 non_retryable=True,
             )
         request = activity.payload_converter().from_payload(args[0].payload, ToolActivityInput)
-        call = request.call
+        call = await self._call(request)
+        if request.call is None:
+            request = request.model_copy(update={"call": call})
         started = time.monotonic()
         with telemetry.tool_span(
             call.name, call.call_id, info.attempt, request.workflow_id
@@ -342,6 +431,7 @@ class AgentActivities:
 
     async def _tool_call(self, request: ToolActivityInput, attempt: int) -> ToolActivityResult:
         call = request.call
+        assert call is not None  # resolved by `tool_call`
         prepared = prepare_call(self._toolkit(request.toolkit), call)
         if isinstance(prepared, Failure):
             return ToolActivityResult(
@@ -510,3 +600,20 @@ def _bound_arguments(message: AssistantMessage) -> AssistantMessage:
         calls[i] = calls[i].model_copy(update={"arguments": marker})
         total -= size
     return message.model_copy(update={"tool_calls": tuple(calls)})
+
+
+def _remember(memory: OrderedDict[_K, _V], key: _K, value: _V, limit: int) -> None:
+    """Keep `value` under `key`, dropping the least recently kept past `limit` entries."""
+    memory[key] = value
+    memory.move_to_end(key)
+    while len(memory) > limit:
+        memory.popitem(last=False)
+
+
+def _matches(call: ToolCall, reference: CallReference) -> bool:
+    """Whether `call` is the referenced call: same id, name and arguments digest."""
+    return (
+        call.call_id == reference.call_id
+        and call.name == reference.name
+        and call_digest(call.name, call.call_id, call.arguments) == reference.digest
+    )

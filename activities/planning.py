@@ -14,7 +14,11 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from durable_tools.approvals import call_digest
-from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES, ArgumentsError, parse_arguments
+from durable_tools.arguments import (
+    DEFAULT_MAX_ARGUMENT_BYTES,
+    ArgumentsError,
+    summarize_call,
+)
 from durable_tools.conversation import PlannedCall
 from durable_tools.executor import prepare_call
 from durable_tools.results import Failure, ToolCall, failed
@@ -26,27 +30,7 @@ from durable_tools.transcript import TranscriptItem
 
 __all__ = ["plan_calls", "summarize_call"]
 
-_SUMMARY_LIMIT = 120
 _ACTION = TypeAdapter[Any](SignalAction)
-
-
-def summarize_call(call: ToolCall, limit: int = _SUMMARY_LIMIT) -> str:
-    """A readable one-line summary `name(arg=…, …)`, truncated to `limit` characters.
-
-    Args:
-        call: The call.
-        limit: Maximum length in characters (default 120).
-
-    Returns:
-        E.g. `get_weather(city='Paris')`; unparseable arguments are shown raw.
-    """
-    try:
-        args = parse_arguments(call.arguments)
-        inner = ", ".join(f"{k}={v!r}" for k, v in args.items())
-    except ArgumentsError:
-        inner = call.arguments
-    text = f"{call.name}({inner})"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def plan_calls(

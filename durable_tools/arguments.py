@@ -19,11 +19,15 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final, NoReturn, cast
 
+from durable_tools.results import ToolCall
+
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_BYTES",
     "DEFAULT_MAX_DEPTH",
+    "SUMMARY_LIMIT",
     "ArgumentsError",
     "parse_arguments",
+    "summarize_call",
 ]
 
 DEFAULT_MAX_ARGUMENT_BYTES: Final[int] = 1024 * 1024
@@ -172,3 +176,26 @@ def _json_type(value: Any) -> str:
     if isinstance(value, str):
         return "string"
     return "array" if isinstance(value, list) else type(value).__name__
+
+
+SUMMARY_LIMIT: Final[int] = 120
+"""Characters of a call's one-line summary (`summarize_call`)."""
+
+
+def summarize_call(call: ToolCall, limit: int = SUMMARY_LIMIT) -> str:
+    """A readable one-line summary `name(arg=…, …)`, truncated to `limit` characters.
+
+    Args:
+        call: The call.
+        limit: Maximum length in characters (default 120).
+
+    Returns:
+        E.g. `get_weather(city='Paris')`; unparseable arguments are shown raw.
+    """
+    try:
+        args = parse_arguments(call.arguments)
+        inner = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    except ArgumentsError:
+        inner = call.arguments
+    text = f"{call.name}({inner})"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

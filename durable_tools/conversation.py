@@ -10,12 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from durable_tools.approvals import Decision
+from durable_tools.arguments import summarize_call
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
 from durable_tools.results import Failure, ToolCall, ToolResult
@@ -28,6 +39,7 @@ __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "AgentConfig",
     "Answer",
+    "CallReference",
     "CarriedState",
     "ConversationInput",
     "ConversationOptions",
@@ -479,15 +491,34 @@ class ModelTurnRequest(BaseModel):
             the activity returns descriptors only when they differ.
         transcript: The whole transcript, only when
             `ConversationOptions.transcript_in_activity_input` is set.
+        agent_name: The name of the agent configuration in the run's input
+            (`ConversationInput.agents`), set when `agent` is not: the
+            configuration is recorded once per run, in the run's input, and
+            the activity reads it with the `agent_config` query (once per run
+            and worker: it is cached).
+
+    Exactly one of `agent` and `agent_name` is set (`agent`: requests recorded
+    before configurations were read by name, and loops embedded in another
+    workflow, which cannot be queried by these names).
     """
 
     workflow_id: str
     run_id: str
     turn: int
     upto: int
-    agent: AgentConfig
+    agent: AgentConfig | None = None
     known_digest: str = ""
     transcript: list[TranscriptItem] | None = None
+    agent_name: str = ""
+
+
+_MISSING = object()
+_EMPTY_PLAN_DEFAULTS: dict[str, Any] = {
+    name: field.get_default(call_default_factory=True)
+    for name, field in PlannedCall.model_fields.items()
+    if not field.is_required() and field.get_default(call_default_factory=True) in (None, [], False)
+}
+"""`PlannedCall` fields whose default is empty: left out of a recorded turn when empty."""
 
 
 class ModelTurn(BaseModel):
@@ -511,6 +542,71 @@ class ModelTurn(BaseModel):
     digest: str = ""
     model: str = ""
     toolkit: str = ""
+
+    # Each call's arguments are recorded once (issue 12, "slim per-turn
+    # records"): a plan whose call is the message's call of the same id is
+    # serialized with `call_id` alone and gets its call back from the message
+    # when decoded. Histories recorded before this hold whole calls: they
+    # decode as they are.
+
+    @model_serializer(mode="wrap")
+    def _calls_once(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        calls = {call.call_id: call for call in self.message.tool_calls}
+        plans = cast(list[dict[str, Any]], data.get("plans") or [])
+        for plan, planned in zip(plans, self.plans, strict=True):
+            if calls.get(planned.call.call_id) == planned.call:
+                del plan["call"]
+                plan["call_id"] = planned.call.call_id
+                if planned.summary == summarize_call(planned.call):
+                    del plan["summary"]  # made again from the call when decoded
+            for name in [n for n, v in plan.items() if v is None or v == [] or v is False]:
+                if _EMPTY_PLAN_DEFAULTS.get(name, _MISSING) == plan[name]:
+                    del plan[name]  # decoded back to its default
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _calls_from_message(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cast(dict[str, Any], data)
+        plans, message = fields.get("plans"), fields.get("message")
+        if not isinstance(plans, list) or not any(
+            isinstance(p, dict) and "call" not in p for p in cast(list[Any], plans)
+        ):
+            return fields
+        if isinstance(message, AssistantMessage):
+            raw_calls: list[Any] = list(message.tool_calls)
+        elif isinstance(message, dict):
+            raw_calls = list(cast(dict[str, Any], message).get("tool_calls") or [])
+        else:
+            return fields  # validation reports the message itself
+        calls: dict[Any, Any] = {}
+        for call in raw_calls:
+            key = (
+                call.call_id
+                if isinstance(call, ToolCall)
+                else (cast(dict[str, Any], call).get("call_id") if isinstance(call, dict) else None)
+            )
+            calls.setdefault(key, call)
+        resolved: list[Any] = []
+        for plan in cast(list[Any], plans):
+            if isinstance(plan, dict) and "call" not in plan:
+                fields_of_plan = dict(cast(dict[str, Any], plan))
+                call_id = fields_of_plan.pop("call_id", None)
+                if isinstance(call_id, str) and call_id in calls:
+                    fields_of_plan["call"] = call = calls[call_id]
+                    if "summary" not in fields_of_plan:
+                        try:
+                            fields_of_plan["summary"] = summarize_call(
+                                ToolCall.model_validate(call)
+                            )
+                        except ValidationError:
+                            pass  # validation reports the call itself
+                plan = fields_of_plan  # a plan naming no call fails validation
+            resolved.append(plan)
+        return {**fields, "plans": resolved}
 
 
 class ModelRequest(BaseModel):
@@ -545,6 +641,22 @@ class ModelRequest(BaseModel):
         return handler(value)
 
 
+class CallReference(BaseModel):
+    """A tool call named without its arguments (`ToolActivityInput.reference`).
+
+    Attributes:
+        call_id: The call's id.
+        name: The tool name.
+        digest: `durable_tools.approvals.call_digest(name, call_id, arguments)`,
+            the planned call's `arguments_hash`: arguments found elsewhere are
+            used only when they have this digest.
+    """
+
+    call_id: str
+    name: str
+    digest: str
+
+
 class ToolActivityInput(BaseModel):
     """Input of a tool activity (activity type `tool.<name>`).
 
@@ -556,13 +668,20 @@ class ToolActivityInput(BaseModel):
             worker restarts and continue-as-new.
         max_result_bytes: Results larger than this (JSON bytes) become Failure
             `output_too_large` instead of an oversized payload.
+        reference: The call without its arguments, set instead of `call`: the
+            arguments are recorded once, in the model turn's result, and the
+            activity takes them from what its worker planned or from the
+            `tool_call` query, checked against `reference.digest`.
+
+    Exactly one of `call` and `reference` is set.
     """
 
     toolkit: str
-    call: ToolCall
+    call: ToolCall | None = None
     workflow_id: str
     idempotency_key: str
     max_result_bytes: int = 1_500_000
+    reference: CallReference | None = None
 
 
 class CarriedState(BaseModel):

@@ -55,7 +55,9 @@ with workflow.unsafe.imports_passed_through():
         approver_problem,
     )
     from durable_tools.conversation import (
+        AgentConfig,
         Answer,
+        CallReference,
         CarriedState,
         ConversationInput,
         ConversationResult,
@@ -406,16 +408,18 @@ class AgentWorkflow:
         number = self._turns + 1
         self._state = "model"
         info = workflow.info()
+        inline = self._options.transcript_in_activity_input
+        # The configuration is in this run's input: recorded once per run,
+        # read by name (`agent_config` query) unless the loop cannot be queried.
         request = ModelTurnRequest(
             workflow_id=info.workflow_id,
             run_id=info.run_id,
             turn=number,
             upto=len(self._transcript),
-            agent=agent,
+            agent=agent if inline else None,
+            agent_name="" if inline else self._agent,
             known_digest=self._digest,
-            transcript=list(self._transcript)
-            if self._options.transcript_in_activity_input
-            else None,
+            transcript=list(self._transcript) if inline else None,
         )
         return await workflow.execute_activity(
             MODEL_TURN_ACTIVITY,
@@ -569,7 +573,15 @@ class AgentWorkflow:
                 TOOL_ACTIVITY_PREFIX + call.name,
                 ToolActivityInput(
                     toolkit=toolkit,
-                    call=call,
+                    # The arguments are recorded once, in the model turn's
+                    # result: the activity finds them by reference (the
+                    # `tool_call` query) unless the loop cannot be queried.
+                    call=call if self._options.transcript_in_activity_input else None,
+                    reference=None
+                    if self._options.transcript_in_activity_input
+                    else CallReference(
+                        call_id=call.call_id, name=call.name, digest=plan.arguments_hash
+                    ),
                     workflow_id=info.workflow_id,
                     idempotency_key=f"{info.workflow_id}/{call.call_id}",
                 ),
@@ -1108,19 +1120,29 @@ class AgentWorkflow:
             raise ApplicationError(clean_text(reason), type="DecisionRejected", non_retryable=True)
 
     @workflow.query(dynamic=True)
-    def _query(self, name: str, args: Sequence[RawValue]) -> list[TranscriptItem] | TranscriptPage:
-        """Route the `transcript_slice` query; an undecodable argument reads the first page.
+    def _query(
+        self, name: str, args: Sequence[RawValue]
+    ) -> list[TranscriptItem] | TranscriptPage | AgentConfig | ToolCall | None:
+        """Route the activities' queries: `transcript_slice`, `agent_config`, `tool_call`.
 
-        An argument with `known_digest` gets a `TranscriptPage`, any other a list.
+        `transcript_slice`: an argument with `known_digest` gets a
+        `TranscriptPage`, any other a list; an undecodable argument reads the
+        first page. `agent_config` (argument: a name) answers this run's
+        configuration of that agent, `tool_call` (argument: a call id) the
+        open call of that id; either answers `None` for what it does not have.
 
         Raises:
             ApplicationError: For a query name this workflow does not have
                 (the query fails, the workflow does not).
         """
+        if name == "agent_config":
+            return self._input.agents.get(_text_argument(args))
+        if name == "tool_call":
+            return self._open.get(_text_argument(args))
         if name != "transcript_slice":
             raise ApplicationError(
                 f"no query named {clean_text(name, 100)!r}; known queries: "
-                "history, pending, status, transcript_slice",
+                "agent_config, history, pending, status, tool_call, transcript_slice",
                 type="UnknownQuery",
             )
         request = decode_input(args, TranscriptSlice, workflow.payload_converter())
@@ -1295,3 +1317,14 @@ def _after_turns(args: Sequence[Any]) -> int:
     fields = cast(dict[str, Any], first) if isinstance(first, dict) else {}
     value = fields.get("after_turns")
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _text_argument(args: Sequence[RawValue]) -> str:
+    """The one string argument of a query, `""` for anything else (never raises)."""
+    if len(args) != 1:
+        return ""
+    try:
+        value: Any = workflow.payload_converter().from_payload(args[0].payload, str)
+    except Exception:
+        return ""
+    return value if isinstance(value, str) else ""

@@ -231,6 +231,10 @@ async def test_transcript_slice_never_fails_because_of_its_argument(harness: Har
         "transcript_slice", json_raw({"upto": 1}), result_type=list[TranscriptItem]
     )
     assert first == everything[:1]
+    # The activities' look-ups answer null for whatever they cannot use.
+    for name in ("agent_config", "tool_call"):
+        for args in [*BAD_INPUTS.values(), [raw("garbage/x", b"\xff")], [json_raw(["x"])]]:
+            assert await handle.query(name, args=args) is None
     # Queries without input ignore what they are given.
     status = await handle.query("status", json_raw({"x": 1}))
     assert status["state"] == "idle"
@@ -284,7 +288,17 @@ def raw_values(draw: st.DrawFn) -> RawValue:
 deliveries = st.lists(
     st.tuples(
         st.sampled_from(
-            ["decide", "answer", "send", "resume", "decide_now", "answer_now", "transcript_slice"]
+            [
+                "decide",
+                "answer",
+                "send",
+                "resume",
+                "decide_now",
+                "answer_now",
+                "transcript_slice",
+                "agent_config",
+                "tool_call",
+            ]
         ),
         st.lists(raw_values(), max_size=3),
     ),
@@ -307,6 +321,9 @@ async def _deliver(harness: Harness, batch: list[tuple[str, list[RawValue]]]) ->
                 await handle.execute_update(name, args=args)
         elif name == "transcript_slice":
             await handle.query("transcript_slice", args=args, result_type=list[TranscriptItem])
+        elif name in ("agent_config", "tool_call"):
+            # Nothing such a query cannot name: an answer, never a failure.
+            await handle.query(name, args=args)
         else:
             await handle.signal(name, args=args)
     await approve_and_finish(harness, wf, digest)

@@ -1,0 +1,197 @@
+"""Slim per-turn records (issue 12, item 2), on the dev server.
+
+Each call's arguments are recorded once (in the model turn's result), the
+agent configuration once per run (in the run's input); the tool activity finds
+the arguments on the worker that planned them, or by the `tool_call` query on
+a worker that did not, and the model activity reads the configuration by the
+`agent_config` query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from durable_tools import Toolkit, tool
+from durable_tools.client import Conversations
+from durable_tools.conversation import (
+    AgentConfig,
+    ConversationOptions,
+    ModelTurn,
+    PendingApproval,
+    PlannedCall,
+)
+from durable_tools.results import ToolCall
+from durable_tools.testing import ScriptedModel, call
+from durable_tools.transcript import AssistantMessage, ToolCallOutput
+from durable_tools.worker.plugin import DurableToolsPlugin
+
+MARKER = "needle-7f3a"
+INSTRUCTIONS = "instructions-b91e " * 20
+
+
+@tool(retry=1)
+async def shout(text: str) -> str:
+    """Return the text in capitals.
+
+    Args:
+        text: Any text.
+    """
+    return text.upper()
+
+
+@tool(needs_approval=True)
+async def guarded_shout(text: str) -> str:
+    """Return the text in capitals, once a person approves.
+
+    Args:
+        text: Any text.
+    """
+    return text.upper()
+
+
+def _payloads(message: Message, *, skip: str = "user_metadata") -> list[Payload]:
+    """Every payload a history event holds (inputs, results, headers), except `skip`."""
+    if isinstance(message, Payload):
+        return [message]
+    found: list[Payload] = []
+    for field, value in message.ListFields():
+        if field.name == skip or field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            values = list(value.values())
+        elif field.is_repeated:
+            values = list(value)
+        else:
+            values = [value]
+        for item in values:
+            if isinstance(item, Message):
+                found += _payloads(item, skip=skip)
+    return found
+
+
+async def _occurrences(env: WorkflowEnvironment, workflow_id: str, needle: str) -> int:
+    history = await env.client.get_workflow_handle(workflow_id).fetch_history()
+    return sum(
+        payload.data.decode(errors="replace").count(needle)
+        for event in history.events
+        for payload in _payloads(event)
+    )
+
+
+def _plugin(model: ScriptedModel) -> DurableToolsPlugin:
+    return DurableToolsPlugin(
+        toolkits={"default": Toolkit(shout, guarded_shout)},
+        models={"model": model},
+        search_attributes=False,
+    )
+
+
+def _client(env: WorkflowEnvironment, plugin: DurableToolsPlugin) -> Client:
+    config = env.client.config()
+    config["plugins"] = [plugin]
+    return Client(**config)
+
+
+def _start_options() -> dict[str, Any]:
+    return {
+        "agent": AgentConfig(model="model", toolkit="default", instructions=INSTRUCTIONS),
+        "message": "go",
+        "options": ConversationOptions(idle_timeout=0.5, search_attributes=False),
+    }
+
+
+async def test_arguments_and_configuration_are_recorded_once(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    model = ScriptedModel([[call("c1", "shout", text=MARKER)], "done"])
+    client = _client(dev_env, _plugin(model))
+    workflow_id = f"slim-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue):
+        handle = await Conversations(client, task_queue=task_queue).start(
+            workflow_id, **_start_options()
+        )
+        await handle.result()
+    # The tool ran with the arguments it was never sent, and the model saw them.
+    outputs = [o for o in model.requests[1].transcript if isinstance(o, ToolCallOutput)]
+    assert [(o.call_id, o.content) for o in outputs] == [("c1", "NEEDLE-7F3A")]
+    assert await _occurrences(dev_env, workflow_id, MARKER) == 1
+    # Beside it, one display copy: the tool activity's summary (at most 120 characters).
+    history = await dev_env.client.get_workflow_handle(workflow_id).fetch_history()
+    summaries = [
+        p.data.decode()
+        for e in history.events
+        for p in _payloads(e, skip="")
+        if MARKER in p.data.decode(errors="replace")
+    ]
+    assert len(summaries) == 2
+    # Two model turns, one run: the instructions are in the run's input only.
+    assert len(model.requests) == 2
+    assert all(r.instructions == INSTRUCTIONS for r in model.requests)
+    assert await _occurrences(dev_env, workflow_id, "instructions-b91e") == 20
+
+
+async def test_a_worker_that_did_not_plan_the_call_reads_it_by_query(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    model = ScriptedModel([[call("g1", "guarded_shout", text=MARKER)], "done"])
+    workflow_id = f"slim-{uuid.uuid4()}"
+    first = _client(dev_env, _plugin(model))
+    conversations = Conversations(first, task_queue=task_queue)
+    async with Worker(first, task_queue=task_queue):
+        handle = await conversations.start(workflow_id, **_start_options())
+        pending = await _approval(conversations, workflow_id)
+    # A new worker: no memory of the planned call, nor of the configuration.
+    second = _client(dev_env, _plugin(model))
+    async with Worker(second, task_queue=task_queue):
+        await Conversations(second, task_queue=task_queue).approve(
+            workflow_id, pending.call_id, arguments_hash=pending.arguments_hash, decided_by="t"
+        )
+        result = await handle.result()
+    assert result.status == "idle_timeout"
+    outputs = [o for o in model.requests[1].transcript if isinstance(o, ToolCallOutput)]
+    assert [(o.call_id, o.content, o.is_error) for o in outputs] == [("g1", "NEEDLE-7F3A", False)]
+    assert await _occurrences(dev_env, workflow_id, MARKER) == 1
+
+
+async def _approval(conversations: Conversations, workflow_id: str) -> PendingApproval:
+    for _ in range(200):
+        pending = await conversations.pending(workflow_id)
+        if pending.approvals:
+            return pending.approvals[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError("no approval became pending")
+
+
+def test_a_recorded_turn_names_each_call_once() -> None:
+    first = ToolCall(call_id="a", name="shout", arguments=json.dumps({"text": MARKER}))
+    other = ToolCall(call_id="b", name="shout", arguments="{}")
+    turn = ModelTurn(
+        message=AssistantMessage(tool_calls=(first, other)),
+        plans=[
+            PlannedCall(call=first, kind="local", arguments_hash="h1", summary="s"),
+            # A plan whose call differs from the message's keeps it whole.
+            PlannedCall(
+                call=other.model_copy(update={"arguments": '{"x": 1}'}),
+                kind="unknown",
+                arguments_hash="h2",
+                summary="s",
+            ),
+        ],
+    )
+    recorded = turn.model_dump_json()
+    assert recorded.count("needle-7f3a") == 1
+    assert ModelTurn.model_validate_json(recorded) == turn
+    # A turn recorded before (whole calls in the plans) decodes as it is.
+    legacy = turn.model_dump(mode="json", round_trip=True)
+    legacy["plans"][0]["call"] = first.model_dump(mode="json")
+    legacy["plans"][0].pop("call_id")
+    assert ModelTurn.model_validate(legacy) == turn
