@@ -35,12 +35,13 @@ from temporalio.exceptions import ApplicationError
 from durable_tools import telemetry
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
-from durable_tools.activities.transcript_cache import TranscriptCache
+from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
 from durable_tools.approvals import call_digest
 from durable_tools.conversation import (
     AgentConfig,
     CallReference,
+    DeltaEntry,
     ModelRequest,
     ModelTurn,
     ModelTurnRequest,
@@ -61,7 +62,7 @@ from durable_tools.results import Failure, Ok, ToolCall, failed
 from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
-from durable_tools.transcript import AssistantMessage, TranscriptItem
+from durable_tools.transcript import AssistantMessage, TranscriptItem, to_tool_call_output
 from durable_tools.transcript_digest import CheckedTranscript
 
 if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
@@ -159,6 +160,7 @@ class AgentActivities:
         # agent configurations by run and name, and the calls this worker planned.
         self._agent_configs: OrderedDict[tuple[str, str, str], AgentConfig] = OrderedDict()
         self._planned: OrderedDict[tuple[str, str], ToolCall] = OrderedDict()
+        self.produced = ProducedItems()
 
     def _toolkit(self, name: str) -> Toolkit:
         try:
@@ -293,6 +295,16 @@ class AgentActivities:
         """
         if request.transcript is not None:
             return request.transcript
+        if request.delta is not None:
+            produced, workflow_id = self.produced, request.workflow_id
+            found = self.transcripts.extend_by_delta(
+                workflow_id,
+                request.run_id,
+                request.delta,
+                lambda entry: produced.find(workflow_id, entry),
+            )
+            if found is not None:
+                return found
         handle = activity.client().get_workflow_handle(request.workflow_id, run_id=request.run_id)
 
         async def query(arg: TranscriptSlice) -> TranscriptPage | list[TranscriptItem]:
@@ -362,6 +374,7 @@ class AgentActivities:
             _remember(
                 self._planned, (request.workflow_id, plan.call.call_id), plan.call, _MAX_PLANNED
             )
+        self.produced.remember(request.workflow_id, DeltaEntry(turn=request.turn), message)
         turn = ModelTurn(
             message=message,
             plans=plans,
@@ -419,6 +432,11 @@ class AgentActivities:
                 await _publish_attempt_failure(call, info.attempt, reason)
                 raise
             result = out.result
+            # The output the workflow appends: the next model turn on this
+            # worker reads it from here (`TranscriptDelta`), not by query.
+            self.produced.remember(
+                request.workflow_id, DeltaEntry(call_id=call.call_id), to_tool_call_output(result)
+            )
             outcome = "ok" if isinstance(result, Ok) else result.kind
             telemetry.finish_tool_span(
                 span,
@@ -517,6 +535,8 @@ async def _traced_model_call(model: Model, request: ModelRequest) -> AssistantMe
 async def _heartbeating() -> AsyncGenerator[None]:
     """Heartbeat every third of the activity's heartbeat timeout until the block ends.
 
+    The first heartbeat is sent a third of the timeout after the start.
+
     Without heartbeats, a worker lost during a provider request is noticed
     only when the start-to-close timeout (`model_timeout`, 300 s) passes.
     """
@@ -527,9 +547,11 @@ async def _heartbeating() -> AsyncGenerator[None]:
     interval = max(timeout.total_seconds() / 3, 0.05)
 
     async def beat() -> None:
+        # Not at once: the start is proof of life enough, and a turn shorter
+        # than `interval` (most) then costs the server no heartbeat at all.
         while True:
-            activity.heartbeat()
             await asyncio.sleep(interval)
+            activity.heartbeat()
 
     task = asyncio.create_task(beat())
     try:

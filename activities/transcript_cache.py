@@ -17,6 +17,17 @@ holds itself and compares it with the workflow's. Should they ever differ (an
 item whose JSON does not survive a round trip), the items read are still used
 (they are the workflow's), but not kept.
 
+Most turns need no query at all: the model activity's input carries a
+`TranscriptDelta`, the items appended since the run's previous model turn,
+naming by reference those an activity returned (the previous assistant
+message, the tool outputs) and giving the others whole (user messages,
+outputs the workflow made). A worker that ran those activities remembers what
+they returned (`ProducedItems`) and rebuilds the new items from it; it uses
+them only when the chained digest it computes is the one the workflow sent,
+and queries otherwise. A query costs a round trip through the server and a
+workflow activation: about 4 ms of worker CPU and 5 ms of server CPU per turn
+on the benchmark's machine, doubling what bare Temporal spends per turn.
+
 A workflow running code from before this change ignores `known_digest` and
 answers a list; the activity then reads the whole transcript in pages, as
 before, and keeps nothing.
@@ -32,7 +43,7 @@ from typing import Final
 
 from temporalio.exceptions import ApplicationError
 
-from durable_tools.conversation import TranscriptPage, TranscriptSlice
+from durable_tools.conversation import DeltaEntry, TranscriptDelta, TranscriptPage, TranscriptSlice
 from durable_tools.transcript import AssistantMessage, TranscriptItem
 from durable_tools.transcript_digest import (
     EMPTY_DIGEST,
@@ -47,6 +58,7 @@ __all__ = [
     "QUERY_PAGE_BYTES",
     "CacheStats",
     "CachedTranscript",
+    "ProducedItems",
     "TranscriptCache",
     "TranscriptQuery",
 ]
@@ -97,6 +109,10 @@ class CacheStats:
         inconsistent: Reads whose items' digest, computed here, differed from
             the workflow's (used, not kept).
         queries: `transcript_slice` queries sent.
+        delta_hits: Reads answered from a `TranscriptDelta` and what this
+            worker's activities returned, without a query.
+        delta_mismatches: Deltas rebuilt here whose digest was not the
+            workflow's (then read by query).
     """
 
     hits: int = 0
@@ -106,6 +122,75 @@ class CacheStats:
     legacy_reads: int = 0
     inconsistent: int = 0
     queries: int = 0
+    delta_hits: int = 0
+    delta_mismatches: int = 0
+
+
+class ProducedItems:
+    """What a worker's activities returned, as transcript items, by conversation.
+
+    The model activity remembers each assistant message under its turn, the
+    tool activity each output under its call id; a later model turn on this
+    worker finds them for its `TranscriptDelta` instead of querying. Bounded
+    by `max_bytes` of item content (least recently remembered out first);
+    a single item over a quarter of it is not remembered.
+
+    Args:
+        max_bytes: Bound on the remembered items' approximate size in bytes
+            (default 64 MiB).
+    """
+
+    def __init__(self, *, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, str], tuple[TranscriptItem, int]] = OrderedDict()
+        self._bytes = 0
+
+    @staticmethod
+    def _key(entry: DeltaEntry) -> str | None:
+        if entry.turn is not None:
+            return f"turn:{entry.turn}"
+        if entry.call_id is not None:
+            return f"call:{entry.call_id}"
+        return None
+
+    def remember(self, workflow_id: str, entry: DeltaEntry, item: TranscriptItem) -> None:
+        """Keep `item`, what the activity named by `entry` (a turn or a call id) returned."""
+        key = self._key(entry)
+        if key is None:
+            return
+        size = _approximate_size(item)
+        self.forget(workflow_id, entry)
+        if size > self.max_bytes // 4:
+            return
+        self._items[(workflow_id, key)] = (item, size)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, (_, evicted) = self._items.popitem(last=False)
+            self._bytes -= evicted
+
+    def forget(self, workflow_id: str, entry: DeltaEntry) -> None:
+        """Drop what is remembered for `entry`, if anything."""
+        key = self._key(entry)
+        found = self._items.pop((workflow_id, key), None) if key is not None else None
+        if found is not None:
+            self._bytes -= found[1]
+
+    def find(self, workflow_id: str, entry: DeltaEntry) -> TranscriptItem | None:
+        """The remembered item for `entry`, or `None`."""
+        key = self._key(entry)
+        found = self._items.get((workflow_id, key)) if key is not None else None
+        return found[0] if found is not None else None
+
+
+def _approximate_size(item: TranscriptItem) -> int:
+    """Bytes of an item's text fields: a cheap bound for `ProducedItems`."""
+    if isinstance(item, AssistantMessage):
+        return (
+            256
+            + len(item.text)
+            + sum(len(c.arguments) + len(c.name) + len(c.call_id) for c in item.tool_calls)
+        )
+    return 256 + len(getattr(item, "content", "") or getattr(item, "text", "") or "")
 
 
 class TranscriptCache:
@@ -162,6 +247,63 @@ class TranscriptCache:
         entry = self._entries.pop((workflow_id, run_id), None)
         if entry is not None:
             self._bytes -= entry.size
+
+    def extend_by_delta(
+        self,
+        workflow_id: str,
+        run_id: str,
+        delta: TranscriptDelta,
+        resolve: Callable[[DeltaEntry], TranscriptItem | None],
+    ) -> list[TranscriptItem] | None:
+        """Items `[0, delta.start + len(delta.entries))` without a query, or `None`.
+
+        Uses the cached prefix when it is exactly `[0, delta.start)` with
+        `delta.start_digest` (or already the whole of it, with `delta.digest`:
+        a retried turn), or nothing cached and `delta.start == 0`; each entry
+        is the item it gives or what `resolve` finds for it. The result is
+        used and kept only when its digest, computed here, is `delta.digest`.
+
+        Args:
+            workflow_id: The run's workflow id.
+            run_id: The run's id.
+            delta: The model activity's `TranscriptDelta`.
+            resolve: Finds an entry given by reference (what this worker's
+                activities returned), `None` when it has none.
+
+        Returns:
+            The transcript, or `None` when any of that fails: then `read`.
+        """
+        entry = self.get(workflow_id, run_id)
+        end = delta.start + len(delta.entries)
+        if entry is None and delta.start == 0:
+            entry = CachedTranscript(items=(), digest=EMPTY_DIGEST, size=0, call_ids=frozenset())
+        if entry is None:
+            return None
+        if len(entry.items) == end and entry.digest == delta.digest:
+            self.stats.delta_hits += 1
+            return CheckedTranscript(entry.items, entry.call_ids)
+        if len(entry.items) != delta.start or entry.digest != delta.start_digest:
+            return None
+        items = list(entry.items)
+        digest, size = entry.digest, entry.size
+        call_ids = set[str]()
+        for part in delta.entries:
+            item = part.item if part.item is not None else resolve(part)
+            if item is None:
+                return None
+            encoded = item_json(item)
+            digest = extend_digest(digest, encoded)
+            size += len(encoded)
+            if isinstance(item, AssistantMessage):
+                call_ids.update(c.call_id for c in item.tool_calls)
+            items.append(item)
+        if digest != delta.digest:  # e.g. remembered from an attempt not recorded
+            self.stats.delta_mismatches += 1
+            return None
+        all_ids = entry.call_ids | call_ids if call_ids else entry.call_ids
+        self.stats.delta_hits += 1
+        self.put(workflow_id, run_id, CachedTranscript(tuple(items), digest, size, all_ids))
+        return CheckedTranscript(items, all_ids)
 
     async def read(
         self,

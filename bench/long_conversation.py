@@ -102,6 +102,7 @@ class Measured:
     turn_bytes: list[int] = field(default_factory=list[int])  # per model turn, from turn 1
     model_ms: list[float] = field(default_factory=list[float])  # per model turn
     largest_carry: int = 0
+    queries: int | None = None  # transcript_slice queries the model activity sent
 
 
 def _server_cpu(pid: int | None) -> float | None:
@@ -208,6 +209,7 @@ async def run_ours(
         cpu,
         None if server_cpu is None or end_server is None else end_server - server_cpu,
     )
+    measured.queries = plugin.agent_activities.transcripts.stats.queries
     assert handle.first_execution_run_id is not None
     return _analyse(measured, await _runs(client, workflow_id, handle.first_execution_run_id))
 
@@ -310,6 +312,7 @@ def report(ours: Measured, bare: Measured, extra: Sequence[Measured], size: int)
             f"{statistics.median(t_last):.1f} ms, "
             f"worker CPU {m.worker_cpu / n * 1000:.2f} ms/turn, server CPU {server}/turn, "
             f"largest carry {m.largest_carry / 1024:.0f} KiB"
+            + ("" if m.queries is None else f", {m.queries} transcript queries")
         )
 
 

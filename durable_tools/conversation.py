@@ -46,6 +46,7 @@ __all__ = [
     "ConversationResult",
     "ConversationStatus",
     "DecisionReceipt",
+    "DeltaEntry",
     "ModelFailure",
     "ModelRequest",
     "ModelRetry",
@@ -61,6 +62,7 @@ __all__ = [
     "SendMessage",
     "ToolActivityInput",
     "ToolActivityResult",
+    "TranscriptDelta",
     "TranscriptPage",
     "TranscriptSlice",
     "TurnOutcome",
@@ -476,6 +478,46 @@ class TranscriptPage(BaseModel):
     length: int = 0
 
 
+class DeltaEntry(BaseModel):
+    """One item of a `TranscriptDelta`: the item itself, or where the worker finds it.
+
+    Exactly one field is set.
+
+    Attributes:
+        item: The item, for what no activity returned (user messages,
+            outputs the workflow made: denials, expiries, signal tools).
+        turn: The assistant message the model activity returned for this
+            model turn (from 1).
+        call_id: The output of this call, as its tool activity returned it.
+    """
+
+    item: TranscriptItem | None = None
+    turn: int | None = None
+    call_id: str | None = None
+
+
+class TranscriptDelta(BaseModel):
+    """The items appended since the previous model turn of the run, mostly by reference.
+
+    A worker that holds the run's items `[0, start)` with digest
+    `start_digest` (`durable_tools.transcript_digest`) and remembers what
+    its own activities returned rebuilds items `[start, start + len(entries))`
+    without a query; it uses them only when the whole prefix then has
+    `digest`, and reads with the `transcript_slice` query otherwise.
+
+    Attributes:
+        start: Index of the first item of the delta.
+        start_digest: Digest of items `[0, start)`.
+        entries: One entry per item.
+        digest: Digest of items `[0, start + len(entries))`.
+    """
+
+    start: int
+    start_digest: str
+    entries: list[DeltaEntry]
+    digest: str
+
+
 class ModelTurnRequest(BaseModel):
     """Input of the model activity (small: it never holds the transcript).
 
@@ -496,6 +538,9 @@ class ModelTurnRequest(BaseModel):
             configuration is recorded once per run, in the run's input, and
             the activity reads it with the `agent_config` query (once per run
             and worker: it is cached).
+        delta: The items appended since the run's previous model turn, by
+            reference where an activity returned them, so a worker that ran
+            the previous turn needs no query (`None`: read by query).
 
     Exactly one of `agent` and `agent_name` is set (`agent`: requests recorded
     before configurations were read by name, and loops embedded in another
@@ -510,6 +555,7 @@ class ModelTurnRequest(BaseModel):
     known_digest: str = ""
     transcript: list[TranscriptItem] | None = None
     agent_name: str = ""
+    delta: TranscriptDelta | None = None
 
 
 _MISSING = object()

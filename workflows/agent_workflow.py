@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationResult,
         ConversationStatus,
         DecisionReceipt,
+        DeltaEntry,
         ModelFailure,
         ModelTurn,
         ModelTurnRequest,
@@ -75,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         SendMessage,
         ToolActivityInput,
         ToolActivityResult,
+        TranscriptDelta,
         TranscriptPage,
         TranscriptSlice,
         TurnOutcome,
@@ -152,6 +154,9 @@ _UNKNOWN = "unknown"
 # Temporal rejects a continue-as-new input over 2 MiB (the workflow task fails
 # and is retried forever); a larger carried state stays in the current run.
 _MAX_CARRY_BYTES = 2_000_000
+# A model turn's `TranscriptDelta` gives at most this many bytes of items whole
+# (user messages, outputs the workflow made); past it the activity queries.
+_MAX_DELTA_INLINE_BYTES = 64 * 1024
 
 
 def _seconds(value: float) -> str:
@@ -214,8 +219,15 @@ class AgentWorkflow:
         self._model_failed: ModelFailure | None = None
         self._retry_requested = False
         self._carry_too_large = False
-        # Read by queries only (`transcript_page`): never changes what the loop does.
+        # Digests of the transcript's prefixes, for `transcript_page` and the
+        # model activity's `TranscriptDelta`: a function of the transcript alone.
         self._prefix_digests = PrefixDigests()
+        # The delta of the next model turn starts at `_delta_from` (None: no
+        # delta, e.g. a carried transcript the worker may not hold); items
+        # an activity returned are named by `_sources[index]`.
+        self._delta_from: int | None = None if state.transcript else 0
+        self._sources: dict[int, DeltaEntry] = {}
+        self._produced_calls: set[str] = set()
         # `run_agent` sets it before calling __init__: the loop runs inside
         # another workflow (no continue-as-new, no event stream of its own).
         self.embedded: bool = getattr(self, "embedded", False)
@@ -301,6 +313,7 @@ class AgentWorkflow:
                 )
                 turn = await self._model_turn()
                 self._transcript.append(turn.message)
+                self._sources[len(self._transcript) - 1] = DeltaEntry(turn=self._turns)
                 self._event(
                     "turn_finished",
                     turn=self._turns,
@@ -420,6 +433,7 @@ class AgentWorkflow:
             agent_name="" if inline else self._agent,
             known_digest=self._digest,
             transcript=list(self._transcript) if inline else None,
+            delta=None if inline else self._transcript_delta(),
         )
         return await workflow.execute_activity(
             MODEL_TURN_ACTIVITY,
@@ -434,6 +448,36 @@ class AgentWorkflow:
             summary=f"{agent.name}: {agent.model}, turn {number}"
             if agent.model
             else f"{agent.name}, turn {number}",
+        )
+
+    def _transcript_delta(self) -> TranscriptDelta | None:
+        """The items since the previous model turn, by reference where an activity made them.
+
+        `None` when a delta would record much that history already holds
+        (items given whole over `_MAX_DELTA_INLINE_BYTES`) or the run has not
+        sent one yet over a carried transcript: the activity then queries.
+        """
+        start, end = self._delta_from, len(self._transcript)
+        self._delta_from = end
+        sources, self._sources = self._sources, {}
+        if start is None or start > end:
+            return None
+        digests, transcript = self._prefix_digests, self._transcript
+        entries: list[DeltaEntry] = []
+        inline = 0
+        for index in range(start, end):
+            source = sources.get(index)
+            if source is None:
+                inline += digests.size(transcript, index)
+                if inline > _MAX_DELTA_INLINE_BYTES:
+                    return None
+                source = DeltaEntry(item=transcript[index])
+            entries.append(source)
+        return TranscriptDelta(
+            start=start,
+            start_digest=digests.digest(transcript, start),
+            entries=entries,
+            digest=digests.digest(transcript, end),
         )
 
     async def _wait_after_model_failure(self, error: ActivityError) -> None:
@@ -548,6 +592,9 @@ class AgentWorkflow:
         self._answered.add(result.call_id)
         self._open.pop(result.call_id, None)
         self._transcript.append(to_tool_call_output(result))
+        if result.call_id in self._produced_calls:  # as its tool activity returned it
+            self._produced_calls.discard(result.call_id)
+            self._sources[len(self._transcript) - 1] = DeltaEntry(call_id=result.call_id)
         outcome = "ok" if isinstance(result, Ok) else result.kind
         telemetry.record_tool_call(result.tool, outcome)
         self._event("tool_call_finished", call_id=result.call_id, tool=result.tool, outcome=outcome)
@@ -605,6 +652,7 @@ class AgentWorkflow:
                 ),
                 summary=plan.summary,
             )
+            self._produced_calls.add(call.call_id)
             return out.result
         except ActivityError as exc:
             return self._activity_failure(plan, exc)

@@ -25,7 +25,12 @@ from workflow_helpers import eventually
 
 from durable_tools.activities.transcript_cache import CachedTranscript, TranscriptCache
 from durable_tools.client import Conversations
-from durable_tools.conversation import ConversationOptions, ModelRequest
+from durable_tools.conversation import (
+    ConversationOptions,
+    DeltaEntry,
+    ModelRequest,
+    TranscriptDelta,
+)
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem, UserMessage
 from durable_tools.transcript_digest import EMPTY_DIGEST, extend_digest, item_json
@@ -36,13 +41,26 @@ SIZE = 300
 _STICKY = timedelta(seconds=1)
 
 
-def _worker(env: WorkflowEnvironment) -> tuple[Client, DurableToolsPlugin, ScriptedModel]:
+def _worker(
+    env: WorkflowEnvironment, *, deltas: bool = False
+) -> tuple[Client, DurableToolsPlugin, ScriptedModel]:
+    """A worker; `deltas=False` makes every read take the query path (as a
+    worker that ran none of the activities a `TranscriptDelta` names)."""
     model = ScriptedModel(directed)
     plugin = DurableToolsPlugin(
         toolkits=TOOLKITS, models={"directed": model}, search_attributes=False
     )
+    if not deltas:
+        plugin.agent_activities.transcripts = QueriesOnly()
     config: dict[str, Any] = {**env.client.config(), "plugins": [plugin]}
     return Client(**config), plugin, model
+
+
+class QueriesOnly(TranscriptCache):
+    """A cache that never answers from a `TranscriptDelta`: every turn queries."""
+
+    def extend_by_delta(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 def _options(every: int | None = None) -> ConversationOptions:
@@ -115,7 +133,7 @@ async def test_each_turn_reads_only_new_items_across_continue_as_new(
     assert entry.call_ids == calls and len(calls) == 30
 
 
-class TakingTurns(TranscriptCache):
+class TakingTurns(QueriesOnly):
     """Two workers' caches serving model turns alternately (odd turns, even turns).
 
     One Temporal runtime refuses two workers on one task queue, and which of
@@ -125,7 +143,7 @@ class TakingTurns(TranscriptCache):
 
     def __init__(self) -> None:
         super().__init__()
-        self.workers = (TranscriptCache(), TranscriptCache())
+        self.workers = (QueriesOnly(), QueriesOnly())
         self.reads = 0
 
     async def read(self, *args: Any, **kwargs: Any) -> list[TranscriptItem]:
@@ -245,3 +263,98 @@ async def test_a_reused_call_id_is_renamed_when_the_transcript_comes_from_the_ca
     outputs = [item.call_id for item in transcript if isinstance(item, ToolCallOutput)]
     assert outputs == ["same", "same~2", "same~3"]
     assert plugin.agent_activities.transcripts.stats.hits == 3
+
+
+# ------------------------------------------------------------- deltas
+
+
+async def test_most_turns_need_no_query(dev_env: WorkflowEnvironment, task_queue: str) -> None:
+    """A worker that ran the previous turn's activities rebuilds the new items itself.
+
+    Only a new run's first turn queries (its transcript was carried: the
+    worker may not hold it); every other turn is a `TranscriptDelta` hit.
+    """
+    client, plugin, model = _worker(dev_env, deltas=True)
+    cache = plugin.agent_activities.transcripts
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"incremental-delta-{uuid.uuid4()}"
+    turns = 31
+    async with Worker(client, task_queue=task_queue):
+        await conversations.start(
+            workflow_id, agent=AGENT, message=_loop(30), options=_options(every=7)
+        )
+        await _idle_after(conversations, workflow_id, turns)
+        transcript = await conversations.history(workflow_id)
+        status = await conversations.status(workflow_id)
+    assert status.runs == 5
+    _assert_saw_full_transcript(model.requests, transcript, turns)
+    stats = cache.stats
+    assert stats.delta_hits == turns - 4
+    assert (stats.queries, stats.full_reads, stats.misses) == (4, 4, 4)
+    assert (stats.mismatches, stats.delta_mismatches, stats.inconsistent) == (0, 0, 0)
+
+
+async def test_a_remembered_output_that_differs_is_not_used(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """What a worker remembers is checked against the workflow's digest before use."""
+    client, plugin, model = _worker(dev_env, deltas=True)
+    activities = plugin.agent_activities
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"incremental-delta-check-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue):
+        await conversations.start(workflow_id, agent=AGENT, message=_loop(1), options=_options())
+        await _idle_after(conversations, workflow_id, 2)
+        # As if an attempt whose result was not recorded had returned this.
+        for item in await conversations.history(workflow_id):
+            if isinstance(item, ToolCallOutput):
+                activities.produced.remember(
+                    workflow_id,
+                    DeltaEntry(call_id=item.call_id),
+                    item.model_copy(update={"content": "forged"}),
+                )
+        activities.produced.remember(
+            workflow_id, DeltaEntry(turn=2), AssistantMessage(text="not what was recorded")
+        )
+        await conversations.send(workflow_id, _loop(1))
+        await _idle_after(conversations, workflow_id, 4)
+        transcript = await conversations.history(workflow_id)
+    _assert_saw_full_transcript(model.requests, transcript, 4)
+    assert all("forged" not in str(r.transcript) for r in model.requests)
+    stats = activities.transcripts.stats
+    assert stats.delta_mismatches == 1
+    assert stats.hits == 1  # that turn read the new items by query instead
+
+
+def test_a_delta_is_used_only_when_it_rebuilds_the_workflows_prefix() -> None:
+    cache = TranscriptCache()
+    first = [UserMessage(text="hello")]
+    reply = AssistantMessage(text="hi")
+    delta = TranscriptDelta(
+        start=0,
+        start_digest=EMPTY_DIGEST,
+        entries=[DeltaEntry(item=first[0])],
+        digest=_digest(first),
+    )
+    assert cache.extend_by_delta("w", "r", delta, lambda _: None) == first
+    # A retried turn asks for what is already held: answered as it is.
+    assert cache.extend_by_delta("w", "r", delta, lambda _: None) == first
+    grown = [*first, reply, UserMessage(text="more")]
+    by_reference = TranscriptDelta(
+        start=1,
+        start_digest=_digest(first),
+        entries=[DeltaEntry(turn=1), DeltaEntry(item=grown[2])],
+        digest=_digest(grown),
+    )
+    # Nothing remembered for turn 1: no answer (the caller queries).
+    assert cache.extend_by_delta("w", "r", by_reference, lambda _: None) is None
+    # Something else remembered: no answer either.
+    other = AssistantMessage(text="other")
+    assert cache.extend_by_delta("w", "r", by_reference, lambda _: other) is None
+    assert cache.stats.delta_mismatches == 1
+    # Another start than what is held: no answer.
+    shifted = by_reference.model_copy(update={"start": 0})
+    assert cache.extend_by_delta("w", "r", shifted, lambda _: reply) is None
+    assert cache.extend_by_delta("w", "r", by_reference, lambda _: reply) == grown
+    assert cache.stats.delta_hits == 3
+    assert cache.stats.queries == 0
