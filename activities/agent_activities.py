@@ -37,7 +37,6 @@ from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
-from durable_tools.approvals import call_digest
 from durable_tools.conversation import (
     AgentConfig,
     CallReference,
@@ -159,7 +158,7 @@ class AgentActivities:
         # What recorded inputs name instead of holding (issue 12, slim records):
         # agent configurations by run and name, and the calls this worker planned.
         self._agent_configs: OrderedDict[tuple[str, str, str], AgentConfig] = OrderedDict()
-        self._planned: OrderedDict[tuple[str, str], ToolCall] = OrderedDict()
+        self._planned: OrderedDict[tuple[str, str], tuple[ToolCall, str]] = OrderedDict()
         self.produced = ProducedItems()
 
     def _toolkit(self, name: str) -> Toolkit:
@@ -241,7 +240,7 @@ class AgentActivities:
             )
         planned = self._planned.get((request.workflow_id, reference.call_id))
         if planned is not None and _matches(planned, reference):
-            return planned
+            return planned[0]
         handle = activity.client().get_workflow_handle(request.workflow_id)
         found: ToolCall | None = await handle.query(
             TOOL_CALL_QUERY, reference.call_id, result_type=_TOOL_CALL_ANSWER
@@ -372,7 +371,10 @@ class AgentActivities:
                 plans[index] = plan.model_copy(update={"kind": "unknown", "failure": failure})
         for plan in plans:
             _remember(
-                self._planned, (request.workflow_id, plan.call.call_id), plan.call, _MAX_PLANNED
+                self._planned,
+                (request.workflow_id, plan.call.call_id),
+                (plan.call, plan.arguments_hash),
+                _MAX_PLANNED,
             )
         self.produced.remember(request.workflow_id, DeltaEntry(turn=request.turn), message)
         turn = ModelTurn(
@@ -632,10 +634,11 @@ def _remember(memory: OrderedDict[_K, _V], key: _K, value: _V, limit: int) -> No
         memory.popitem(last=False)
 
 
-def _matches(call: ToolCall, reference: CallReference) -> bool:
-    """Whether `call` is the referenced call: same id, name and arguments digest."""
+def _matches(planned: tuple[ToolCall, str], reference: CallReference) -> bool:
+    """Whether a planned call (and its `call_digest`) is the referenced call."""
+    call, digest = planned
     return (
         call.call_id == reference.call_id
         and call.name == reference.name
-        and call_digest(call.name, call.call_id, call.arguments) == reference.digest
+        and digest == reference.digest
     )
