@@ -1178,6 +1178,29 @@ def retry_command(
     _out.print(f"asked {escape(workflow_id)} to run its model turn again")
 
 
+@app.command("resume")
+def resume_command(
+    workflow_id: WorkflowId,
+    message: Annotated[
+        str,
+        typer.Option("--message", "-m", help="What the model reads as the pause's answer."),
+    ] = "resumed",
+    by: Annotated[str, typer.Option("--as", help="Who resumes (default: your login).")] = "",
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+) -> None:
+    """Resume a paused conversation (the `pause` tool's call gets the message)."""
+    _on_conversation(
+        workflow_id,
+        lambda c: c.resume(workflow_id, message, resumed_by=by or _whoami()),
+        address=address,
+        namespace=namespace,
+        timeout=timeout,
+    )
+    _out.print(f"resumed {escape(workflow_id)}")
+
+
 @app.command("cancel")
 def cancel_command(
     workflow_id: WorkflowId,
@@ -1224,8 +1247,15 @@ def pending_command(
         _out.print(render_pending(state))
 
 
-PENDING_QUERY = "DurableToolsPendingCount > 0 AND ExecutionStatus = 'Running'"
-"""Visibility query of `pending` without an id (the workflow upserts the attribute)."""
+PENDING_QUERY = (
+    "(DurableToolsPendingCount > 0 OR DurableToolsPendingKinds = 'pause') "
+    "AND ExecutionStatus = 'Running'"
+)
+"""Visibility query of `pending` without an id (the workflow upserts the attributes).
+
+A pause is listed too: it waits for a person's `resume`, though no call is
+counted in `DurableToolsPendingCount`.
+"""
 
 
 def _pending_everywhere(as_json: bool, *, address: str, namespace: str, timeout: float) -> None:

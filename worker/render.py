@@ -134,7 +134,11 @@ def render_pending(state: PendingState) -> Group:
             )
         parts.append(table)
     if state.paused is not None:
-        parts.append(Text(f"paused: {state.paused} (resume it with a new message: `send`)"))
+        parts.append(
+            Text(
+                f"paused: {state.paused} (resume it: `durable-tools resume ID`, or send a message)"
+            )
+        )
     failure = state.model_failed
     if failure is not None:
         parts.append(

@@ -140,6 +140,20 @@ async def test_run_detach_returns_at_once_with_the_id(served: Served) -> None:
     assert status.code == 0, status.stderr
 
 
+async def test_pending_without_an_id_lists_a_paused_conversation(served: Served) -> None:
+    """A pause waits for a person too: `pending` lists it beside approvals."""
+    wf = _id()
+    prompt = directed([("p1", "pause", {"reason": "waiting for the invoice"})])
+    done = await cli("run", "--detach", "--id", wf, "--model", "directed", *served.opts(), prompt)
+    assert done.code == 0, done.stdout + done.stderr
+    assert await _wait_listed(served.address, wf, count=0) == "pause"
+    resumed = await cli("resume", wf, "-m", "invoice is in", "--as", "ana", *served.opts()[:2])
+    assert resumed.code == 0, resumed.stdout + resumed.stderr
+    assert f"resumed {wf}" in resumed.stdout
+    history = await cli("history", wf, "--address", served.address)
+    assert "invoice is in" in history.stdout, history.stdout
+
+
 async def test_approval_command_printed_by_run_lets_it_finish(served: Served) -> None:
     wf = _id()
     prompt = directed([("c1", "refund", {"order": "A-7", "amount": 500})])
@@ -176,15 +190,18 @@ async def test_approval_command_printed_by_run_lets_it_finish(served: Served) ->
         await run.kill()
 
 
-async def _wait_listed(address: str, wf: str) -> str:
-    """`pending` without an id, until it lists `wf` (visibility is eventually consistent)."""
+async def _wait_listed(address: str, wf: str, *, count: int = 1) -> str:
+    """`pending` without an id, until it lists `wf` (visibility is eventually consistent).
+
+    `count`: the calls it must show waiting (a pause counts none).
+    """
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         listed = await cli("pending", "--address", address, "--json")
         assert listed.code == 0, listed.stderr
         rows = {row["workflow_id"]: row for row in json.loads(listed.stdout)}
         if wf in rows:
-            assert rows[wf]["pending"] == 1
+            assert rows[wf]["pending"] == count
             table = await cli("pending", "--address", address)
             assert table.code == 0 and wf in table.stdout, table.stdout
             assert f"durable-tools pending WORKFLOW_ID --address {address}" in table.stdout
