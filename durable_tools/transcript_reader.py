@@ -136,6 +136,10 @@ async def read_pages(
                     f"the transcript has {answer.length} items, fewer than the {upto} expected"
                 )
             idle = 0
+            if len(answer.items) > upto - index:  # more than asked: not from this code
+                raise TranscriptUnavailable(
+                    f"a run answered {len(answer.items)} items, more than the {upto - index} asked"
+                )
             yield answer
             index += len(answer.items)
             if digest != UNCHECKED:

@@ -340,3 +340,83 @@ def test_a_run_answers_by_conversation_wide_index() -> None:
     assert current.transcript_slice(TranscriptSlice(start=0, upto=len(items))) == []
     assert current.transcript_slice(TranscriptSlice(start=base, upto=len(items))) == items[base:]
     assert json.loads(current.status().model_dump_json())["transcript_items"] == len(items)
+
+
+# ------------------------------------------------------- hostile edges
+
+_RUNS = _chain(
+    _turns(12, size=500), per_run=9, options=ConversationOptions(carry_transcript_bytes=1500)
+)
+
+
+@given(
+    start=st.integers(-(2**40), 2**40),
+    upto=st.integers(-(2**40), 2**40),
+    max_bytes=st.none() | st.integers(-(2**31), 2**31),
+    known_digest=st.none() | st.text(max_size=70) | st.sampled_from([UNCHECKED, EMPTY_DIGEST]),
+)
+@settings(max_examples=300, deadline=None)
+def test_any_transcript_slice_is_answered_within_the_run(
+    start: int, upto: int, max_bytes: int | None, known_digest: str | None
+) -> None:
+    run = _RUNS[None]
+    base, held = run._base, run._transcript  # pyright: ignore[reportPrivateUsage]
+    request = TranscriptSlice(
+        start=start, upto=upto, max_bytes=max_bytes, known_digest=known_digest
+    )
+    if known_digest is None:
+        items = run.transcript_slice(request)
+        assert (
+            start < base
+            and items == []
+            or items == held[start - base : max(0, upto - base)][: len(items)]
+        )
+        return
+    page = run.transcript_page(request)
+    assert page.base == base and page.length == base + len(held)
+    if page.matched:
+        assert base <= start <= base + len(held)
+        assert page.items == held[start - base : start - base + len(page.items)]
+    else:
+        assert page.items == []
+        assert (page.earlier != []) == (start < base)
+
+
+@given(
+    st.lists(
+        st.builds(
+            TranscriptPage,
+            matched=st.booleans(),
+            items=st.lists(st.builds(UserMessage, text=st.text(max_size=5)), max_size=3),
+            digest=st.text(max_size=5),
+            length=st.integers(-5, 50),
+            base=st.integers(-5, 50),
+            earlier=st.lists(
+                st.builds(
+                    RunSpan, run_id=st.sampled_from(["a", "b", "c"]), base=st.integers(0, 50)
+                ),
+                max_size=4,
+            ),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+@settings(max_examples=300, deadline=None)
+async def test_any_answers_end_a_read_with_items_or_a_known_error(
+    answers: list[TranscriptPage],
+) -> None:
+    """Whatever the runs answer, a read ends: the items asked for, or one of its errors."""
+    asked: list[str | None] = []
+
+    async def query(run_id: str | None, arg: TranscriptSlice) -> TranscriptPage:
+        asked.append(run_id)
+        return answers[min(len(asked) - 1, len(answers) - 1)]
+
+    try:
+        got = await _read_all(query, 0, 30, EMPTY_DIGEST)
+    except (PrefixMismatch, TranscriptUnavailable):
+        pass
+    else:
+        assert len(got) == 30
+    assert len(asked) <= 30 + len(answers) + 20
