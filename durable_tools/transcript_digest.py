@@ -58,8 +58,9 @@ class PrefixDigests:
 
     The workflow keeps one for its transcript and answers `transcript_slice`
     from it: each item is serialized once, when a query first reaches it, so
-    a query costs what it returns, not the transcript's length. Only queries
-    touch it (it never changes what the workflow does, so replay is unaffected).
+    a query costs what it returns, not the transcript's length. Queries and
+    the continue-as-new carry read it; what it returns is a pure function of
+    the transcript, so replay is unaffected.
 
     The memo assumes what the loop guarantees: within a run the transcript
     only grows (items are frozen and only ever appended). It checks cheaply
