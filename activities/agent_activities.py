@@ -116,9 +116,10 @@ class AgentActivities:
         redact: Applied to every tool failure's text before it reaches
             history or the model (default: `Redactor.from_environment()`, see
             `durable_tools.redact`).
-        transcripts: The transcripts this worker read, by run, so a model
-            turn reads only the items it lacks (default a `TranscriptCache()`:
-            256 MiB, 1024 runs; see `transcript_cache.py`).
+        transcripts: The transcripts this worker read, by conversation, so a
+            model turn reads only the items it lacks, across continue-as-new
+            too (default a `TranscriptCache()`: 256 MiB, 1024 conversations;
+            see `transcript_cache.py`).
 
     Attributes:
         deps: The worker's dependencies, given to every tool run as
@@ -290,29 +291,32 @@ class AgentActivities:
         """The transcript the model sees: only the items this worker has not read yet.
 
         See `transcript_cache.py`: items `[known, upto)` with the digest of
-        the cached prefix, or the whole transcript in pages on a miss.
+        the cached prefix, or the whole transcript in pages on a miss (the
+        items before the run's `base` from the earlier runs).
         """
         if request.transcript is not None:
             return request.transcript
         if request.delta is not None:
             produced, workflow_id = self.produced, request.workflow_id
             found = self.transcripts.extend_by_delta(
-                workflow_id,
-                request.run_id,
-                request.delta,
-                lambda entry: produced.find(workflow_id, entry),
+                workflow_id, request.delta, lambda entry: produced.find(workflow_id, entry)
             )
             if found is not None:
                 return found
-        handle = activity.client().get_workflow_handle(request.workflow_id, run_id=request.run_id)
+        client = activity.client()
 
-        async def query(arg: TranscriptSlice) -> TranscriptPage | list[TranscriptItem]:
+        async def query(
+            run_id: str | None, arg: TranscriptSlice
+        ) -> TranscriptPage | list[TranscriptItem]:
+            handle = client.get_workflow_handle(
+                request.workflow_id, run_id=run_id or request.run_id
+            )
             answer: TranscriptPage | list[TranscriptItem] = await handle.query(
                 TRANSCRIPT_QUERY, arg, result_type=_TRANSCRIPT_ANSWER
             )
             return answer
 
-        return await self.transcripts.read(query, request.workflow_id, request.run_id, request.upto)
+        return await self.transcripts.read(query, request.workflow_id, request.upto)
 
     @activity.defn(name=MODEL_TURN_ACTIVITY)
     async def model_turn(self, request: ModelTurnRequest) -> ModelTurn:

@@ -3,14 +3,19 @@
 Each `model.turn` needs the conversation's transcript, which lives in the
 workflow and is read with the `transcript_slice` query (never recorded as
 activity input, so history grows linearly). Reading all of it every turn made
-a turn's cost grow with the conversation. A worker instead keeps, per run, the
-items it read and the digest of that prefix (`durable_tools.transcript_digest`)
-in a `TranscriptCache`, and asks the workflow only for items
-`[known, upto)` with that digest (`TranscriptSlice.known_digest`). The
-workflow answers with the new items when its prefix has the same digest; on a
-miss (another worker ran the previous turn, a restart, a new run after
-continue-as-new) or a digest mismatch the activity reads the transcript again
-from item 0, in pages (a query result over 2 MB fails).
+a turn's cost grow with the conversation. A worker instead keeps, per
+conversation (workflow id), the items it read and the digest of that prefix
+(`durable_tools.transcript_digest`) in a `TranscriptCache`, and asks the
+workflow only for items `[known, upto)` with that digest
+(`TranscriptSlice.known_digest`). The workflow answers with the new items
+when its prefix has the same digest. Indices and digests are
+conversation-wide, so the cache survives continue-as-new: the new run holds
+the newest items and the digest of the ones before them
+(`durable_tools.carry`). On a miss (another worker ran the previous turn, a
+restart) or a digest mismatch the activity reads the transcript again from
+item 0, in pages (a query result over 2 MB fails), across runs: items before
+the current run's `base` come from the earlier runs
+(`durable_tools.transcript_reader`).
 
 The activity checks every item it keeps: it computes the digest of what it
 holds itself and compares it with the workflow's. Should they ever differ (an
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -50,6 +55,13 @@ from durable_tools.transcript_digest import (
     CheckedTranscript,
     extend_digest,
     item_json,
+)
+from durable_tools.transcript_reader import (
+    QUERY_PAGE_BYTES,
+    OlderWorkflowCode,
+    PrefixMismatch,
+    RunQuery,
+    read_pages,
 )
 
 __all__ = [
@@ -65,22 +77,21 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-QUERY_PAGE_BYTES: Final[int] = 1_000_000
-"""Page size of transcript reads: Temporal rejects query results over 2 MB."""
-
 DEFAULT_CACHE_BYTES: Final[int] = 256 * 1024 * 1024
 """Default bound of a worker's cache: the JSON bytes of the items it holds."""
 
 DEFAULT_CACHE_ENTRIES: Final[int] = 1024
-"""Default bound of a worker's cache: how many runs it holds transcripts of."""
+"""Default bound of a worker's cache: how many conversations it holds transcripts of."""
 
-TranscriptQuery = Callable[[TranscriptSlice], Awaitable[TranscriptPage | list[TranscriptItem]]]
-"""Sends one `transcript_slice` query to the run and returns its decoded answer."""
+_Answer = TranscriptPage | list[TranscriptItem]
+
+TranscriptQuery = RunQuery
+"""Sends one `transcript_slice` query to a run (`durable_tools.transcript_reader.RunQuery`)."""
 
 
 @dataclass(frozen=True)
 class CachedTranscript:
-    """The items `[0, len(items))` of one run's transcript, as a worker read them.
+    """The items `[0, len(items))` of one conversation's transcript, as a worker read them.
 
     Attributes:
         items: The items, in order.
@@ -101,7 +112,7 @@ class CacheStats:
 
     Attributes:
         hits: Reads that extended a cached prefix.
-        misses: Reads with nothing cached for the run.
+        misses: Reads with nothing cached for the conversation.
         mismatches: Reads whose cached prefix the workflow did not confirm
             (digest differs, or it is longer than the transcript asked for).
         full_reads: Reads of the whole transcript from item 0.
@@ -109,6 +120,8 @@ class CacheStats:
         inconsistent: Reads whose items' digest, computed here, differed from
             the workflow's (used, not kept).
         queries: `transcript_slice` queries sent.
+        earlier_queries: Those of them sent to earlier (closed) runs, which
+            a worker replays to answer.
         delta_hits: Reads answered from a `TranscriptDelta` and what this
             worker's activities returned, without a query.
         delta_mismatches: Deltas rebuilt here whose digest was not the
@@ -122,6 +135,7 @@ class CacheStats:
     legacy_reads: int = 0
     inconsistent: int = 0
     queries: int = 0
+    earlier_queries: int = 0
     delta_hits: int = 0
     delta_mismatches: int = 0
 
@@ -194,16 +208,16 @@ def _approximate_size(item: TranscriptItem) -> int:
 
 
 class TranscriptCache:
-    """A worker's transcripts by run, least recently used first out.
+    """A worker's transcripts by conversation, least recently used first out.
 
-    Bounded by `max_entries` runs and by `max_bytes` of the items' JSON (the
+    Bounded by `max_entries` conversations and by `max_bytes` of the items' JSON (the
     Python objects take more memory than that, typically 2 to 3 times). A
     transcript larger than `max_bytes` is read every turn and never kept.
 
     Args:
         max_bytes: Bound on the JSON bytes of all cached items (default 256 MiB).
-        max_entries: Bound on the number of runs (default 1024). 0 disables the
-            cache: every read is a full read.
+        max_entries: Bound on the number of conversations (default 1024). 0
+            disables the cache: every read is a full read.
     """
 
     def __init__(
@@ -212,7 +226,7 @@ class TranscriptCache:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.stats = CacheStats()
-        self._entries: OrderedDict[tuple[str, str], CachedTranscript] = OrderedDict()
+        self._entries: OrderedDict[str, CachedTranscript] = OrderedDict()
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -223,35 +237,33 @@ class TranscriptCache:
         """The JSON bytes of all cached items."""
         return self._bytes
 
-    def get(self, workflow_id: str, run_id: str) -> CachedTranscript | None:
-        """The cached prefix of a run's transcript, marked as recently used."""
-        key = (workflow_id, run_id)
-        entry = self._entries.get(key)
+    def get(self, workflow_id: str) -> CachedTranscript | None:
+        """The cached prefix of a conversation's transcript, marked as recently used."""
+        entry = self._entries.get(workflow_id)
         if entry is not None:
-            self._entries.move_to_end(key)
+            self._entries.move_to_end(workflow_id)
         return entry
 
-    def put(self, workflow_id: str, run_id: str, entry: CachedTranscript) -> None:
-        """Keep `entry` for the run (replacing what was kept), evicting the oldest over bounds."""
-        self.discard(workflow_id, run_id)
+    def put(self, workflow_id: str, entry: CachedTranscript) -> None:
+        """Keep `entry` for the conversation (replacing what was kept), evicting the oldest."""
+        self.discard(workflow_id)
         if self.max_entries <= 0 or entry.size > self.max_bytes:
             return
-        self._entries[(workflow_id, run_id)] = entry
+        self._entries[workflow_id] = entry
         self._bytes += entry.size
         while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= evicted.size
 
-    def discard(self, workflow_id: str, run_id: str) -> None:
-        """Forget the run's transcript, if kept."""
-        entry = self._entries.pop((workflow_id, run_id), None)
+    def discard(self, workflow_id: str) -> None:
+        """Forget the conversation's transcript, if kept."""
+        entry = self._entries.pop(workflow_id, None)
         if entry is not None:
             self._bytes -= entry.size
 
     def extend_by_delta(
         self,
         workflow_id: str,
-        run_id: str,
         delta: TranscriptDelta,
         resolve: Callable[[DeltaEntry], TranscriptItem | None],
     ) -> list[TranscriptItem] | None:
@@ -264,8 +276,7 @@ class TranscriptCache:
         used and kept only when its digest, computed here, is `delta.digest`.
 
         Args:
-            workflow_id: The run's workflow id.
-            run_id: The run's id.
+            workflow_id: The conversation's workflow id (the cache's key).
             delta: The model activity's `TranscriptDelta`.
             resolve: Finds an entry given by reference (what this worker's
                 activities returned), `None` when it has none.
@@ -273,7 +284,7 @@ class TranscriptCache:
         Returns:
             The transcript, or `None` when any of that fails: then `read`.
         """
-        entry = self.get(workflow_id, run_id)
+        entry = self.get(workflow_id)
         end = delta.start + len(delta.entries)
         if entry is None and delta.start == 0:
             entry = CachedTranscript(items=(), digest=EMPTY_DIGEST, size=0, call_ids=frozenset())
@@ -302,25 +313,24 @@ class TranscriptCache:
             return None
         all_ids = entry.call_ids | call_ids if call_ids else entry.call_ids
         self.stats.delta_hits += 1
-        self.put(workflow_id, run_id, CachedTranscript(tuple(items), digest, size, all_ids))
+        self.put(workflow_id, CachedTranscript(tuple(items), digest, size, all_ids))
         return CheckedTranscript(items, all_ids)
 
     async def read(
         self,
         query: TranscriptQuery,
         workflow_id: str,
-        run_id: str,
         upto: int,
         *,
         page_bytes: int = QUERY_PAGE_BYTES,
     ) -> list[TranscriptItem]:
-        """Items `[0, upto)` of the run's transcript: the cached prefix plus what it lacks.
+        """Items `[0, upto)` of the conversation's transcript: the cached prefix plus the rest.
 
         Args:
-            query: Sends `transcript_slice` to the run.
-            workflow_id: The run's workflow id.
-            run_id: The run's id.
-            upto: How many items the model sees.
+            query: Sends `transcript_slice` to the run the turn serves (run
+                `None`) or to an earlier run.
+            workflow_id: The conversation's workflow id (the cache's key).
+            upto: How many items the model sees (conversation-wide).
             page_bytes: Page size of each query answer (default `QUERY_PAGE_BYTES`).
 
         Returns:
@@ -329,92 +339,93 @@ class TranscriptCache:
         Raises:
             ApplicationError: The transcript has fewer than `upto` items, or
                 it changed other than by growing while it was read (retryable).
+            TranscriptUnavailable: No run holds an item it needs (e.g. an
+                earlier run past retention).
         """
-        entry = self.get(workflow_id, run_id)
+
+        async def counted(run_id: str | None, arg: TranscriptSlice) -> _Answer:
+            self.stats.queries += 1
+            if run_id is not None:
+                self.stats.earlier_queries += 1
+            return await query(run_id, arg)
+
+        entry = self.get(workflow_id)
         if entry is not None and len(entry.items) <= upto:
-            start = len(entry.items)
-            page = await self._query(query, start, upto, page_bytes, entry.digest)
-            if isinstance(page, list):
-                return await self._legacy_read(query, upto, page_bytes)
-            if page.matched:
+            try:
+                items = await self._extend(counted, workflow_id, upto, page_bytes, entry)
                 self.stats.hits += 1
-                return await self._extend(query, workflow_id, run_id, upto, page_bytes, entry, page)
-            self.stats.mismatches += 1
+                return items
+            except OlderWorkflowCode:
+                return await self._legacy_read(counted, upto, page_bytes)
+            except PrefixMismatch:
+                self.stats.mismatches += 1
         elif entry is not None:
             self.stats.mismatches += 1
         else:
             self.stats.misses += 1
-        self.discard(workflow_id, run_id)
+        self.discard(workflow_id)
         self.stats.full_reads += 1
         empty = CachedTranscript(items=(), digest=EMPTY_DIGEST, size=0, call_ids=frozenset())
-        page = await self._query(query, 0, upto, page_bytes, EMPTY_DIGEST)
-        if isinstance(page, list):
-            return await self._legacy_read(query, upto, page_bytes)
-        return await self._extend(query, workflow_id, run_id, upto, page_bytes, empty, page)
-
-    async def _query(
-        self, query: TranscriptQuery, start: int, upto: int, page_bytes: int, digest: str
-    ) -> TranscriptPage | list[TranscriptItem]:
-        self.stats.queries += 1
-        return await query(
-            TranscriptSlice(start=start, upto=upto, max_bytes=page_bytes, known_digest=digest)
-        )
+        try:
+            return await self._extend(counted, workflow_id, upto, page_bytes, empty)
+        except OlderWorkflowCode:
+            return await self._legacy_read(counted, upto, page_bytes)
+        except PrefixMismatch as exc:  # only a transcript changed in place gets here
+            raise ApplicationError(
+                f"the transcript changed while it was read (at item {exc.start} of {upto})"
+            ) from None
 
     async def _extend(
         self,
         query: TranscriptQuery,
         workflow_id: str,
-        run_id: str,
         upto: int,
         page_bytes: int,
         known: CachedTranscript,
-        page: TranscriptPage,
     ) -> list[TranscriptItem]:
-        """Append pages to `known` until `upto` items, checking each page's digest."""
+        """Append pages to `known` until `upto` items, checking each page's digest.
+
+        Raises:
+            PrefixMismatch: The workflow did not confirm `known` (first page).
+            OlderWorkflowCode: The run answers lists.
+            ApplicationError: A later page did not match (changed in place).
+        """
         items = list(known.items)
         digest, size, consistent = known.digest, known.size, True
         call_ids = set[str]()
-        while True:
-            if not page.matched:  # only a transcript changed in place gets here
+        pages = read_pages(query, len(items), upto, digest, page_bytes=page_bytes)
+        try:
+            async for page in pages:
+                for item in page.items:
+                    encoded = item_json(item)
+                    digest = extend_digest(digest, encoded)
+                    size += len(encoded)
+                    if isinstance(item, AssistantMessage):
+                        call_ids.update(c.call_id for c in item.tool_calls)
+                items.extend(page.items)
+                if digest != page.digest:
+                    consistent = False
+                    digest = page.digest  # the reader asks on with the workflow's own digest
+        except PrefixMismatch as exc:
+            if len(items) > len(known.items):  # the transcript changed while it was read
                 raise ApplicationError(
-                    f"the transcript changed while it was read (at item {len(items)} of {upto})"
-                )
-            for item in page.items:
-                encoded = item_json(item)
-                digest = extend_digest(digest, encoded)
-                size += len(encoded)
-                if isinstance(item, AssistantMessage):
-                    call_ids.update(c.call_id for c in item.tool_calls)
-            items.extend(page.items)
-            if digest != page.digest:
-                consistent = False
-                digest = page.digest  # ask for the next page with the workflow's own digest
-            if len(items) >= upto:
-                break
-            if not page.items:
-                raise ApplicationError(
-                    f"the transcript has {len(items)} items, fewer than the {upto} expected"
-                )
-            page = self._page(await self._query(query, len(items), upto, page_bytes, digest))
+                    f"the transcript changed while it was read (at item {exc.start} of {upto})"
+                ) from None
+            raise
+        finally:
+            await pages.aclose()
         all_ids = known.call_ids | call_ids if call_ids else known.call_ids
         if consistent:
-            self.put(workflow_id, run_id, CachedTranscript(tuple(items), digest, size, all_ids))
+            self.put(workflow_id, CachedTranscript(tuple(items), digest, size, all_ids))
         else:
             self.stats.inconsistent += 1
-            self.discard(workflow_id, run_id)
+            self.discard(workflow_id)
             _log.warning(
-                "transcript of %s (run %s): the digest of the items read differs from the "
+                "transcript of %s: the digest of the items read differs from the "
                 "workflow's; reading it whole every turn",
                 workflow_id,
-                run_id,
             )
         return CheckedTranscript(items, all_ids)
-
-    @staticmethod
-    def _page(answer: TranscriptPage | list[TranscriptItem]) -> TranscriptPage:
-        if isinstance(answer, list):  # the workflow's code changed between two pages
-            raise ApplicationError("the workflow stopped answering transcript pages with digests")
-        return answer
 
     async def _legacy_read(
         self, query: TranscriptQuery, upto: int, page_bytes: int
@@ -423,8 +434,9 @@ class TranscriptCache:
         self.stats.legacy_reads += 1
         items: list[TranscriptItem] = []
         while len(items) < upto:
-            self.stats.queries += 1
-            page = await query(TranscriptSlice(start=len(items), upto=upto, max_bytes=page_bytes))
+            page = await query(
+                None, TranscriptSlice(start=len(items), upto=upto, max_bytes=page_bytes)
+            )
             found = page.items if isinstance(page, TranscriptPage) else page
             if not found:
                 raise ApplicationError(

@@ -20,7 +20,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
 
@@ -47,6 +47,7 @@ from durable_tools.conversation import (
     Resume,
     RetryRequest,
     SendMessage,
+    TranscriptPage,
     TranscriptSlice,
     TurnOutcome,
     conversation_input,
@@ -60,10 +61,19 @@ from durable_tools.errors import (
 from durable_tools.events import EVENTS_TOPIC, ConversationEvent
 from durable_tools.models._settings import check_settings
 from durable_tools.transcript import TranscriptItem
+from durable_tools.transcript_reader import (
+    QUERY_PAGE_BYTES,
+    OlderWorkflowCode,
+    PrefixMismatch,
+    read_pages,
+)
 
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
 
 OutputT = TypeVar("OutputT", bound=BaseModel)
+
+# What `transcript_slice` answers: a page, or a list from older workflow code.
+_TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
 
 WORKFLOW_TYPE = "AgentWorkflow"
 """Workflow type name of a conversation."""
@@ -397,24 +407,80 @@ class Conversations:
         """What the conversation waits for (query; needs a running worker)."""
         return await self._handle(workflow_id).query("pending", result_type=PendingState)
 
-    async def history(self, workflow_id: str) -> list[TranscriptItem]:
-        """The transcript (queries; needs a running worker).
+    async def history(
+        self, workflow_id: str, *, start: int = 0, limit: int | None = None
+    ) -> list[TranscriptItem]:
+        """The transcript's items from `start`, in order, across every run (queries).
 
-        Read in pages of about 1 MB: one query result over 2 MB would fail.
+        Needs a running worker (it replays the earlier runs a page needs).
+
+        Args:
+            workflow_id: The conversation's workflow id.
+            start: Conversation-wide index of the first item (default 0).
+            limit: Most items to return (default: all from `start`).
+
+        Returns:
+            Items `[start, start + limit)` of the transcript (fewer when it
+            is shorter), read in pages of about 1 MB (`history_pages`).
+
+        Raises:
+            TranscriptUnavailable: An earlier run that holds a needed item
+                is gone (past the namespace's retention).
         """
-        handle = self._handle(workflow_id)
-        upto = (await self.status(workflow_id)).transcript_items
         items: list[TranscriptItem] = []
-        while len(items) < upto:
-            page: list[TranscriptItem] = await handle.query(
-                "transcript_slice",
-                TranscriptSlice(start=len(items), upto=upto, max_bytes=1_000_000),
-                result_type=list[TranscriptItem],
-            )
-            if not page:
-                break
+        async for page in self.history_pages(workflow_id, start=start, limit=limit):
             items.extend(page)
         return items
+
+    async def history_pages(
+        self, workflow_id: str, *, start: int = 0, limit: int | None = None
+    ) -> AsyncGenerator[list[TranscriptItem]]:
+        """The transcript's items from `start` as they are read: pages of about 1 MB.
+
+        A conversation that continued as new holds its older items in its
+        earlier runs (`durable_tools.carry`); each page is asked of the
+        newest run that holds it, so only the pages the caller reads are
+        fetched (`durable_tools.transcript_reader`). Arguments as `history`.
+
+        Yields:
+            Non-empty lists of items, in order.
+
+        Raises:
+            TranscriptUnavailable: As `history`.
+        """
+        handle = self._handle(workflow_id)
+        length = (await self.status(workflow_id)).transcript_items
+        upto = length if limit is None else min(length, start + max(0, limit))
+
+        async def query(
+            run_id: str | None, arg: TranscriptSlice
+        ) -> TranscriptPage | list[TranscriptItem]:
+            ask = (
+                handle
+                if run_id is None
+                else self.client.get_workflow_handle(workflow_id, run_id=run_id)
+            )
+            answer: TranscriptPage | list[TranscriptItem] = await ask.query(
+                "transcript_slice", arg, result_type=_TRANSCRIPT_ANSWER
+            )
+            return answer
+
+        index = max(0, start)
+        try:
+            async for page in read_pages(query, index, upto):
+                index += len(page.items)
+                yield page.items
+        except (OlderWorkflowCode, PrefixMismatch):
+            # A worker running code from before conversation-wide pages: lists.
+            while index < upto:
+                items = await query(
+                    None, TranscriptSlice(start=index, upto=upto, max_bytes=QUERY_PAGE_BYTES)
+                )
+                found = items.items if isinstance(items, TranscriptPage) else items
+                if not found:
+                    return
+                index += len(found)
+                yield found
 
     async def events(
         self, workflow_id: str, *, after: int = -1, poll_cooldown: float = 0.1

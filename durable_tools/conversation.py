@@ -59,6 +59,7 @@ __all__ = [
     "RejectedDecision",
     "Resume",
     "RetryRequest",
+    "RunSpan",
     "SendMessage",
     "ToolActivityInput",
     "ToolActivityResult",
@@ -215,6 +216,12 @@ class ConversationOptions(BaseModel):
         require_signed_decisions: Accept only decisions signed with a key the
             worker holds (`sign_decision`; default False). Calls of tools
             with approvers require signed decisions either way.
+        carry_transcript_bytes: At continue-as-new, the newest transcript
+            items that fit in this many bytes of JSON are carried to the new
+            run (default 128 KiB, at most 384 KiB, so the whole carried state
+            stays under `durable_tools.carry.CARRY_LIMIT_BYTES`); older items
+            are read back from the earlier runs (docs/architecture.md,
+            "Continue-as-new").
     """
 
     model_config = ConfigDict(frozen=True)
@@ -230,6 +237,7 @@ class ConversationOptions(BaseModel):
     transcript_in_activity_input: bool = False
     accept_early_decisions: bool = False
     require_signed_decisions: bool = False
+    carry_transcript_bytes: int = Field(default=128 * 1024, ge=0, le=384 * 1024)
 
 
 class PendingApproval(BaseModel):
@@ -449,7 +457,13 @@ class TranscriptSlice(BaseModel):
             holds (`durable_tools.transcript_digest`; `EMPTY_DIGEST` for
             `start=0`). When set, the answer is a `TranscriptPage` (the items
             only if the workflow's prefix has this digest) instead of a list;
-            `None` (the default, what older callers send): a list.
+            `""`: a `TranscriptPage` whatever the prefix (a reader that holds
+            nothing before `start`, e.g. `Conversations.history`); `None`
+            (the default, what older callers send): a list, empty when
+            `start` is before the run's `base`.
+
+    `start` and `upto` are conversation-wide indices: a run continued as new
+    holds items from its `base` on (`TranscriptPage.base`).
     """
 
     upto: int
@@ -458,24 +472,50 @@ class TranscriptSlice(BaseModel):
     known_digest: str | None = None
 
 
+class RunSpan(BaseModel):
+    """An earlier run of a conversation and the first transcript item it holds.
+
+    Attributes:
+        run_id: The run's id (a closed run: a worker replays it to answer
+            `transcript_slice`).
+        base: The conversation-wide index of the first item it holds; it
+            holds every item up to the next run's `base` (and a few more).
+    """
+
+    run_id: str
+    base: int = Field(ge=0)
+
+
 class TranscriptPage(BaseModel):
     """Answer of `transcript_slice` to a caller that sent `known_digest`.
 
     Attributes:
         matched: Whether the workflow's items `[0, start)` have the caller's
-            `known_digest`. When not, `items` is empty and the caller reads
-            again from 0 (its copy is stale: another run, or a bug).
+            `known_digest` (always, for `known_digest=""`). When not,
+            `items` is empty: with `start < base` the caller asks an earlier
+            run (`earlier`), else its copy is stale (another conversation
+            with this workflow id, or a bug) and it reads again from 0.
         items: Items from `start`, paged by `max_bytes` (at least one item
             when any is asked for and `matched`).
         digest: The digest of items `[0, start + len(items))` when `matched`,
             else of `[0, start)` (`""` when `start` is past the transcript).
-        length: How many items the transcript has now.
+        length: How many items the conversation's transcript has now (over
+            every run).
+        base: The conversation-wide index of the first item this run holds;
+            the items before it are in earlier runs (0 in runs recorded
+            before continue-as-new carried a bounded tail).
+        earlier: When `start < base` (then `matched` is False): the earlier
+            runs that hold the items before `base`, oldest first (at most
+            `durable_tools.carry.MAX_EARLIER_RUNS`; ask the oldest one for
+            older runs).
     """
 
     matched: bool
     items: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
     digest: str = ""
     length: int = 0
+    base: int = 0
+    earlier: list[RunSpan] = Field(default_factory=list[RunSpan])
 
 
 class DeltaEntry(BaseModel):
@@ -734,7 +774,9 @@ class CarriedState(BaseModel):
     """State carried across continue-as-new.
 
     Attributes:
-        transcript: The reconciled transcript.
+        transcript: The newest items of the reconciled transcript, from
+            conversation-wide index `base` (the whole transcript in runs
+            recorded before the carry was bounded; `durable_tools.carry`).
         inbox: User messages not yet given to the model.
         agent: Current agent configuration name.
         turns: Model turns so far in the conversation.
@@ -749,6 +791,17 @@ class CarriedState(BaseModel):
             applies to the next pause.
         stream: The event stream's retained events and publisher state
             (`durable_tools.events`); `None` in runs recorded before it.
+        base: Conversation-wide index of `transcript[0]` (default 0).
+        base_digest: Digest of the items `[0, base)`
+            (`durable_tools.transcript_digest`; `""` when `base` is 0).
+        earlier: The earlier runs holding the items before `base`, oldest
+            first (the latest `durable_tools.carry.MAX_EARLIER_RUNS`).
+        needs_model: Whether the model answers next although `transcript`
+            is empty (the last item, before `base`, is not an assistant
+            message). Read only while the run's transcript is empty.
+        last_text: The last assistant text when no assistant message with
+            text is in `transcript` (cut to `durable_tools.carry.
+            MAX_LAST_TEXT_BYTES`): the reply a `turn_limit` result returns.
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -764,6 +817,11 @@ class CarriedState(BaseModel):
     usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
     early_resume: Resume | None = None
     stream: WorkflowStreamState | None = None
+    base: int = Field(default=0, ge=0)
+    base_digest: str = ""
+    earlier: list[RunSpan] = Field(default_factory=list[RunSpan])
+    needs_model: bool = False
+    last_text: str = ""
 
 
 class ConversationInput(BaseModel):
@@ -797,8 +855,9 @@ class ConversationStatus(BaseModel):
         pending_approvals: Calls waiting for a decision.
         pending_interactions: Calls waiting for an answer.
         running_tools: Tool activities in flight.
-        transcript_items: Length of the transcript.
-        reconciled: Whether every call in the transcript has its output.
+        transcript_items: Length of the conversation's transcript over every
+            run (`Conversations.history` reads it across runs).
+        reconciled: Whether every call in the run's transcript has its output.
         model_failed: Why the model turn failed, in state `model_failed`.
         usage: Tokens in and out per model name, over the whole conversation
             (every run; turns whose provider reports no usage count 0).
@@ -829,8 +888,8 @@ class ConversationResult(BaseModel):
             within `idle_timeout`) or `turn_limit`.
         output: The `finish` output, or the last assistant text.
         turns: Model turns in the whole conversation.
-        transcript_items: Length of the final transcript (read it with the
-            `history` query).
+        transcript_items: Length of the final transcript over every run (read
+            it with `Conversations.history`).
         usage: Tokens in and out per model name over the whole conversation.
         unanswered_messages: User messages that arrived after the model's
             last turn (e.g. while it called `finish`); the model never saw

@@ -16,7 +16,8 @@ DurableToolsError
 ├── ToolNotFound                  `Toolkit.get` / `with_run` on a missing name
 ├── DecisionRejected              an approval or answer that fails its checks
 ├── NoFinalOutput                 a typed result asked of a conversation that did not finish
-└── RetryRejected                 `retry_now` on a conversation whose model has not failed
+├── RetryRejected                 `retry_now` on a conversation whose model has not failed
+└── TranscriptUnavailable         a transcript read that no run of the conversation can answer
 ```
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "RetryRejected",
     "StrictModeError",
     "ToolNotFound",
+    "TranscriptUnavailable",
 ]
 
 
@@ -145,4 +147,13 @@ class RetryRejected(DurableToolsError):
     """`Conversations.retry(..., wait=True)` on a conversation not in state `model_failed`.
 
     The `retry` signal in that state is ignored instead.
+    """
+
+
+class TranscriptUnavailable(DurableToolsError):
+    """A transcript read across runs found no run that holds an item it needs.
+
+    E.g. an earlier run is past the namespace's retention (Temporal deletes
+    closed runs then), or the runs answer inconsistently. Raised by
+    `Conversations.history` and the model activity (which retries).
     """

@@ -58,24 +58,32 @@ class PrefixDigests:
 
     The workflow keeps one for its transcript and answers `transcript_slice`
     from it: each item is serialized once, when a query first reaches it, so
-    a query costs what it returns, not the transcript's length. Only queries
-    touch it (it never changes what the workflow does, so replay is unaffected).
+    a query costs what it returns, not the transcript's length. Queries and
+    the continue-as-new carry read it; what it returns is a pure function of
+    the transcript, so replay is unaffected.
 
     The memo assumes what the loop guarantees: within a run the transcript
     only grows (items are frozen and only ever appended). It checks cheaply
     that this holds (the length, and the identity of the last item it
     memoized) and starts over when it does not; code that ever replaces an
     item in place must call `clear()`.
+
+    Args:
+        start: The digest of the items before the transcript's first one
+            (default `EMPTY_DIGEST`): a run continued as new holds the
+            conversation's items from its `base`, and `start` is the digest
+            of the items before it, so every digest is conversation-wide.
     """
 
-    def __init__(self) -> None:
-        self._digests: list[str] = [EMPTY_DIGEST]
+    def __init__(self, start: str = EMPTY_DIGEST) -> None:
+        self._start = start
+        self._digests: list[str] = [start]
         self._sizes: list[int] = []
         self._last: TranscriptItem | None = None
 
     def clear(self) -> None:
         """Forget everything (the transcript changed other than by appending)."""
-        self._digests = [EMPTY_DIGEST]
+        self._digests = [self._start]
         self._sizes = []
         self._last = None
 

@@ -1572,14 +1572,20 @@ def answer_command(
 def history_command(
     workflow_id: WorkflowId,
     as_json: AsJson = False,
+    start: Annotated[
+        int, typer.Option(min=0, help="First item to show (0: the conversation's first).")
+    ] = 0,
+    limit: Annotated[
+        int | None, typer.Option(min=0, help="Most items to show (default: all from --start).")
+    ] = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
-    """Show the conversation's transcript (messages, tool calls, tool outputs)."""
+    """Show the conversation's transcript (messages, tool calls, tool outputs), every run's."""
     items = _on_conversation(
         workflow_id,
-        lambda c: c.history(workflow_id),
+        lambda c: c.history(workflow_id, start=start, limit=limit),
         address=address,
         namespace=namespace,
         timeout=timeout,

@@ -7,8 +7,8 @@ by half up to `max_interval` while nothing changes (no busy loop):
 - the workflow's description (`describe`, no worker needed): whether it has
   ended, and its pending activities, whose attempt, last failure and
   heartbeat details show a tool's retries and progress;
-- the `status` query, then the new transcript items (the `transcript_slice`
-  query, paged by about 1 MB as `Conversations.history` does): model text,
+- the `status` query, then the new transcript items
+  (`Conversations.history_pages`, across continue-as-new): model text,
   tool calls and their outputs (ok, or the failure kind);
 - the `pending` query while something waits for a person: approvals and
   questions, each with the exact command that decides it.
@@ -46,7 +46,6 @@ from durable_tools.conversation import (
     ModelFailure,
     PendingApproval,
     PendingInteraction,
-    TranscriptSlice,
 )
 from durable_tools.transcript import (
     AssistantMessage,
@@ -59,7 +58,6 @@ __all__ = ["Commands", "Followed", "Follower", "LostServer"]
 
 _TOOL_PREFIX = "tool."  # durable_tools.activities.agent_activities.TOOL_ACTIVITY_PREFIX
 _MODEL_ACTIVITY = "model.turn"  # durable_tools.activities.agent_activities.MODEL_TURN_ACTIVITY
-_PAGE_BYTES = 1_000_000  # one query result must stay under Temporal's 2 MiB payload limit
 _TRANSIENT = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
 _SHOWN_CHARS = 300  # tool outputs and progress longer than this are cut in the live view
 
@@ -315,22 +313,26 @@ class Follower:
         return status
 
     async def _read_transcript(self, upto: int) -> bool:
+        if self._seen.items >= upto:
+            return False
         changed = False
-        while self._seen.items < upto:
-            request = TranscriptSlice(start=self._seen.items, upto=upto, max_bytes=_PAGE_BYTES)
-            page: list[TranscriptItem] | None = await self._bounded_query(
-                "transcript_slice",
-                lambda r=request: self._handle.query(  # pyright: ignore[reportUnknownMemberType]
-                    "transcript_slice", r, result_type=list[TranscriptItem]
-                ),
-            )
-            if not page:
-                break
-            for item in page:
-                self._report_item(item)
-            self._seen.items += len(page)
-            self._seen.last = page[-1]
-            changed = True
+        pages = self._conversations.history_pages(
+            self._workflow_id, start=self._seen.items, limit=upto - self._seen.items
+        )
+        try:
+            while True:
+                page: list[TranscriptItem] | None = await self._bounded_query(
+                    "transcript_slice", lambda: anext(pages, None)
+                )
+                if not page:
+                    break
+                for item in page:
+                    self._report_item(item)
+                self._seen.items += len(page)
+                self._seen.last = page[-1]
+                changed = True
+        finally:
+            await pages.aclose()
         return changed
 
     async def _read_pending(self) -> bool:

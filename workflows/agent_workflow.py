@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionVerdict,
         approver_problem,
     )
+    from durable_tools.carry import MAX_EARLIER_RUNS, cut_text, tail_start
     from durable_tools.conversation import (
         AgentConfig,
         Answer,
@@ -73,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         PlannedCall,
         RejectedDecision,
         Resume,
+        RunSpan,
         SendMessage,
         ToolActivityInput,
         ToolActivityResult,
@@ -111,7 +113,7 @@ with workflow.unsafe.imports_passed_through():
         is_reconciled,
         to_tool_call_output,
     )
-    from durable_tools.transcript_digest import PrefixDigests
+    from durable_tools.transcript_digest import EMPTY_DIGEST, PrefixDigests
 
 __all__ = ["NO_SEARCH_ATTRIBUTES_PATCH", "PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
 
@@ -136,6 +138,14 @@ history without it (every history recorded before) upserts as before.
 TRUSTED_DECISIONS_PATCH = "trusted-decisions"
 """Patch id: histories recorded before it kept early decisions and answers by default."""
 
+BOUNDED_CARRY_PATCH = "bounded-carry"
+"""Patch id: histories recorded before it carried the whole transcript across continue-as-new.
+
+Without the marker a run carries its whole transcript and stays in the run
+once that is over `_MAX_CARRY_BYTES`; with it, a bounded tail
+(`durable_tools.carry`).
+"""
+
 _MAX_REJECTED = 100
 _MAX_ID_CHARS = 200
 # The page an undecodable `transcript_slice` argument gets; the client pages by
@@ -152,7 +162,9 @@ _MAX_EARLY = 1000
 _NO_TIMEOUT = timedelta(days=1)
 _UNKNOWN = "unknown"
 # Temporal rejects a continue-as-new input over 2 MiB (the workflow task fails
-# and is retried forever); a larger carried state stays in the current run.
+# and is retried forever); a larger carried state stays in the current run
+# (only the whole transcript of histories before BOUNDED_CARRY_PATCH, or state
+# other than the transcript, e.g. a thousand early decisions, gets there).
 _MAX_CARRY_BYTES = 2_000_000
 # A model turn's `TranscriptDelta` gives at most this many bytes of items whole
 # (user messages, outputs the workflow made); past it the activity queries.
@@ -188,7 +200,13 @@ class AgentWorkflow:
         self._input = input
         self._options = input.options
         self._agent = state.agent
+        # The items from conversation-wide index `_base` on; older ones are in
+        # the earlier runs `_earlier` (durable_tools.carry).
         self._transcript: list[TranscriptItem] = list(state.transcript)
+        self._base = state.base
+        self._earlier: list[RunSpan] = list(state.earlier)
+        self._carried_needs_model = state.needs_model
+        self._carried_last_text = state.last_text
         self._inbox: list[SendMessage] = list(state.inbox)
         self._turns = state.turns
         self._runs = state.runs
@@ -219,13 +237,15 @@ class AgentWorkflow:
         self._model_failed: ModelFailure | None = None
         self._retry_requested = False
         self._carry_too_large = False
-        # Digests of the transcript's prefixes, for `transcript_page` and the
-        # model activity's `TranscriptDelta`: a function of the transcript alone.
-        self._prefix_digests = PrefixDigests()
-        # The delta of the next model turn starts at `_delta_from` (None: no
-        # delta, e.g. a carried transcript the worker may not hold); items
-        # an activity returned are named by `_sources[index]`.
-        self._delta_from: int | None = None if state.transcript else 0
+        # Digests of the transcript's prefixes (conversation-wide: the chain
+        # starts at the carried base digest), for `transcript_page`, `_carry`
+        # and the model activity's `TranscriptDelta`: a function of the
+        # transcript alone, so replay is unaffected.
+        self._prefix_digests = PrefixDigests(state.base_digest or EMPTY_DIGEST)
+        # The delta of the next model turn starts at local index `_delta_from`
+        # (None: no delta, e.g. a carried transcript the worker may not hold);
+        # items an activity returned are named by `_sources[local index]`.
+        self._delta_from: int | None = None if (state.transcript or state.base) else 0
         self._sources: dict[int, DeltaEntry] = {}
         self._produced_calls: set[str] = set()
         # `run_agent` sets it before calling __init__: the loop runs inside
@@ -281,7 +301,10 @@ class AgentWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if self._stream is not None:
                     self._stream.truncate(self._stream_end() - RETAINED_EVENTS)
-                carry = self._carry()
+                bounded = not self._options.transcript_in_activity_input and workflow.patched(
+                    BOUNDED_CARRY_PATCH
+                )
+                carry = self._carry(bounded=bounded)
                 size = workflow.payload_converter().to_payloads([carry])[0].ByteSize()
                 if size <= _MAX_CARRY_BYTES:
                     # A new current version: the next run starts on it.
@@ -294,7 +317,7 @@ class AgentWorkflow:
                             else None
                         ),
                     )
-                # The transcript only grows: stay in this run from now on.
+                # Stay in this run from now on (the carried state only grows).
                 self._carry_too_large = True
                 if self._stream is not None:
                     self._stream._detaching = False  # pyright: ignore[reportPrivateUsage]
@@ -333,7 +356,13 @@ class AgentWorkflow:
         self._inbox.clear()
 
     def _needs_model(self) -> bool:
-        return bool(self._transcript) and not isinstance(self._transcript[-1], AssistantMessage)
+        if not self._transcript:  # a run that carried no item: the last is before `_base`
+            return self._carried_needs_model
+        return not isinstance(self._transcript[-1], AssistantMessage)
+
+    def _length(self) -> int:
+        """How many items the conversation's transcript has, over every run."""
+        return self._base + len(self._transcript)
 
     def _should_continue_as_new(self) -> bool:
         # Embedded in another workflow (`run_agent`), continuing as new would
@@ -348,7 +377,8 @@ class AgentWorkflow:
             or (every is not None and self._turns_this_run >= every)
         )
 
-    def _carry(self) -> ConversationInput:
+    def _carry(self, *, bounded: bool) -> ConversationInput:
+        """The next run's input: the newest items that fit, or (not `bounded`) all of them."""
         state = CarriedState(
             transcript=self._transcript,
             inbox=self._inbox,
@@ -363,8 +393,40 @@ class AgentWorkflow:
             usage=self._usage,
             early_resume=self._early_resume,
             stream=self._stream.get_state() if self._stream is not None else None,
+            base=self._base,
+            base_digest=self._prefix_digests.digest(self._transcript, 0) if self._base else "",
+            earlier=self._earlier,
+            needs_model=self._needs_model(),
+            last_text=self._carried_last_text,
         )
+        if bounded:
+            state = self._bounded(state, workflow.info().run_id)
         return self._input.model_copy(update={"messages": [], "state": state, "agent": self._agent})
+
+    def _bounded(self, state: CarriedState, run_id: str) -> CarriedState:
+        """`state` with only the transcript's tail (`durable_tools.carry.tail_start`).
+
+        `run_id` is this run's: the next run lists it among the earlier runs
+        when it does not carry every item this run holds.
+        """
+        transcript, memo = self._transcript, self._prefix_digests
+        sizes = [memo.size(transcript, k) for k in range(len(transcript))]
+        start = tail_start(transcript, sizes, self._options.carry_transcript_bytes)
+        if start == 0:
+            return state  # everything this run holds fits: the same earlier runs hold the rest
+        tail = transcript[start:]
+        last_text = self._last_text()
+        has_text = any(isinstance(item, AssistantMessage) and item.text for item in tail)
+        earlier = [*self._earlier, RunSpan(run_id=run_id, base=self._base)]
+        return state.model_copy(
+            update={
+                "transcript": tail,
+                "base": self._base + start,
+                "base_digest": memo.digest(transcript, start),
+                "earlier": earlier[-MAX_EARLIER_RUNS:],
+                "last_text": "" if has_text else cut_text(last_text),
+            }
+        )
 
     def _result(self, status: Any, output: Any) -> ConversationResult:
         # Messages that arrived after the model's last turn (e.g. while it was
@@ -378,7 +440,7 @@ class AgentWorkflow:
             status=status,
             output=output,
             turns=self._turns,
-            transcript_items=len(self._transcript),
+            transcript_items=self._length(),
             usage=self._usage,
             unanswered_messages=list(self._inbox),
         )
@@ -387,7 +449,7 @@ class AgentWorkflow:
         for item in reversed(self._transcript):
             if isinstance(item, AssistantMessage) and item.text:
                 return item.text
-        return ""
+        return self._carried_last_text
 
     # ---------------------------------------------------------------- model
 
@@ -428,7 +490,7 @@ class AgentWorkflow:
             workflow_id=info.workflow_id,
             run_id=info.run_id,
             turn=number,
-            upto=len(self._transcript),
+            upto=self._length(),
             agent=agent if inline else None,
             agent_name="" if inline else self._agent,
             known_digest=self._digest,
@@ -474,7 +536,7 @@ class AgentWorkflow:
                 source = DeltaEntry(item=transcript[index])
             entries.append(source)
         return TranscriptDelta(
-            start=start,
+            start=self._base + start,  # conversation-wide, as the worker's cache counts
             start_digest=digests.digest(transcript, start),
             entries=entries,
             digest=digests.digest(transcript, end),
@@ -1195,7 +1257,9 @@ class AgentWorkflow:
             )
         request = decode_input(args, TranscriptSlice, workflow.payload_converter())
         if isinstance(request, Undecodable):
-            request = TranscriptSlice(upto=len(self._transcript), max_bytes=_DEFAULT_PAGE_BYTES)
+            request = TranscriptSlice(
+                start=self._base, upto=self._length(), max_bytes=_DEFAULT_PAGE_BYTES
+            )
         if request.known_digest is not None:
             return self.transcript_page(request)
         return self.transcript_slice(request)
@@ -1204,15 +1268,25 @@ class AgentWorkflow:
 
     @workflow.query(name="history")
     def history(self, *_ignored: object) -> list[TranscriptItem]:
-        """The transcript (reconciled between turns); arguments are ignored."""
+        """The items this run holds (reconciled between turns); arguments are ignored.
+
+        After continue-as-new a run holds the conversation's items from its
+        `base` on (`TranscriptPage.base`); `Conversations.history` reads
+        every item across runs.
+        """
         return list(self._transcript)
 
     def transcript_slice(self, request: TranscriptSlice) -> list[TranscriptItem]:
-        """The `transcript_slice` query: items `start` to `upto`, paged by `max_bytes`.
+        """The `transcript_slice` query without `known_digest`: a list, as older callers expect.
 
-        What the model activity reads. Routed by `_query`.
+        Items `start` to `upto` (conversation-wide indices), paged by
+        `max_bytes`; none when `start` is before this run's `base` (those
+        items are in earlier runs, which only a `TranscriptPage` names).
+        Routed by `_query`.
         """
-        items = self._transcript[request.start : request.upto]
+        if request.start < self._base:
+            return []
+        items = self._transcript[request.start - self._base : request.upto - self._base]
         if request.max_bytes is not None:
             size = 0
             for n, item in enumerate(items):
@@ -1224,21 +1298,26 @@ class AgentWorkflow:
     def transcript_page(self, request: TranscriptSlice) -> TranscriptPage:
         """The `transcript_slice` query with `known_digest`: only what the caller lacks.
 
-        Items `start` to `upto` (paged by `max_bytes`) when the caller's
-        `known_digest` is the digest of this run's items `[0, start)`, else
-        none (`matched=False`). Costs what it returns: digests and sizes are
-        memoized per item (`PrefixDigests`). Routed by `_query`.
+        Items `start` to `upto` (conversation-wide indices, paged by
+        `max_bytes`) when the caller's `known_digest` is the digest of the
+        conversation's items `[0, start)` (or is `""`: unchecked), else none
+        (`matched=False`). A `start` before this run's `base` gets none
+        either, with the earlier runs that hold those items (`earlier`).
+        Costs what it returns: digests and sizes are memoized per item
+        (`PrefixDigests`). Routed by `_query`.
         """
-        transcript, memo = self._transcript, self._prefix_digests
-        length = len(transcript)
-        start = request.start
-        if not 0 <= start <= length:
-            return TranscriptPage(matched=False, length=length)
+        transcript, memo, base = self._transcript, self._prefix_digests, self._base
+        length = self._length()
+        start = request.start - base
+        if start < 0:
+            return TranscriptPage(matched=False, length=length, base=base, earlier=self._earlier)
+        if start > len(transcript):
+            return TranscriptPage(matched=False, length=length, base=base)
         digest = memo.digest(transcript, start)
-        if digest != request.known_digest:
-            return TranscriptPage(matched=False, digest=digest, length=length)
+        if request.known_digest and digest != request.known_digest:
+            return TranscriptPage(matched=False, digest=digest, length=length, base=base)
         end, size = start, 0
-        stop = max(start, min(request.upto, length))
+        stop = max(start, min(request.upto - base, len(transcript)))
         while end < stop:
             size += memo.size(transcript, end)
             if end > start and request.max_bytes is not None and size > request.max_bytes:
@@ -1249,6 +1328,7 @@ class AgentWorkflow:
             items=transcript[start:end],
             digest=memo.digest(transcript, end),
             length=length,
+            base=base,
         )
 
     @workflow.update(name="await_turn")
@@ -1297,7 +1377,7 @@ class AgentWorkflow:
             pending_approvals=len(self._approvals),
             pending_interactions=len(self._interactions),
             running_tools=self._running,
-            transcript_items=len(self._transcript),
+            transcript_items=self._length(),
             reconciled=is_reconciled(self._transcript),
             model_failed=self._model_failed,
             usage=self._usage,

@@ -1,9 +1,9 @@
 """The model activity reads only the transcript items it has not seen, and sees the same.
 
-Each worker keeps, per run, the items it read and their digest
+Each worker keeps, per conversation, the items it read and their digest
 (`activities/transcript_cache.py`); a turn asks the workflow for the items
-after them with that digest, and reads everything again on a miss or a
-mismatch. What the model sees must be exactly the transcript a full read
+after them with that digest, and reads everything again (across runs) on a
+miss or a mismatch. What the model sees must be exactly the transcript a full read
 gives: checked turn by turn against the conversation's whole transcript,
 across continue-as-new, two workers taking turns, and stale cache entries.
 """
@@ -115,17 +115,17 @@ async def test_each_turn_reads_only_new_items_across_continue_as_new(
         await _idle_after(conversations, workflow_id, turns)
         transcript = await conversations.history(workflow_id)
         status = await conversations.status(workflow_id)
-        run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
 
     assert status.runs == 5  # 7 turns per run: 31 turns in 5 runs
     _assert_saw_full_transcript(model.requests, transcript, turns)
     stats = cache.stats
-    # One full read per run (its first turn: a new run id), one query per turn.
-    assert (stats.misses, stats.full_reads, stats.mismatches) == (5, 5, 0)
-    assert stats.hits == turns - 5
-    assert stats.queries == turns
+    # One full read (the first turn), then one query per turn: the cache is
+    # the conversation's, and the new run holds the digest of what it did not carry.
+    assert (stats.misses, stats.full_reads, stats.mismatches) == (1, 1, 0)
+    assert stats.hits == turns - 1
+    assert (stats.queries, stats.earlier_queries) == (turns, 0)
     assert (stats.inconsistent, stats.legacy_reads) == (0, 0)
-    entry = cache.get(workflow_id, run_id)  # the last run's
+    entry = cache.get(workflow_id)
     assert entry is not None
     held = transcript[: len(entry.items)]
     assert entry.digest == _digest(held)
@@ -172,12 +172,12 @@ async def test_two_workers_taking_turns_see_the_same_transcript(
     assert status.runs == 3
     _assert_saw_full_transcript(model.requests, transcript, turns)
     odd, even = alternating.workers[1].stats, alternating.workers[0].stats
-    # Runs start at turns 1, 16 and 31: each worker misses on its first turn
-    # of each run (both do: a run starts on an odd turn, then an even one).
-    assert (odd.misses, even.misses) == (3, 3)
-    assert (odd.full_reads, even.full_reads) == (3, 3)
+    # Each worker misses once (its first turn), then extends its own prefix,
+    # across the continues-as-new at turns 16 and 31 too.
+    assert (odd.misses, even.misses) == (1, 1)
+    assert (odd.full_reads, even.full_reads) == (1, 1)
     assert (odd.mismatches, even.mismatches) == (0, 0)
-    assert (odd.hits, even.hits) == (21 - 3, 20 - 3)
+    assert (odd.hits, even.hits) == (21 - 1, 20 - 1)
     assert odd.queries + even.queries == turns
 
 
@@ -189,28 +189,23 @@ async def test_a_stale_cache_entry_is_detected_and_read_again(
     conversations = Conversations(client, task_queue=task_queue)
     workflow_id = f"incremental-stale-{uuid.uuid4()}"
     async with Worker(client, task_queue=task_queue):
-        handle = await conversations.start(
-            workflow_id, agent=AGENT, message=_loop(3), options=_options()
-        )
+        await conversations.start(workflow_id, agent=AGENT, message=_loop(3), options=_options())
         await _idle_after(conversations, workflow_id, 4)
-        run_id = (await handle.describe()).run_id
-        entry = cache.get(workflow_id, run_id)
+        entry = cache.get(workflow_id)
         assert entry is not None and len(entry.items) == 7  # up to the last model turn
 
         # A consistent entry (its digest is that of its items) with other content.
         stale = (UserMessage(text="another conversation"), *entry.items[1:])
-        cache.put(
-            workflow_id, run_id, CachedTranscript(stale, _digest(stale), 1000, entry.call_ids)
-        )
+        cache.put(workflow_id, CachedTranscript(stale, _digest(stale), 1000, entry.call_ids))
         await conversations.send(workflow_id, _loop(2))
         await _idle_after(conversations, workflow_id, 7)
         assert cache.stats.mismatches == 1
 
         # An entry longer than what the next turn asks for.
-        entry = cache.get(workflow_id, run_id)
+        entry = cache.get(workflow_id)
         assert entry is not None
         longer = (*entry.items, *entry.items[-3:])
-        cache.put(workflow_id, run_id, CachedTranscript(longer, _digest(longer), 1, entry.call_ids))
+        cache.put(workflow_id, CachedTranscript(longer, _digest(longer), 1, entry.call_ids))
         await conversations.send(workflow_id, _loop(1))
         await _idle_after(conversations, workflow_id, 9)
         assert cache.stats.mismatches == 2
@@ -219,7 +214,7 @@ async def test_a_stale_cache_entry_is_detected_and_read_again(
     _assert_saw_full_transcript(model.requests, transcript, 9)
     assert cache.stats.full_reads == 3  # the first turn and the two mismatches
     assert cache.stats.hits == 9 - 3
-    entry = cache.get(workflow_id, run_id)
+    entry = cache.get(workflow_id)
     assert entry is not None and entry.digest == _digest(transcript[: len(entry.items)])
 
 
@@ -271,8 +266,8 @@ async def test_a_reused_call_id_is_renamed_when_the_transcript_comes_from_the_ca
 async def test_most_turns_need_no_query(dev_env: WorkflowEnvironment, task_queue: str) -> None:
     """A worker that ran the previous turn's activities rebuilds the new items itself.
 
-    Only a new run's first turn queries (its transcript was carried: the
-    worker may not hold it); every other turn is a `TranscriptDelta` hit.
+    Only a new run's first turn queries (it sends no delta: its transcript
+    was carried); every other turn is a `TranscriptDelta` hit.
     """
     client, plugin, model = _worker(dev_env, deltas=True)
     cache = plugin.agent_activities.transcripts
@@ -290,7 +285,8 @@ async def test_most_turns_need_no_query(dev_env: WorkflowEnvironment, task_queue
     _assert_saw_full_transcript(model.requests, transcript, turns)
     stats = cache.stats
     assert stats.delta_hits == turns - 4
-    assert (stats.queries, stats.full_reads, stats.misses) == (4, 4, 4)
+    # Each new run's first turn asks it for what the (conversation-wide) cache lacks.
+    assert (stats.queries, stats.hits, stats.full_reads, stats.misses) == (4, 4, 0, 0)
     assert (stats.mismatches, stats.delta_mismatches, stats.inconsistent) == (0, 0, 0)
 
 
@@ -336,9 +332,9 @@ def test_a_delta_is_used_only_when_it_rebuilds_the_workflows_prefix() -> None:
         entries=[DeltaEntry(item=first[0])],
         digest=_digest(first),
     )
-    assert cache.extend_by_delta("w", "r", delta, lambda _: None) == first
+    assert cache.extend_by_delta("w", delta, lambda _: None) == first
     # A retried turn asks for what is already held: answered as it is.
-    assert cache.extend_by_delta("w", "r", delta, lambda _: None) == first
+    assert cache.extend_by_delta("w", delta, lambda _: None) == first
     grown = [*first, reply, UserMessage(text="more")]
     by_reference = TranscriptDelta(
         start=1,
@@ -347,14 +343,14 @@ def test_a_delta_is_used_only_when_it_rebuilds_the_workflows_prefix() -> None:
         digest=_digest(grown),
     )
     # Nothing remembered for turn 1: no answer (the caller queries).
-    assert cache.extend_by_delta("w", "r", by_reference, lambda _: None) is None
+    assert cache.extend_by_delta("w", by_reference, lambda _: None) is None
     # Something else remembered: no answer either.
     other = AssistantMessage(text="other")
-    assert cache.extend_by_delta("w", "r", by_reference, lambda _: other) is None
+    assert cache.extend_by_delta("w", by_reference, lambda _: other) is None
     assert cache.stats.delta_mismatches == 1
     # Another start than what is held: no answer.
     shifted = by_reference.model_copy(update={"start": 0})
-    assert cache.extend_by_delta("w", "r", shifted, lambda _: reply) is None
-    assert cache.extend_by_delta("w", "r", by_reference, lambda _: reply) == grown
+    assert cache.extend_by_delta("w", shifted, lambda _: reply) is None
+    assert cache.extend_by_delta("w", by_reference, lambda _: reply) == grown
     assert cache.stats.delta_hits == 3
     assert cache.stats.queries == 0

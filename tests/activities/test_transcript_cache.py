@@ -44,15 +44,18 @@ async def test_pages_are_read_until_upto_and_digests_agree() -> None:
     wf = _workflow(transcript)
     cache = TranscriptCache()
 
-    async def query(arg: TranscriptSlice) -> TranscriptPage | list[TranscriptItem]:
+    async def query(
+        run_id: str | None, arg: TranscriptSlice
+    ) -> TranscriptPage | list[TranscriptItem]:
+        assert run_id is None
         return wf.transcript_page(arg) if arg.known_digest is not None else []
 
-    assert await cache.read(query, "w", "r", 50) == transcript
+    assert await cache.read(query, "w", 50) == transcript
     assert (cache.stats.full_reads, cache.stats.queries) == (1, 3)
     wf._transcript.extend(_items(3))  # pyright: ignore[reportPrivateUsage]
-    assert await cache.read(query, "w", "r", 53) == wf.history()
+    assert await cache.read(query, "w", 53) == wf.history()
     assert (cache.stats.hits, cache.stats.queries) == (1, 4)
-    entry = cache.get("w", "r")
+    entry = cache.get("w")
     assert entry is not None and entry.digest == _digest(wf.history())
 
 
@@ -60,11 +63,13 @@ async def test_a_workflow_answering_lists_is_read_whole_and_not_cached() -> None
     transcript = _items(5)
     cache = TranscriptCache()
 
-    async def old_query(arg: TranscriptSlice) -> TranscriptPage | list[TranscriptItem]:
+    async def old_query(
+        run_id: str | None, arg: TranscriptSlice
+    ) -> TranscriptPage | list[TranscriptItem]:
         return transcript[arg.start : arg.upto][:2]  # pages of 2, digest ignored
 
-    assert await cache.read(old_query, "w", "r", 5) == transcript
-    assert await cache.read(old_query, "w", "r", 5) == transcript
+    assert await cache.read(old_query, "w", 5) == transcript
+    assert await cache.read(old_query, "w", 5) == transcript
     assert cache.stats.legacy_reads == 2 and len(cache) == 0
 
 
@@ -91,12 +96,10 @@ def test_prefix_digests_start_over_when_the_transcript_is_replaced() -> None:
 
 def test_the_cache_is_bounded_by_entries_and_bytes() -> None:
     cache = TranscriptCache(max_bytes=1000, max_entries=2)
-    for run in "abc":
-        cache.put("w", run, CachedTranscript((), EMPTY_DIGEST, 100, frozenset()))
-    assert [cache.get("w", r) is not None for r in "abc"] == [False, True, True]
-    cache.put("w", "d", CachedTranscript((), EMPTY_DIGEST, 950, frozenset()))
+    for conversation in "abc":
+        cache.put(conversation, CachedTranscript((), EMPTY_DIGEST, 100, frozenset()))
+    assert [cache.get(w) is not None for w in "abc"] == [False, True, True]
+    cache.put("d", CachedTranscript((), EMPTY_DIGEST, 950, frozenset()))
     assert len(cache) == 1 and cache.bytes == 950
-    cache.put(
-        "w", "e", CachedTranscript((), EMPTY_DIGEST, 1001, frozenset())
-    )  # larger than the bound
-    assert cache.get("w", "e") is None and cache.bytes == 950
+    cache.put("e", CachedTranscript((), EMPTY_DIGEST, 1001, frozenset()))  # over the bound
+    assert cache.get("e") is None and cache.bytes == 950

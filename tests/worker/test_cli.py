@@ -322,6 +322,9 @@ def test_cli_round_trip_with_rejected_decisions(live: Live) -> None:
     items = json.loads(history.stdout)
     refund_outputs = [i for i in items if i["role"] == "tool" and i["tool"] == "refund"]
     assert len(refund_outputs) == 1 and not refund_outputs[0]["is_error"]
+    window = live.cli("history", workflow_id, "--json", "--start", "1", "--limit", "2")
+    assert window.exit_code == 0, window.output
+    assert json.loads(window.stdout) == items[1:3]
 
     status = live.cli("status", workflow_id)
     assert status.exit_code == 0 and "finished" in status.stdout

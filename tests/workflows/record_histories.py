@@ -251,6 +251,19 @@ async def continue_as_new(c: Conversations, wid: str) -> None:
     await c.start(wid, agent=AGENT, message=json.dumps({"loop": 6, "size": 100}), options=options)
 
 
+async def bounded_carry(c: Conversations, wid: str) -> None:
+    """Six echo turns of 3 KB, continuing as new every two, carrying a 4 KB tail (four runs).
+
+    Each run carries the newest items that fit (`durable_tools.carry`), so
+    runs two to four start past item 0 (`CarriedState.base`) and record the
+    `bounded-carry` patch marker before continuing as new.
+    """
+    options = OPTIONS.model_copy(
+        update={"continue_as_new_after_turns": 2, "carry_transcript_bytes": 4000}
+    )
+    await c.start(wid, agent=AGENT, message=json.dumps({"loop": 6, "size": 3000}), options=options)
+
+
 async def cancelled(c: Conversations, wid: str) -> None:
     """Cancelled with a tool running (`interrupted`) and one waiting (`cancelled`)."""
     script = turns(
@@ -326,6 +339,7 @@ SCENARIOS: dict[str, Scenario] = {
         superseded,
         handoff_finish,
         continue_as_new,
+        bounded_carry,
         cancelled,
         model_failed_retry,
         start_and_wait,

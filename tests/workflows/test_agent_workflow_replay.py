@@ -169,3 +169,32 @@ async def test_signature_verdicts_replay_from_their_markers_without_keys() -> No
     )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, repr(result.replay_failure)
+
+
+def test_the_bounded_carry_histories_start_past_item_zero() -> None:
+    """`bounded_carry`: runs two to four start from a tail, with the `bounded-carry` marker.
+
+    And `continue_as_new`, recorded before it, carried the whole transcript:
+    both replay (`test_recorded_history_replays`), each to its own carry.
+    """
+    bases: list[int] = []
+    for k in range(1, 5):
+        history = _history(HISTORIES / f"bounded_carry.run{k}.json")
+        started = history.events[0].workflow_execution_started_event_attributes
+        (input,) = pydantic_data_converter.payload_converter.from_payloads(
+            started.input.payloads, [ConversationInput]
+        )
+        bases.append(input.state.base if input.state else 0)
+        markers = [
+            e.marker_recorded_event_attributes.details["patch_data"]
+            for e in history.events
+            if e.HasField("marker_recorded_event_attributes")
+        ]
+        assert len(markers) == (1 if k < 4 else 0)  # before each continue-as-new
+    assert bases == [0, 3, 7, 11]
+    old = _history(HISTORIES / "continue_as_new.run4.json")
+    started = old.events[0].workflow_execution_started_event_attributes
+    (input,) = pydantic_data_converter.payload_converter.from_payloads(
+        started.input.payloads, [ConversationInput]
+    )
+    assert input.state is not None and input.state.base == 0 and len(input.state.transcript) == 13
