@@ -5,16 +5,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import uuid
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 from agent_support import TOOLKIT, record
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import Client
 from workflow_helpers import Harness, eventually
 
-from durable_tools import ToolContext, Toolkit, tool
-from durable_tools.conversation import AgentConfig
+from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, tool
+from durable_tools.conversation import AgentConfig, ModelRequest
+from durable_tools.testing import ScriptedModel
 from durable_tools.worker.dev_server import free_port
 from durable_tools.worker.inbox import Authenticators, TokenAuth, create_app, serve_inbox
 from durable_tools.worker.inbox.auth import ProxyHeaderAuth
@@ -42,6 +49,48 @@ PAYMENTS = Toolkit(*TOOLKIT.tools.values(), pay, label="payments")
 """The tests toolkit and `pay`, whose approvers are the `approvers` group."""
 
 PAYMENTS_AGENT = AgentConfig(name="payments", model="directed", toolkit="payments")
+
+_ASKED: Counter[str] = Counter()
+
+
+def _shifty(request: ModelRequest) -> AssistantMessage:
+    """Calls `refund` as `r1` for 100 cents the first time a conversation asks, 900 after."""
+    if any(isinstance(item, AssistantMessage) for item in request.transcript):
+        return AssistantMessage(text="done")
+    _ASKED[request.workflow_id] += 1
+    amount = 100 if _ASKED[request.workflow_id] == 1 else 900
+    arguments = json.dumps({"order": "A-20", "amount": amount})
+    return AssistantMessage(
+        tool_calls=(ToolCall(call_id="r1", name="refund", arguments=arguments),)
+    )
+
+
+SHIFTY = ScriptedModel(_shifty)
+"""A model whose answer changes when asked again (after a reset)."""
+
+SHIFTY_AGENT = AgentConfig(name="shifty", model="shifty", toolkit="tests")
+
+
+async def reset_to_first_task(client: Client, workflow_id: str) -> None:
+    """`temporal workflow reset --type FirstWorkflowTask`: the conversation runs again from
+    its start in a new run (same workflow id); its model is asked again."""
+    handle = client.get_workflow_handle(workflow_id)
+    history = await handle.fetch_history()
+    first = next(
+        e.event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    run_id = (await handle.describe()).run_id
+    await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+            reason="the inbox test re-asks the model",
+            workflow_task_finish_event_id=first,
+            request_id=str(uuid.uuid4()),
+        )
+    )
 
 
 def basic(name: str, secret: str) -> dict[str, str]:

@@ -1,6 +1,8 @@
 """The inbox in a real Chromium (Debian's `chromium`, driven by Playwright; nothing downloads a
 browser): a person approves the demo's `write_file`, answers its question through the form
-generated from the answer schema, denies with a reason, and meets a stale page's conflict.
+generated from the answer schema, denies with a reason, meets a stale page's conflicts
+(already decided, arguments changed), cannot approve outside the tool's approvers, and sees
+the transcript and the list change live (server-sent events) without reloading.
 
 The screenshots of docs/inbox.md are taken here: with `DT_UPDATE_SCREENSHOTS=1`
 they are written to docs/images/inbox-*.png (commit them), otherwise to a
@@ -10,6 +12,7 @@ temporary directory, so `make test` leaves the checkout clean.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -19,17 +22,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from inbox_support import turns
+from inbox_support import (
+    DECISION_KEY,
+    PAYMENTS,
+    PAYMENTS_AGENT,
+    SHIFTY,
+    SHIFTY_AGENT,
+    reset_to_first_task,
+    turns,
+)
 from playwright.async_api import Browser, Page, async_playwright, expect
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import Harness, running
+from workflow_helpers import Harness, eventually, running
 
 from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest, ModelRetry
 from durable_tools.models.errors import ProviderContext, status_error
 from durable_tools.models.scripted import ScriptedFileModel
 from durable_tools.transcript import AssistantMessage
 from durable_tools.worker.dev_server import free_port
-from durable_tools.worker.inbox import Authenticators, DevAuth, serve_inbox
+from durable_tools.worker.inbox import Authenticators, DevAuth, ProxyHeaderAuth, serve_inbox
 from examples.demo import AGENT, MODEL, REPORTER, SCRIPT, TIME_SERVER, make_kit
 
 # This worker declares no agents (development mode): the demo's agent, spelled out.
@@ -93,6 +104,7 @@ class Inbox:
     harness: Harness
     page: Page
     workspace: Path
+    browser: Browser
 
 
 UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button, a[href]')]
@@ -137,17 +149,22 @@ async def inbox(
     tmp_path: Path,
     browser: Browser,
     request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Inbox]:
-    """The demo's worker (its toolkit, scripted model and MCP time server), the inbox served
-    on a free port in dev mode as `ana`, and a browser page. Pages poll for changes every
-    `request.param` seconds (default 0: never, so no reload races a click)."""
+    """The demo's worker (its toolkit, scripted model and MCP time server; `payments` too,
+    and decision keys), the inbox served on a free port as `ana` (dev mode; a trusted proxy's
+    `X-Forwarded-User` first) signing with the worker's key, and a browser page. Live updates
+    are on when `request.param` (seconds between the list's visibility checks) is given;
+    default off, so no redraw races a click."""
     workspace = tmp_path / "workspace"
+    key_id, key = DECISION_KEY
+    monkeypatch.setenv("DURABLE_TOOLS_DECISION_KEYS", f"{key_id}:{base64.b64encode(key).decode()}")
     async with running(
         dev_env,
         task_queue,
         tmp_path / "ledger.jsonl",
-        toolkits={"demo": make_kit(workspace)},
-        models={MODEL: ScriptedFileModel(SCRIPT), "broken": BROKEN},
+        toolkits={"demo": make_kit(workspace), "payments": PAYMENTS},
+        models={MODEL: ScriptedFileModel(SCRIPT), "broken": BROKEN, "shifty": SHIFTY},
         mcp_servers=[TIME_SERVER],
     ) as harness:
         port = free_port()
@@ -156,11 +173,12 @@ async def inbox(
         serving = asyncio.create_task(
             serve_inbox(
                 harness.conversations,
-                Authenticators([DevAuth("ana")]),
+                Authenticators([ProxyHeaderAuth(), DevAuth("ana")]),
                 port=port,
                 stop=stop,
                 on_ready=ready.append,
                 refresh_seconds=getattr(request, "param", 0),
+                signing_key=DECISION_KEY,
             )
         )
         try:
@@ -171,7 +189,7 @@ async def inbox(
             context = await browser.new_context(viewport={"width": 1100, "height": 900})
             page = await context.new_page()
             page.set_default_timeout(20_000)
-            yield Inbox(ready[0], harness, page, workspace)
+            yield Inbox(ready[0], harness, page, workspace, browser)
             await context.close()
         finally:
             stop.set()
@@ -278,21 +296,119 @@ async def test_a_stale_page_shows_the_conflict(inbox: Inbox) -> None:
     assert harness.ledger_rows("refund") == []
 
 
+async def test_a_stale_page_whose_arguments_changed_shows_the_conflict(inbox: Inbox) -> None:
+    """Call ids never repeat within a run (a re-issued id is renamed `r1~2`), but an operator's
+    reset runs the conversation again from its start: the model, asked again, issues call
+    `r1` with other arguments, and a page opened before the reset shows the old ones."""
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start("refund it", agent=SHIFTY_AGENT)
+    shown = await harness.wait_approval(wf, "r1")
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await expect(page.locator("li.item dl.arguments")).to_contain_text("100")
+    await reset_to_first_task(harness.client, wf)
+
+    async def reissued() -> str | None:
+        pending = await harness.conversations.pending(wf)
+        changed = [a for a in pending.approvals if a.arguments_hash != shown.arguments_hash]
+        return changed[0].arguments_hash if changed else None
+
+    current = await eventually(reissued, what="call r1 re-issued with other arguments")
+    await page.get_by_role("button", name="Approve").click()  # the page still shows 100
+    alert = page.get_by_role("alert")
+    await expect(alert).to_contain_text(
+        "The arguments of call r1 are not the ones this page showed"
+    )
+    await expect(page.locator("[data-conflict]")).to_have_attribute(
+        "data-conflict", "arguments_changed"
+    )
+    # The page under the message shows the call as it is now, to decide on again.
+    await expect(page.locator("li.item dl.arguments")).to_contain_text("900")
+    assert "Traceback" not in await page.content()
+    await _shot(page, "arguments-changed")
+    pending = await harness.conversations.pending(wf)
+    assert [(a.call_id, a.arguments_hash) for a in pending.approvals] == [("r1", current)]
+    assert harness.ledger_rows("refund") == []
+
+
+async def test_someone_outside_the_approvers_cannot_approve(inbox: Inbox) -> None:
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start(
+        turns(("p1", "pay", {"to": "acme", "cents": 9900})), agent=PAYMENTS_AGENT
+    )
+    await harness.wait_approval(wf, "p1")
+    bo = {"X-Forwarded-User": "bo", "X-Forwarded-Groups": "support"}
+    await page.set_extra_http_headers(bo)
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await expect(page.get_by_test_id("identity")).to_have_text("bo")
+    refused = page.locator('[data-refused="p1"]')
+    await expect(refused).to_have_text(
+        "Only group:approvers may decide on this call; you are signed in as bo (groups: support)."
+    )
+    await expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    await _accessible(page)
+    await _shot(page, "not-allowed")
+    # Posting the decision anyway (the page's own CSRF token) is refused on the server.
+    token = await page.locator('form.send input[name="csrf_token"]').input_value()
+    digest = (await harness.conversations.pending(wf)).approvals[0].arguments_hash
+    response = await page.request.post(
+        f"{inbox.url}conversations/{wf}/decide",
+        form={
+            "csrf_token": token,
+            "call_id": "p1",
+            "arguments_hash": digest,
+            "decision": "approve",
+        },
+        headers=bo,
+    )
+    assert response.status == 403
+    assert "Only group:approvers may decide" in await response.text()
+    pending = await harness.conversations.pending(wf)
+    assert [a.call_id for a in pending.approvals] == ["p1"]
+    assert pending.rejected == []  # no decision reached the workflow
+    assert harness.ledger_rows("pay") == []
+
+    # A member of the group approves from the same inbox; the decision is signed.
+    await page.set_extra_http_headers({"X-Forwarded-User": "cy", "X-Forwarded-Groups": "approvers"})
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await page.get_by_role("button", name="Approve").click()
+    await expect(page.get_by_role("status")).to_have_text("Approved call p1.")
+    outputs = await harness.wait_outputs(wf, "p1")
+    assert outputs["p1"].content == "paid 9900 to acme"
+
+
 @pytest.mark.parametrize("inbox", [0.5], indirect=True)
-async def test_an_open_page_follows_a_decision_made_elsewhere(inbox: Inbox) -> None:
+async def test_the_transcript_changes_live_without_a_reload(inbox: Inbox) -> None:
     harness, page = inbox.harness, inbox.page
     wf = await harness.start(turns(("r1", "refund", {"order": "A-8", "amount": 4})))
     approval = await harness.wait_approval(wf, "r1")
     await page.goto(f"{inbox.url}conversations/{wf}")
     await expect(page.get_by_role("button", name="Approve")).to_be_visible()
+    await page.evaluate("window.sameDocument = true")
     await harness.conversations.approve(
         wf, "r1", arguments_hash=approval.arguments_hash, decided_by="bob", wait=True
     )
-    # No click: the page polls its version and reloads once the call has run.
+    # No click, no reload: the event stream redraws the transcript and what it waits for.
     await expect(page.locator('li.msg.tool[data-call-id="r1"]')).to_contain_text(
         "refunded 4 on A-8"
     )
     await expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    await harness.conversations.send(wf, "anything new?")
+    await expect(page.locator("ol.transcript")).to_contain_text("echo: anything new?")
+    await expect(page.get_by_test_id("live")).to_contain_text("Live: ")
+    assert await page.evaluate("window.sameDocument") is True
+    await _shot(page, "live")
+
+
+@pytest.mark.parametrize("inbox", [0.5], indirect=True)
+async def test_the_list_shows_a_new_waiting_conversation_by_itself(inbox: Inbox) -> None:
+    harness, page = inbox.harness, inbox.page
+    await page.goto(f"{inbox.url}?kind=approval")
+    wf = await harness.start(turns(("r1", "refund", {"order": "A-13", "amount": 5})))
+    await harness.wait_approval(wf, "r1")
+    # No reload from the test: the list's stream sees it in visibility and the page reloads.
+    entry = page.locator(f'li.conversation[data-workflow-id="{wf}"]')
+    await expect(entry.locator("code.tool")).to_have_text("refund")
+    await expect(page.get_by_label("Kind")).to_have_value("approval")  # filters kept
 
 
 async def test_a_failed_model_turn_is_listed_and_retried(inbox: Inbox) -> None:
