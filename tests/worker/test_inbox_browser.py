@@ -31,7 +31,7 @@ from inbox_support import (
     reset_to_first_task,
     turns,
 )
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, async_playwright, expect
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, eventually, running
 
@@ -114,9 +114,52 @@ UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, bu
   .map((el) => el.outerHTML)"""
 
 
+LOW_CONTRAST = """() => {
+  const parse = (c) => {
+    const m = c.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) return null;
+    const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
+    return { r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1 };
+  };
+  const lum = ({ r, g, b }) => {
+    const f = (v) => {
+      v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const background = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c.a > 0) return c;
+    }
+    return { r: 255, g: 255, b: 255, a: 1 };
+  };
+  const low = [];
+  for (const el of document.querySelectorAll("body *")) {
+    if (el.offsetParent === null) continue;
+    const text = [...el.childNodes].filter((n) => n.nodeType === 3)
+      .map((n) => n.textContent).join("").trim();
+    if (!text) continue;
+    const style = getComputedStyle(el);
+    const a = lum(parse(style.color)), b = lum(background(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const size = parseFloat(style.fontSize), bold = Number(style.fontWeight) >= 700;
+    const large = size >= 24 || (size >= 18.66 && bold);
+    if (ratio < (large ? 3 : 4.5)) {
+      low.push(el.tagName + " " + ratio.toFixed(2) + " " + text.slice(0, 40));
+    }
+  }
+  return low;
+}"""
+"""Visible text whose contrast with its background is under WCAG AA (4.5:1; 3:1 when large)."""
+
+
 async def _accessible(page: Page) -> None:
-    """Every visible control has a label (or text); the skip link comes first and shows on focus."""
+    """Every visible control has a label (or text), visible text meets WCAG AA contrast, the
+    skip link comes first and shows on focus."""
     assert await page.evaluate(UNLABELLED) == []
+    assert await page.evaluate(LOW_CONTRAST) == []
     first = "document.querySelector('a[href], button, input, select, textarea').textContent"
     assert await page.evaluate(first) == "Skip to content"
     skip = page.get_by_role("link", name="Skip to content")
@@ -259,8 +302,19 @@ async def test_a_denial_with_a_reason_reaches_the_model(inbox: Inbox) -> None:
     wf = await harness.start(turns(("r1", "refund", {"order": "A-1001", "amount": 1290})))
     await harness.wait_approval(wf, "r1")
     await page.goto(f"{inbox.url}conversations/{wf}")
-    await page.get_by_label("Reason (the model reads it when you deny)").fill("over the limit")
-    await page.get_by_role("button", name="Deny").click()
+    # With the keyboard only: Tab to the reason, type it, Tab past Approve to Deny, Enter.
+    reason = page.get_by_label("Reason (the model reads it when you deny)")
+    for _ in range(60):
+        if await reason.evaluate("(el) => el === document.activeElement"):
+            break
+        await page.keyboard.press("Tab")
+    await expect(reason).to_be_focused()
+    await page.keyboard.type("over the limit")
+    await page.keyboard.press("Tab")
+    await expect(page.get_by_role("button", name="Approve")).to_be_focused()
+    await page.keyboard.press("Tab")
+    await expect(page.get_by_role("button", name="Deny")).to_be_focused()
+    await page.keyboard.press("Enter")
     await expect(page.get_by_role("status")).to_have_text("Denied call r1.")
     outputs = await harness.wait_outputs(wf, "r1")
     assert outputs["r1"].failure_kind == "denied"
@@ -345,8 +399,8 @@ async def test_someone_outside_the_approvers_cannot_approve(inbox: Inbox) -> Non
         "Only group:approvers may decide on this call; you are signed in as bo (groups: support)."
     )
     await expect(page.get_by_role("button", name="Approve")).to_have_count(0)
-    await _accessible(page)
     await _shot(page, "not-allowed")
+    await _accessible(page)
     # Posting the decision anyway (the page's own CSRF token) is refused on the server.
     token = await page.locator('form.send input[name="csrf_token"]').input_value()
     digest = (await harness.conversations.pending(wf)).approvals[0].arguments_hash
@@ -397,6 +451,56 @@ async def test_the_transcript_changes_live_without_a_reload(inbox: Inbox) -> Non
     await expect(page.get_by_test_id("live")).to_contain_text("Live: ")
     assert await page.evaluate("window.sameDocument") is True
     await _shot(page, "live")
+
+
+@pytest.mark.parametrize("inbox", [0.5], indirect=True)
+async def test_the_page_ignores_event_kinds_it_does_not_know(inbox: Inbox) -> None:
+    """Kinds added later (tool progress, text deltas) and malformed data neither break the
+    page nor redraw it; a known kind after them does."""
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start(turns(("r1", "refund", {"order": "A-14", "amount": 6})))
+    await harness.wait_approval(wf, "r1")
+    streams: list[str] = []
+    redraws: list[str] = []
+    known = {"on": False}
+
+    async def fake_stream(route: Route) -> None:
+        streams.append(route.request.url)
+        at = '"at": "2026-01-01T00:00:00Z"'
+        if known["on"]:
+            data = f'{{"kind": "approval_decided", "call_id": "r1", "outcome": "approved", {at}}}'
+            body = f"retry: 600000\n\nid: 8\ndata: {data}\n\n"
+        else:
+            body = (
+                f'retry: 100\n\nid: 6\ndata: {{"kind": "tool_progress", {at}}}\n\n'
+                f'id: 7\ndata: {{"kind": "text_delta", "text": "he", {at}}}\n\n'
+                "id: 7\ndata: not json\n\n"
+            )
+        await route.fulfill(status=200, content_type="text/event-stream", body=body)
+
+    await page.route("**/api/conversations/*/events*", fake_stream)
+    page.on(
+        "request",
+        lambda r: redraws.append(r.url) if r.url.endswith(f"/conversations/{wf}") else None,
+    )
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    for _ in range(100):
+        if len(streams) >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert len(streams) >= 3, streams  # read to the end twice, reconnected
+    await expect(page.get_by_test_id("live")).to_have_text("")
+    assert len(redraws) == 1  # the page's own load: unknown kinds caused no redraw
+    await expect(page.get_by_role("button", name="Approve")).to_be_visible()
+    known["on"] = True
+    await expect(page.get_by_test_id("live")).to_have_text(
+        "Live: approval decided (call r1): approved", timeout=10_000
+    )
+    for _ in range(100):
+        if len(redraws) > 1:
+            break
+        await asyncio.sleep(0.05)
+    assert len(redraws) > 1  # the known kind redrew the page
 
 
 @pytest.mark.parametrize("inbox", [0.5], indirect=True)
