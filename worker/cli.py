@@ -823,7 +823,11 @@ def inbox_command(
 ) -> None:
     """Serve the approval inbox: a web page and an HTTP API for the people who decide."""
     from durable_tools.worker.inbox import build_auth, serve_inbox
-    from durable_tools.worker.inbox.server import DECISION_KEY_ENV, TOKENS_ENV, decision_key
+    from durable_tools.worker.inbox.server import (
+        DECISION_KEY_ENV,
+        TOKENS_ENV,
+        parse_decision_key,
+    )
 
     tokens_env = os.environ.get(TOKENS_ENV)
     if dev_user is None and not (trust_proxy_header or tokens_file or tokens_env):
@@ -844,9 +848,9 @@ def inbox_command(
             except OSError as exc:
                 problem = f"cannot read {decision_key_file}: {exc.strerror}"
                 raise ConfigurationError(problem) from exc
-            signing_key = decision_key(key_text, source=str(decision_key_file))
+            signing_key = parse_decision_key(key_text, source=str(decision_key_file))
         else:
-            signing_key = decision_key(os.environ.get(DECISION_KEY_ENV, ""))
+            signing_key = parse_decision_key(os.environ.get(DECISION_KEY_ENV, ""))
     except ConfigurationError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
 
@@ -875,7 +879,7 @@ def inbox_command(
             port=port,
             stop=stop,
             on_ready=ready,
-            signing_key=signing_key,
+            decision_key=signing_key,
         )
         _out.print("inbox stopped")
 

@@ -109,7 +109,7 @@ def turns(*calls: tuple[str, str, dict[str, Any]]) -> str:
 
 @asynccontextmanager
 async def inbox_client(
-    harness: Harness, *, proxy: bool = False, signing_key: tuple[str, bytes] | None = None
+    harness: Harness, *, proxy: bool = False, decision_key: tuple[str, bytes] | None = None
 ) -> AsyncGenerator[httpx.AsyncClient]:
     """An httpx client on the inbox app (token auth; proxy headers too when `proxy`)."""
     chain = [TokenAuth.parse(CREDENTIALS)]
@@ -119,7 +119,7 @@ async def inbox_client(
         harness.conversations,
         Authenticators(chain, basic_realm="inbox"),
         refresh_seconds=0,
-        decision_key=signing_key,
+        decision_key=decision_key,
     )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://inbox.test") as client:
@@ -131,7 +131,7 @@ async def served(
     harness: Harness,
     *,
     refresh_seconds: float = 5.0,
-    signing_key: tuple[str, bytes] | None = None,
+    decision_key: tuple[str, bytes] | None = None,
 ) -> AsyncGenerator[str]:
     """The inbox served over real HTTP on 127.0.0.1 (token auth); yields its base URL.
 
@@ -149,7 +149,7 @@ async def served(
             stop=stop,
             on_ready=ready.append,
             refresh_seconds=refresh_seconds,
-            signing_key=signing_key,
+            decision_key=decision_key,
         )
     )
     try:

@@ -221,7 +221,7 @@ async def inbox(
                 stop=stop,
                 on_ready=ready.append,
                 refresh_seconds=getattr(request, "param", 0),
-                signing_key=DECISION_KEY,
+                decision_key=DECISION_KEY,
             )
         )
         try:

@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, running
 
 from durable_tools.errors import ConfigurationError
-from durable_tools.worker.inbox.server import decision_key
+from durable_tools.worker.inbox.server import parse_decision_key
 
 ANA = basic("ana", "ana-secret")  # in the approvers group
 
@@ -58,7 +58,7 @@ async def _pay(harness: Harness, order: str) -> tuple[str, str]:
 async def test_the_worker_accepts_the_inbox_signed_decision(signed_worker: Harness) -> None:
     harness = signed_worker
     wf, digest = await _pay(harness, "acme")
-    async with inbox_client(harness, signing_key=DECISION_KEY) as client:
+    async with inbox_client(harness, decision_key=DECISION_KEY) as client:
         page = await client.get(f"/conversations/{wf}", headers=ANA)
         assert "needs a signed decision" not in page.text
         token = await csrf_token(client, ANA)
@@ -100,7 +100,7 @@ async def test_a_decision_signed_with_another_key_is_refused(signed_worker: Harn
     harness = signed_worker
     wf, digest = await _pay(harness, "forged")
     forged = (DECISION_KEY[0], b"not-the-worker-key-0123456789abcdef")
-    async with inbox_client(harness, signing_key=forged) as client:
+    async with inbox_client(harness, decision_key=forged) as client:
         response = await client.post(
             f"/api/conversations/{wf}/calls/p1/decision",
             json={"approved": True, "arguments_hash": digest},
@@ -135,7 +135,7 @@ async def test_someone_outside_the_approvers_is_refused_before_anything_is_sent(
 ) -> None:
     harness = signed_worker
     wf, digest = await _pay(harness, "bob")
-    async with inbox_client(harness, signing_key=DECISION_KEY) as client:
+    async with inbox_client(harness, decision_key=DECISION_KEY) as client:
         page = await client.get(f"/conversations/{wf}", headers=basic("bob", "bob-secret"))
         assert "Only group:approvers may decide on this call" in page.text
         assert 'data-refused="p1"' in page.text and 'value="approve"' not in page.text
@@ -152,8 +152,8 @@ async def test_someone_outside_the_approvers_is_refused_before_anything_is_sent(
 
 def test_decision_key_parsing() -> None:
     encoded = base64.b64encode(DECISION_KEY[1]).decode()
-    assert decision_key(f"  k1:{encoded}\n") == DECISION_KEY
-    assert decision_key("   ") is None
+    assert parse_decision_key(f"  k1:{encoded}\n") == DECISION_KEY
+    assert parse_decision_key("   ") is None
     for bad in ("k1", "k1:", "k1:not base64!", f"k1:{encoded},k2:{encoded}", ":abc"):
         with pytest.raises(ConfigurationError, match="DURABLE_TOOLS_INBOX_DECISION_KEY"):
-            decision_key(bad)
+            parse_decision_key(bad)

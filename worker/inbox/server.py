@@ -30,7 +30,7 @@ __all__ = [
     "LOCAL_HOSTS",
     "TOKENS_ENV",
     "build_auth",
-    "decision_key",
+    "parse_decision_key",
     "serve_inbox",
 ]
 
@@ -41,7 +41,7 @@ DECISION_KEY_ENV = "DURABLE_TOOLS_INBOX_DECISION_KEY"
 """Environment variable with the key the inbox signs decisions with: `KEY_ID:BASE64`."""
 
 
-def decision_key(text: str, *, source: str = DECISION_KEY_ENV) -> tuple[str, bytes] | None:
+def parse_decision_key(text: str, *, source: str = DECISION_KEY_ENV) -> tuple[str, bytes] | None:
     """The inbox's signing key from `KEY_ID:BASE64` (the worker's format, one key).
 
     Args:
@@ -134,7 +134,7 @@ async def serve_inbox(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[str], None] | None = None,
     refresh_seconds: float = 5.0,
-    signing_key: tuple[str, bytes] | None = None,
+    decision_key: tuple[str, bytes] | None = None,
 ) -> None:
     """Serve the inbox until `stop` is set (or the task is cancelled).
 
@@ -147,7 +147,7 @@ async def serve_inbox(
         on_ready: Called with the URL once the server listens.
         refresh_seconds: How often the list's live updates ask Temporal
             visibility for changes (0: pages update only when reloaded).
-        signing_key: `(key_id, key)` to sign decisions with; default
+        decision_key: `(key_id, key)` to sign decisions with; default
             `$DURABLE_TOOLS_INBOX_DECISION_KEY` (`KEY_ID:BASE64`), else unsigned.
 
     Raises:
@@ -158,14 +158,14 @@ async def serve_inbox(
             f"port {port} on {host} is in use; pass another port (--port / --inbox-port)"
         )
     secret = os.environ.get("DURABLE_TOOLS_INBOX_SECRET")
-    if signing_key is None:
-        signing_key = decision_key(os.environ.get(DECISION_KEY_ENV, ""))
+    if decision_key is None:
+        decision_key = parse_decision_key(os.environ.get(DECISION_KEY_ENV, ""))
     app = create_app(
         conversations,
         auth,
         csrf_secret=secret.encode() if secret else None,
         refresh_seconds=refresh_seconds,
-        decision_key=signing_key,
+        decision_key=decision_key,
     )
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="off", access_log=False

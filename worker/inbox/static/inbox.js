@@ -245,7 +245,9 @@ function followConversation(id) {
     if (running) { again = true; return; }
     running = true;
     try {
-      const r = await fetch(location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } });
+      // The conversation's own page (after a form's conflict, location is the form's target).
+      const url = "/conversations/" + encodeURIComponent(id);
+      const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
       if (!r.ok) return;
       const fresh = new DOMParser().parseFromString(await r.text(), "text/html");
       for (const sel of ["#transcript-section", "#meta"]) {
