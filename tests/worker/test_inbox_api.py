@@ -268,6 +268,25 @@ def test_build_auth_refuses_dev_mode_off_localhost_and_no_auth(tmp_path: Path) -
     assert build_auth(host="127.0.0.1", dev_user="dev").chain
 
 
+PAGES = [
+    ("GET", "/"),
+    ("GET", "/conversations/c1"),
+    *(("POST", f"/conversations/c1/{a}") for a in ("decide", "answer", "send", "resume", "retry")),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), PAGES)
+async def test_every_page_and_form_answers_401_without_credentials(
+    harness: Harness, method: str, path: str
+) -> None:
+    async with inbox_client(harness) as client:
+        for headers in ({}, basic("bob", "ana-secret"), bearer("")):
+            response = await client.request(method, path, data={"text": "hi"}, headers=headers)
+            assert response.status_code == 401, (headers, response.text)
+            assert "Sign in" in response.text and "<form" not in response.text
+            assert response.headers["www-authenticate"].startswith("Basic ")
+
+
 @pytest.mark.parametrize("action", ["decide", "answer", "send", "resume", "retry"])
 async def test_page_forms_refuse_a_missing_or_foreign_csrf_token(
     harness: Harness, action: str
