@@ -812,10 +812,22 @@ def inbox_command(
             "sha256:HEX); else $DURABLE_TOOLS_INBOX_TOKENS.",
         ),
     ] = None,
+    decision_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--decision-key-file",
+            help="Sign decisions with the key in this file, KEY_ID:BASE64 (one of the worker's "
+            "DURABLE_TOOLS_DECISION_KEYS); else $DURABLE_TOOLS_INBOX_DECISION_KEY; else unsigned.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the approval inbox: a web page and an HTTP API for the people who decide."""
     from durable_tools.worker.inbox import build_auth, serve_inbox
-    from durable_tools.worker.inbox.server import TOKENS_ENV
+    from durable_tools.worker.inbox.server import (
+        DECISION_KEY_ENV,
+        TOKENS_ENV,
+        parse_decision_key,
+    )
 
     tokens_env = os.environ.get(TOKENS_ENV)
     if dev_user is None and not (trust_proxy_header or tokens_file or tokens_env):
@@ -830,6 +842,15 @@ def inbox_command(
             tokens_file=tokens_file,
             tokens_env=tokens_env,
         )
+        if decision_key_file is not None:
+            try:
+                key_text = decision_key_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                problem = f"cannot read {decision_key_file}: {exc.strerror}"
+                raise ConfigurationError(problem) from exc
+            signing_key = parse_decision_key(key_text, source=str(decision_key_file))
+        else:
+            signing_key = parse_decision_key(os.environ.get(DECISION_KEY_ENV, ""))
     except ConfigurationError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
 
@@ -845,12 +866,21 @@ def inbox_command(
             _out.print(f"Inbox: {url}", soft_wrap=True, markup=False)
             _out.print(
                 f"Temporal at {address}, namespace {namespace}; authentication: {modes}; "
+                f"decisions {'signed with key ' + signing_key[0] if signing_key else 'unsigned'}; "
                 "Ctrl-C stops it",
                 soft_wrap=True,
                 markup=False,
             )
 
-        await serve_inbox(conversations, auth, host=host, port=port, stop=stop, on_ready=ready)
+        await serve_inbox(
+            conversations,
+            auth,
+            host=host,
+            port=port,
+            stop=stop,
+            on_ready=ready,
+            decision_key=signing_key,
+        )
         _out.print("inbox stopped")
 
     _run(main, address=address, namespace=namespace, timeout=_FOREVER)

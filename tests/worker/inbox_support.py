@@ -2,20 +2,95 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+import uuid
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+from agent_support import TOOLKIT, record
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import Client
 from workflow_helpers import Harness, eventually
 
-from durable_tools.worker.inbox import Authenticators, TokenAuth, create_app
+from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, tool
+from durable_tools.conversation import AgentConfig, ModelRequest
+from durable_tools.testing import ScriptedModel
+from durable_tools.worker.dev_server import free_port
+from durable_tools.worker.inbox import Authenticators, TokenAuth, create_app, serve_inbox
 from durable_tools.worker.inbox.auth import ProxyHeaderAuth
 
 CREDENTIALS = "ana:ana-secret:approvers\nbob:bob-secret\n"
 """Token file of the API tests: ana and bob."""
+
+DECISION_KEY = ("k1", b"inbox-test-key-0123456789abcdef-k1")
+"""The key the worker and the inbox share in the signing tests."""
+
+
+@tool(needs_approval=True, approvers=["group:approvers"])
+async def pay(to: str, cents: int, ctx: ToolContext) -> str:
+    """Pay a supplier (the approvers group decides).
+
+    Args:
+        to: The supplier.
+        cents: The amount in cents.
+    """
+    record({"tool": "pay", "call_id": ctx.call_id})
+    return f"paid {cents} to {to}"
+
+
+PAYMENTS = Toolkit(*TOOLKIT.tools.values(), pay, label="payments")
+"""The tests toolkit and `pay`, whose approvers are the `approvers` group."""
+
+PAYMENTS_AGENT = AgentConfig(name="payments", model="directed", toolkit="payments")
+
+_ASKED: Counter[str] = Counter()
+
+
+def _shifty(request: ModelRequest) -> AssistantMessage:
+    """Calls `refund` as `r1` for 100 cents the first time a conversation asks, 900 after."""
+    if any(isinstance(item, AssistantMessage) for item in request.transcript):
+        return AssistantMessage(text="done")
+    _ASKED[request.workflow_id] += 1
+    amount = 100 if _ASKED[request.workflow_id] == 1 else 900
+    arguments = json.dumps({"order": "A-20", "amount": amount})
+    return AssistantMessage(
+        tool_calls=(ToolCall(call_id="r1", name="refund", arguments=arguments),)
+    )
+
+
+SHIFTY = ScriptedModel(_shifty)
+"""A model whose answer changes when asked again (after a reset)."""
+
+SHIFTY_AGENT = AgentConfig(name="shifty", model="shifty", toolkit="tests")
+
+
+async def reset_to_first_task(client: Client, workflow_id: str) -> None:
+    """`temporal workflow reset --type FirstWorkflowTask`: the conversation runs again from
+    its start in a new run (same workflow id); its model is asked again."""
+    handle = client.get_workflow_handle(workflow_id)
+    history = await handle.fetch_history()
+    first = next(
+        e.event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    )
+    run_id = (await handle.describe()).run_id
+    await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+            reason="the inbox test re-asks the model",
+            workflow_task_finish_event_id=first,
+            request_id=str(uuid.uuid4()),
+        )
+    )
 
 
 def basic(name: str, secret: str) -> dict[str, str]:
@@ -34,18 +109,74 @@ def turns(*calls: tuple[str, str, dict[str, Any]]) -> str:
 
 @asynccontextmanager
 async def inbox_client(
-    harness: Harness, *, proxy: bool = False
-) -> AsyncIterator[httpx.AsyncClient]:
+    harness: Harness, *, proxy: bool = False, decision_key: tuple[str, bytes] | None = None
+) -> AsyncGenerator[httpx.AsyncClient]:
     """An httpx client on the inbox app (token auth; proxy headers too when `proxy`)."""
     chain = [TokenAuth.parse(CREDENTIALS)]
     if proxy:
         chain.insert(0, ProxyHeaderAuth())  # pyright: ignore[reportArgumentType]
     app = create_app(
-        harness.conversations, Authenticators(chain, basic_realm="inbox"), refresh_seconds=0
+        harness.conversations,
+        Authenticators(chain, basic_realm="inbox"),
+        refresh_seconds=0,
+        decision_key=decision_key,
     )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://inbox.test") as client:
         yield client
+
+
+@asynccontextmanager
+async def served(
+    harness: Harness,
+    *,
+    refresh_seconds: float = 5.0,
+    decision_key: tuple[str, bytes] | None = None,
+) -> AsyncGenerator[str]:
+    """The inbox served over real HTTP on 127.0.0.1 (token auth); yields its base URL.
+
+    Server-sent events need a real server: httpx's ASGI transport buffers a
+    response until it ends.
+    """
+    port, stop = free_port(), asyncio.Event()
+    ready: list[str] = []
+    auth = Authenticators([TokenAuth.parse(CREDENTIALS)])
+    serving = asyncio.create_task(
+        serve_inbox(
+            harness.conversations,
+            auth,
+            port=port,
+            stop=stop,
+            on_ready=ready.append,
+            refresh_seconds=refresh_seconds,
+            decision_key=decision_key,
+        )
+    )
+    try:
+        async with asyncio.timeout(10):
+            while not ready:
+                assert not serving.done(), serving
+                await asyncio.sleep(0.05)
+        yield ready[0]
+    finally:
+        stop.set()
+        await asyncio.wait_for(serving, 10)
+
+
+async def sse(response: httpx.Response) -> AsyncIterator[tuple[str, str, Any]]:
+    """Server-sent events of a streamed response as `(event, id, data)`, comments skipped."""
+    name, event_id, data = "message", "", ""
+    async for line in response.aiter_lines():
+        if line == "":
+            if data:
+                yield name, event_id, json.loads(data)
+            name, event_id, data = "message", "", ""
+        elif line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("id: "):
+            event_id = line.removeprefix("id: ")
+        elif line.startswith("data: "):
+            data += line.removeprefix("data: ")
 
 
 async def csrf_token(client: httpx.AsyncClient, headers: dict[str, str]) -> str:

@@ -1,6 +1,8 @@
 """The inbox in a real Chromium (Debian's `chromium`, driven by Playwright; nothing downloads a
 browser): a person approves the demo's `write_file`, answers its question through the form
-generated from the answer schema, denies with a reason, and meets a stale page's conflict.
+generated from the answer schema, denies with a reason, meets a stale page's conflicts
+(already decided, arguments changed), cannot approve outside the tool's approvers, and sees
+the transcript and the list change live (server-sent events) without reloading.
 
 The screenshots of docs/inbox.md are taken here: with `DT_UPDATE_SCREENSHOTS=1`
 they are written to docs/images/inbox-*.png (commit them), otherwise to a
@@ -10,6 +12,7 @@ temporary directory, so `make test` leaves the checkout clean.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -19,17 +22,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from inbox_support import turns
-from playwright.async_api import Browser, Page, async_playwright, expect
+from inbox_support import (
+    DECISION_KEY,
+    PAYMENTS,
+    PAYMENTS_AGENT,
+    SHIFTY,
+    SHIFTY_AGENT,
+    reset_to_first_task,
+    turns,
+)
+from playwright.async_api import Browser, Page, Route, async_playwright, expect
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import Harness, running
+from workflow_helpers import Harness, eventually, running
 
 from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest, ModelRetry
 from durable_tools.models.errors import ProviderContext, status_error
 from durable_tools.models.scripted import ScriptedFileModel
 from durable_tools.transcript import AssistantMessage
 from durable_tools.worker.dev_server import free_port
-from durable_tools.worker.inbox import Authenticators, DevAuth, serve_inbox
+from durable_tools.worker.inbox import Authenticators, DevAuth, ProxyHeaderAuth, serve_inbox
 from examples.demo import AGENT, MODEL, REPORTER, SCRIPT, TIME_SERVER, make_kit
 
 # This worker declares no agents (development mode): the demo's agent, spelled out.
@@ -93,6 +104,7 @@ class Inbox:
     harness: Harness
     page: Page
     workspace: Path
+    browser: Browser
 
 
 UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button, a[href]')]
@@ -102,9 +114,52 @@ UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, bu
   .map((el) => el.outerHTML)"""
 
 
+LOW_CONTRAST = """() => {
+  const parse = (c) => {
+    const m = c.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) return null;
+    const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
+    return { r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1 };
+  };
+  const lum = ({ r, g, b }) => {
+    const f = (v) => {
+      v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const background = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c.a > 0) return c;
+    }
+    return { r: 255, g: 255, b: 255, a: 1 };
+  };
+  const low = [];
+  for (const el of document.querySelectorAll("body *")) {
+    if (el.offsetParent === null) continue;
+    const text = [...el.childNodes].filter((n) => n.nodeType === 3)
+      .map((n) => n.textContent).join("").trim();
+    if (!text) continue;
+    const style = getComputedStyle(el);
+    const a = lum(parse(style.color)), b = lum(background(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const size = parseFloat(style.fontSize), bold = Number(style.fontWeight) >= 700;
+    const large = size >= 24 || (size >= 18.66 && bold);
+    if (ratio < (large ? 3 : 4.5)) {
+      low.push(el.tagName + " " + ratio.toFixed(2) + " " + text.slice(0, 40));
+    }
+  }
+  return low;
+}"""
+"""Visible text whose contrast with its background is under WCAG AA (4.5:1; 3:1 when large)."""
+
+
 async def _accessible(page: Page) -> None:
-    """Every visible control has a label (or text); the skip link comes first and shows on focus."""
+    """Every visible control has a label (or text), visible text meets WCAG AA contrast, the
+    skip link comes first and shows on focus."""
     assert await page.evaluate(UNLABELLED) == []
+    assert await page.evaluate(LOW_CONTRAST) == []
     first = "document.querySelector('a[href], button, input, select, textarea').textContent"
     assert await page.evaluate(first) == "Skip to content"
     skip = page.get_by_role("link", name="Skip to content")
@@ -137,17 +192,22 @@ async def inbox(
     tmp_path: Path,
     browser: Browser,
     request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Inbox]:
-    """The demo's worker (its toolkit, scripted model and MCP time server), the inbox served
-    on a free port in dev mode as `ana`, and a browser page. Pages poll for changes every
-    `request.param` seconds (default 0: never, so no reload races a click)."""
+    """The demo's worker (its toolkit, scripted model and MCP time server; `payments` too,
+    and decision keys), the inbox served on a free port as `ana` (dev mode; a trusted proxy's
+    `X-Forwarded-User` first) signing with the worker's key, and a browser page. Live updates
+    are on when `request.param` (seconds between the list's visibility checks) is given;
+    default off, so no redraw races a click."""
     workspace = tmp_path / "workspace"
+    key_id, key = DECISION_KEY
+    monkeypatch.setenv("DURABLE_TOOLS_DECISION_KEYS", f"{key_id}:{base64.b64encode(key).decode()}")
     async with running(
         dev_env,
         task_queue,
         tmp_path / "ledger.jsonl",
-        toolkits={"demo": make_kit(workspace)},
-        models={MODEL: ScriptedFileModel(SCRIPT), "broken": BROKEN},
+        toolkits={"demo": make_kit(workspace), "payments": PAYMENTS},
+        models={MODEL: ScriptedFileModel(SCRIPT), "broken": BROKEN, "shifty": SHIFTY},
         mcp_servers=[TIME_SERVER],
     ) as harness:
         port = free_port()
@@ -156,11 +216,12 @@ async def inbox(
         serving = asyncio.create_task(
             serve_inbox(
                 harness.conversations,
-                Authenticators([DevAuth("ana")]),
+                Authenticators([ProxyHeaderAuth(), DevAuth("ana")]),
                 port=port,
                 stop=stop,
                 on_ready=ready.append,
                 refresh_seconds=getattr(request, "param", 0),
+                decision_key=DECISION_KEY,
             )
         )
         try:
@@ -171,7 +232,7 @@ async def inbox(
             context = await browser.new_context(viewport={"width": 1100, "height": 900})
             page = await context.new_page()
             page.set_default_timeout(20_000)
-            yield Inbox(ready[0], harness, page, workspace)
+            yield Inbox(ready[0], harness, page, workspace, browser)
             await context.close()
         finally:
             stop.set()
@@ -241,8 +302,19 @@ async def test_a_denial_with_a_reason_reaches_the_model(inbox: Inbox) -> None:
     wf = await harness.start(turns(("r1", "refund", {"order": "A-1001", "amount": 1290})))
     await harness.wait_approval(wf, "r1")
     await page.goto(f"{inbox.url}conversations/{wf}")
-    await page.get_by_label("Reason (the model reads it when you deny)").fill("over the limit")
-    await page.get_by_role("button", name="Deny").click()
+    # With the keyboard only: Tab to the reason, type it, Tab past Approve to Deny, Enter.
+    reason = page.get_by_label("Reason (the model reads it when you deny)")
+    for _ in range(60):
+        if await reason.evaluate("(el) => el === document.activeElement"):
+            break
+        await page.keyboard.press("Tab")
+    await expect(reason).to_be_focused()
+    await page.keyboard.type("over the limit")
+    await page.keyboard.press("Tab")
+    await expect(page.get_by_role("button", name="Approve")).to_be_focused()
+    await page.keyboard.press("Tab")
+    await expect(page.get_by_role("button", name="Deny")).to_be_focused()
+    await page.keyboard.press("Enter")
     await expect(page.get_by_role("status")).to_have_text("Denied call r1.")
     outputs = await harness.wait_outputs(wf, "r1")
     assert outputs["r1"].failure_kind == "denied"
@@ -278,21 +350,169 @@ async def test_a_stale_page_shows_the_conflict(inbox: Inbox) -> None:
     assert harness.ledger_rows("refund") == []
 
 
+async def test_a_stale_page_whose_arguments_changed_shows_the_conflict(inbox: Inbox) -> None:
+    """Call ids never repeat within a run (a re-issued id is renamed `r1~2`), but an operator's
+    reset runs the conversation again from its start: the model, asked again, issues call
+    `r1` with other arguments, and a page opened before the reset shows the old ones."""
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start("refund it", agent=SHIFTY_AGENT)
+    shown = await harness.wait_approval(wf, "r1")
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await expect(page.locator("li.item dl.arguments")).to_contain_text("100")
+    await reset_to_first_task(harness.client, wf)
+
+    async def reissued() -> str | None:
+        pending = await harness.conversations.pending(wf)
+        changed = [a for a in pending.approvals if a.arguments_hash != shown.arguments_hash]
+        return changed[0].arguments_hash if changed else None
+
+    current = await eventually(reissued, what="call r1 re-issued with other arguments")
+    await page.get_by_role("button", name="Approve").click()  # the page still shows 100
+    alert = page.get_by_role("alert")
+    await expect(alert).to_contain_text(
+        "The arguments of call r1 are not the ones this page showed"
+    )
+    await expect(page.locator("[data-conflict]")).to_have_attribute(
+        "data-conflict", "arguments_changed"
+    )
+    # The page under the message shows the call as it is now, to decide on again.
+    await expect(page.locator("li.item dl.arguments")).to_contain_text("900")
+    assert "Traceback" not in await page.content()
+    await _shot(page, "arguments-changed")
+    pending = await harness.conversations.pending(wf)
+    assert [(a.call_id, a.arguments_hash) for a in pending.approvals] == [("r1", current)]
+    assert harness.ledger_rows("refund") == []
+
+
+async def test_someone_outside_the_approvers_cannot_approve(inbox: Inbox) -> None:
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start(
+        turns(("p1", "pay", {"to": "acme", "cents": 9900})), agent=PAYMENTS_AGENT
+    )
+    await harness.wait_approval(wf, "p1")
+    bo = {"X-Forwarded-User": "bo", "X-Forwarded-Groups": "support"}
+    await page.set_extra_http_headers(bo)
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await expect(page.get_by_test_id("identity")).to_have_text("bo")
+    refused = page.locator('[data-refused="p1"]')
+    await expect(refused).to_have_text(
+        "Only group:approvers may decide on this call; you are signed in as bo (groups: support)."
+    )
+    await expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    await _shot(page, "not-allowed")
+    await _accessible(page)
+    # Posting the decision anyway (the page's own CSRF token) is refused on the server.
+    token = await page.locator('form.send input[name="csrf_token"]').input_value()
+    digest = (await harness.conversations.pending(wf)).approvals[0].arguments_hash
+    response = await page.request.post(
+        f"{inbox.url}conversations/{wf}/decide",
+        form={
+            "csrf_token": token,
+            "call_id": "p1",
+            "arguments_hash": digest,
+            "decision": "approve",
+        },
+        headers=bo,
+    )
+    assert response.status == 403
+    assert "Only group:approvers may decide" in await response.text()
+    pending = await harness.conversations.pending(wf)
+    assert [a.call_id for a in pending.approvals] == ["p1"]
+    assert pending.rejected == []  # no decision reached the workflow
+    assert harness.ledger_rows("pay") == []
+
+    # A member of the group approves from the same inbox; the decision is signed.
+    await page.set_extra_http_headers({"X-Forwarded-User": "cy", "X-Forwarded-Groups": "approvers"})
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await page.get_by_role("button", name="Approve").click()
+    await expect(page.get_by_role("status")).to_have_text("Approved call p1.")
+    outputs = await harness.wait_outputs(wf, "p1")
+    assert outputs["p1"].content == "paid 9900 to acme"
+
+
 @pytest.mark.parametrize("inbox", [0.5], indirect=True)
-async def test_an_open_page_follows_a_decision_made_elsewhere(inbox: Inbox) -> None:
+async def test_the_transcript_changes_live_without_a_reload(inbox: Inbox) -> None:
     harness, page = inbox.harness, inbox.page
     wf = await harness.start(turns(("r1", "refund", {"order": "A-8", "amount": 4})))
     approval = await harness.wait_approval(wf, "r1")
     await page.goto(f"{inbox.url}conversations/{wf}")
     await expect(page.get_by_role("button", name="Approve")).to_be_visible()
+    await page.evaluate("window.sameDocument = true")
     await harness.conversations.approve(
         wf, "r1", arguments_hash=approval.arguments_hash, decided_by="bob", wait=True
     )
-    # No click: the page polls its version and reloads once the call has run.
+    # No click, no reload: the event stream redraws the transcript and what it waits for.
     await expect(page.locator('li.msg.tool[data-call-id="r1"]')).to_contain_text(
         "refunded 4 on A-8"
     )
     await expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    await harness.conversations.send(wf, "anything new?")
+    await expect(page.locator("ol.transcript")).to_contain_text("echo: anything new?")
+    await expect(page.get_by_test_id("live")).to_contain_text("Live: ")
+    assert await page.evaluate("window.sameDocument") is True
+    await _shot(page, "live")
+
+
+@pytest.mark.parametrize("inbox", [0.5], indirect=True)
+async def test_the_page_ignores_event_kinds_it_does_not_know(inbox: Inbox) -> None:
+    """Kinds added later (tool progress, text deltas) and malformed data neither break the
+    page nor redraw it; a known kind after them does."""
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start(turns(("r1", "refund", {"order": "A-14", "amount": 6})))
+    await harness.wait_approval(wf, "r1")
+    streams: list[str] = []
+    redraws: list[str] = []
+    known = {"on": False}
+
+    async def fake_stream(route: Route) -> None:
+        streams.append(route.request.url)
+        at = '"at": "2026-01-01T00:00:00Z"'
+        if known["on"]:
+            data = f'{{"kind": "approval_decided", "call_id": "r1", "outcome": "approved", {at}}}'
+            body = f"retry: 600000\n\nid: 8\ndata: {data}\n\n"
+        else:
+            body = (
+                f'retry: 100\n\nid: 6\ndata: {{"kind": "tool_progress", {at}}}\n\n'
+                f'id: 7\ndata: {{"kind": "text_delta", "text": "he", {at}}}\n\n'
+                "id: 7\ndata: not json\n\n"
+            )
+        await route.fulfill(status=200, content_type="text/event-stream", body=body)
+
+    await page.route("**/api/conversations/*/events*", fake_stream)
+    page.on(
+        "request",
+        lambda r: redraws.append(r.url) if r.url.endswith(f"/conversations/{wf}") else None,
+    )
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    for _ in range(100):
+        if len(streams) >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert len(streams) >= 3, streams  # read to the end twice, reconnected
+    await expect(page.get_by_test_id("live")).to_have_text("")
+    assert len(redraws) == 1  # the page's own load: unknown kinds caused no redraw
+    await expect(page.get_by_role("button", name="Approve")).to_be_visible()
+    known["on"] = True
+    await expect(page.get_by_test_id("live")).to_have_text(
+        "Live: approval decided (call r1): approved", timeout=10_000
+    )
+    for _ in range(100):
+        if len(redraws) > 1:
+            break
+        await asyncio.sleep(0.05)
+    assert len(redraws) > 1  # the known kind redrew the page
+
+
+@pytest.mark.parametrize("inbox", [0.5], indirect=True)
+async def test_the_list_shows_a_new_waiting_conversation_by_itself(inbox: Inbox) -> None:
+    harness, page = inbox.harness, inbox.page
+    await page.goto(f"{inbox.url}?kind=approval")
+    wf = await harness.start(turns(("r1", "refund", {"order": "A-13", "amount": 5})))
+    await harness.wait_approval(wf, "r1")
+    # No reload from the test: the list's stream sees it in visibility and the page reloads.
+    entry = page.locator(f'li.conversation[data-workflow-id="{wf}"]')
+    await expect(entry.locator("code.tool")).to_have_text("refund")
+    await expect(page.get_by_label("Kind")).to_have_value("approval")  # filters kept
 
 
 async def test_a_failed_model_turn_is_listed_and_retried(inbox: Inbox) -> None:

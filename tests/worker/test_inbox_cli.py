@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import signal
 import urllib.error
 import urllib.request
@@ -29,9 +30,19 @@ async def test_inbox_serves_with_tokens_and_stops_on_sigint(
     address = dev_env.client.service_client.config.target_host
     tokens = tmp_path / "tokens"
     tokens.write_text("ana:ana-secret:approvers\n")
+    key = tmp_path / "decision-key"
+    key.write_text("k1:" + base64.b64encode(b"k" * 32).decode() + "\n")
     port = free_port()
     inbox = await Running.start(
-        "inbox", "--address", address, "--port", str(port), "--tokens-file", str(tokens)
+        "inbox",
+        "--address",
+        address,
+        "--port",
+        str(port),
+        "--tokens-file",
+        str(tokens),
+        "--decision-key-file",
+        str(key),
     )
     try:
         line = await inbox.wait_for_line("Inbox: ", timeout=30)
@@ -44,6 +55,7 @@ async def test_inbox_serves_with_tokens_and_stops_on_sigint(
         done = await inbox.finish(timeout=30)
         assert done.code == 0, done.stdout + done.stderr
         assert "inbox stopped" in done.stdout
+        assert "decisions signed with key k1" in done.stdout
         assert "Traceback" not in done.stderr
     finally:
         await inbox.kill()
@@ -53,3 +65,14 @@ async def test_inbox_refuses_dev_mode_off_localhost() -> None:
     done = await cli("inbox", "--host", "0.0.0.0", "--dev-user", "ana")
     assert done.code == 2
     assert "127.0.0.1" in done.error_line()
+
+
+async def test_inbox_refuses_a_malformed_decision_key_file(tmp_path: Path) -> None:
+    key = tmp_path / "decision-key"
+    key.write_text("k1:not base64!\n")
+    done = await cli("inbox", "--dev-user", "ana", "--decision-key-file", str(key))
+    assert done.code == 2
+    assert str(key) in done.error_line() and "KEY_ID:BASE64" in done.error_line()
+    done = await cli("inbox", "--dev-user", "ana", "--decision-key-file", str(tmp_path / "none"))
+    assert done.code == 2
+    assert "cannot read" in done.error_line()

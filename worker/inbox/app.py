@@ -4,7 +4,7 @@ Pages (server-rendered Jinja templates, plain JavaScript, no build step):
 
 | path | what |
 |---|---|
-| `GET /` | every conversation waiting for a person; filters `tool`, `kind` |
+| `GET /` | every conversation waiting for a person; filters (tool, kind, agent, age) |
 | `GET /conversations/{id}` | the transcript and the forms to decide, answer, send, resume, retry |
 | `POST /conversations/{id}/decide` ... | the forms' targets (CSRF-checked), then back to the page |
 
@@ -15,7 +15,8 @@ API (`/api/openapi.json` describes it; the same auth; CSRF header unless a beare
 | who am I, a CSRF token | `GET /api/session` |
 | list pending | `GET /api/pending` |
 | get a conversation | `GET /api/conversations/{id}` |
-| its changes (server-sent events) | `GET /api/conversations/{id}/events` |
+| its events, live (server-sent events, resumable) | `GET /api/conversations/{id}/events` |
+| the list's changes (server-sent events) | `GET /api/pending/events` |
 | decide | `POST /api/conversations/{id}/calls/{call_id}/decision` |
 | answer | `POST /api/conversations/{id}/calls/{call_id}/answer` |
 | send | `POST /api/conversations/{id}/messages` |
@@ -25,14 +26,17 @@ API (`/api/openapi.json` describes it; the same auth; CSRF header unless a beare
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlencode
 
-from fastapi import Depends, FastAPI, Form, Request
+from fastapi import Depends, FastAPI, Form, Header, Query, Request
 from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
@@ -53,6 +57,7 @@ from durable_tools.worker.inbox.auth import (
     Authenticators,
     Csrf,
     Identity,
+    refusal,
 )
 from durable_tools.worker.inbox.render import register_filters
 from durable_tools.worker.inbox.service import (
@@ -62,9 +67,64 @@ from durable_tools.worker.inbox.service import (
     WaitingConversation,
 )
 
-__all__ = ["create_app"]
+__all__ = ["MAX_AGE_SECONDS", "create_app", "parse_age", "parse_offset"]
 
 _HERE = Path(__file__).parent
+
+MAX_AGE_SECONDS = 3650 * 86400
+"""The longest age a filter takes (ten years)."""
+
+_AGE = re.compile(r"(\d{1,10}(?:\.\d{1,6})?)\s*(s|sec|m|min|h|d|w)?", re.ASCII)
+_UNIT_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+_KEEPALIVE = 15.0
+"""Seconds between comment lines on a quiet event stream (proxies close idle connections)."""
+_MAX_OFFSET = 2**53
+
+
+def parse_age(text: str) -> float | None:
+    """An age filter's value in seconds: `90`, `90s`, `15m`, `15min`, `2h`, `7d`, `1w`.
+
+    Args:
+        text: The value as given (surrounding blanks ignored; `""`: no filter).
+
+    Returns:
+        Seconds (0 to `MAX_AGE_SECONDS`), or `None` for `""`.
+
+    Raises:
+        ValueError: Not a number with an optional unit, or beyond ten years.
+    """
+    text = text.strip().lower()
+    if not text:
+        return None
+    match = _AGE.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f"{text[:40]!r} is not an age: write a number and a unit, e.g. 30m, 2h, 7d"
+        )
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
+    if seconds > MAX_AGE_SECONDS:
+        raise ValueError(f"{text[:40]!r} is longer than ten years")
+    return seconds
+
+
+def parse_offset(text: str | None) -> int | None:
+    """An event offset from `Last-Event-ID` or `?after=`: an integer from -1 to 2**53.
+
+    Returns:
+        The offset, or `None` when `text` is `None` or blank.
+
+    Raises:
+        ValueError: Anything else.
+    """
+    if text is None or not text.strip():
+        return None
+    text = text.strip()
+    if not re.fullmatch(r"-?\d{1,16}", text, re.ASCII):
+        raise ValueError(f"{text[:40]!r} is not an event offset")
+    value = int(text)
+    if not -1 <= value <= _MAX_OFFSET:
+        raise ValueError(f"{text[:40]!r} is not an event offset")
+    return value
 
 
 class Problem(BaseModel):
@@ -125,13 +185,19 @@ class _CsrfFailed(Exception):
     pass
 
 
+class _BadInput(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
 @dataclass
 class _State:
     service: InboxService
     auth: Authenticators
     csrf: Csrf
     refresh_seconds: float
-    event_interval: float
 
 
 def _state(request: Request) -> _State:
@@ -168,7 +234,7 @@ def create_app(
     *,
     csrf_secret: bytes | None = None,
     refresh_seconds: float = 5.0,
-    event_interval: float = 1.0,
+    decision_key: tuple[str, bytes] | None = None,
 ) -> FastAPI:
     """Build the inbox app.
 
@@ -176,15 +242,21 @@ def create_app(
         conversations: The client API on the namespace to serve.
         auth: How requests authenticate.
         csrf_secret: HMAC key of CSRF tokens (default: random per process).
-        refresh_seconds: How often open pages look for changes (0: never).
-        event_interval: How often the events endpoint looks for changes, in
-            seconds (until the event stream lands).
+        refresh_seconds: How often, in seconds, the list's event stream
+            (`GET /api/pending/events`) asks Temporal visibility for changes:
+            one query per interval however many pages are open (default 5).
+            `0` turns the pages' live updates off (the API's streams still
+            work; the list's then checks every 5 s).
+        decision_key: `(key_id, key)`: sign every decision with it
+            (HMAC-SHA256; the worker holds the same key in
+            `DURABLE_TOOLS_DECISION_KEYS`). `None`: decisions are unsigned,
+            and calls that need a signed decision cannot be decided here.
 
     Returns:
         An ASGI app (serve it with uvicorn).
     """
     state = _State(
-        InboxService(conversations), auth, Csrf(csrf_secret), refresh_seconds, event_interval
+        InboxService(conversations, decision_key), auth, Csrf(csrf_secret), refresh_seconds
     )
     app = FastAPI(
         title="durable-tools inbox",
@@ -229,6 +301,11 @@ def create_app(
             "</html>",
             status_code=403,
         )
+
+    @app.exception_handler(_BadInput)
+    async def _bad_input(request: Request, exc: _BadInput) -> Response:  # pyright: ignore[reportUnusedFunction]
+        body = Problem(error=exc.kind, message=exc.message)
+        return JSONResponse(body.model_dump(), status_code=422)
 
     @app.exception_handler(Conflict)
     async def _conflict(request: Request, exc: Conflict) -> Response:  # pyright: ignore[reportUnusedFunction]
@@ -277,14 +354,68 @@ def create_app(
         tags=["conversations"],
     )
     async def api_pending(  # pyright: ignore[reportUnusedFunction]
-        who: Who, tool: str | None = None, kind: str | None = None, agent: str | None = None
+        who: Who,
+        tool: str | None = None,
+        kind: str | None = None,
+        agent: str | None = None,
+        older_than: Annotated[
+            str | None, Query(description="Asked at least this long ago: 90s, 15m, 2h, 7d.")
+        ] = None,
+        newer_than: Annotated[
+            str | None, Query(description="Asked at most this long ago: 90s, 15m, 2h, 7d.")
+        ] = None,
     ) -> list[WaitingConversation]:
         """Every conversation waiting for a person, with what it waits for.
 
         Filters: `tool` (a tool name), `kind` (`approval`, `question`, `pause`,
-        `model_failed`), `agent` (the agent configuration's name).
+        `model_failed`), `agent` (the agent configuration's name), `older_than`
+        and `newer_than` (how long ago the item was asked, or the conversation
+        started for a pause: a number and a unit `s`, `m`, `h`, `d`, `w`;
+        422 `invalid_filter` otherwise).
         """
-        return _filtered(await state.service.waiting(), tool=tool, kind=kind, agent=agent)
+        ages = _ages(older_than or "", newer_than or "")
+        return _filtered(
+            await state.service.waiting(), tool=tool, kind=kind, agent=agent, ages=ages
+        )
+
+    @app.get(
+        "/api/pending/events",
+        responses={
+            **problems,
+            200: {"content": {"text/event-stream": {}}, "description": "The event stream."},
+        },
+        response_class=StreamingResponse,
+        tags=["conversations"],
+    )
+    async def api_pending_events(request: Request, who: Who) -> Response:  # pyright: ignore[reportUnusedFunction]
+        """Server-sent events of the list's changes.
+
+        `event: changed` with `{"version": ...}` now and whenever the set of
+        waiting conversations (ids, runs, pending counts and kinds, from
+        Temporal visibility) changes; checked every `refresh_seconds` (one
+        visibility query per interval, shared by every open stream).
+        `event: conflict` (`{"error", "message"}`) and the end when
+        visibility cannot be read.
+        """
+        interval = state.refresh_seconds or 5.0
+        first = await state.service.listing_version(interval)
+
+        async def stream() -> AsyncIterator[str]:
+            yield f"retry: {int(interval * 1000)}\n\n" + _event("changed", {"version": first})
+            last = first
+            try:
+                while True:
+                    await asyncio.sleep(interval)
+                    if await request.is_disconnected():
+                        return
+                    version = await state.service.listing_version(interval)
+                    if version != last:
+                        last = version
+                        yield _event("changed", {"version": version})
+            except Conflict as exc:
+                yield _event("conflict", {"error": exc.kind, "message": exc.message})
+
+        return _sse(stream())
 
     @app.get(
         "/api/conversations/{workflow_id}",
@@ -310,35 +441,59 @@ def create_app(
         responses={
             **problems,
             200: {"content": {"text/event-stream": {}}, "description": "The event stream."},
+            422: {"model": Problem, "description": "Not an event offset."},
         },
         response_class=StreamingResponse,
         tags=["conversations"],
     )
-    async def api_events(request: Request, workflow_id: str, who: Who) -> Response:  # pyright: ignore[reportUnusedFunction]
-        """Server-sent events of the conversation's changes.
+    async def api_events(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        after: Annotated[
+            str | None, Query(description="Offset of the last event already seen (-1: all).")
+        ] = None,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    ) -> Response:
+        """Server-sent events of the conversation's event stream, live and resumable.
 
-        `event: changed` with `{"version": ...}` now and whenever it changes;
-        `event: conflict` (`{"error", "message"}`) and the end when it can no
-        longer be read.
+        Each event is a message whose `id` is its offset and whose `data` is
+        the `ConversationEvent` as JSON (`kind`, `at`, `offset`, `call_id`,
+        `tool`, ...; kinds in docs/observability.md; new kinds may appear:
+        ignore those you do not know). Starts after `Last-Event-ID` (a
+        browser's `EventSource` sends it when it reconnects), else after
+        `?after=`, else from the first retained event. `event: end` once the
+        conversation ended and its last event was sent; `event: conflict`
+        (`{"error", "message"}`) and the end when the stream fails; a comment
+        line every 15 s while quiet.
         """
-        versions = state.service.watch(workflow_id, interval=state.event_interval)
-        first = await anext(versions)  # a Conflict here is a JSON error, not a stream
+        try:
+            start = parse_offset(last_event_id)
+            if start is None:
+                start = parse_offset(after)
+        except ValueError as exc:
+            raise _BadInput("invalid_offset", str(exc)) from exc
+        events = await state.service.follow(
+            workflow_id, after=-1 if start is None else start, keepalive=_KEEPALIVE
+        )
 
         async def stream() -> AsyncIterator[str]:
-            yield _event("changed", {"version": first})
+            yield "retry: 2000\n\n"
             try:
-                async for version in versions:
+                async for event in events:
                     if await request.is_disconnected():
                         return
-                    yield _event("changed", {"version": version})
+                    if event is None:
+                        yield ": keepalive\n\n"
+                        continue
+                    yield f"id: {event.offset}\ndata: {event.model_dump_json()}\n\n"
+                yield _event("end", {})
             except Conflict as exc:
                 yield _event("conflict", {"error": exc.kind, "message": exc.message})
+            finally:
+                await events.aclose()
 
-        return StreamingResponse(
-            stream(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        return _sse(stream())
 
     @app.post(
         "/api/conversations/{workflow_id}/calls/{call_id}/decision",
@@ -425,7 +580,7 @@ def create_app(
                 "who": who,
                 "csrf_field": CSRF_FIELD,
                 "csrf_token": state.csrf.token(nonce, who),
-                "refresh_seconds": state.refresh_seconds,
+                "live": state.refresh_seconds > 0,
                 **context,
             },
             status_code=status_code,
@@ -435,16 +590,29 @@ def create_app(
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def inbox_page(  # pyright: ignore[reportUnusedFunction]
-        request: Request, who: Who, tool: str = "", kind: str = "", agent: str = ""
+        request: Request,
+        who: Who,
+        tool: str = "",
+        kind: str = "",
+        agent: str = "",
+        older_than: str = "",
+        newer_than: str = "",
     ) -> Response:
         problem = ""
+        try:
+            ages = _ages(older_than, newer_than)
+        except _BadInput as exc:
+            ages, problem = (None, None), exc.message
+            older_than = newer_than = ""
         try:
             waiting = await state.service.waiting()
         except Conflict as exc:
             waiting, problem = [], exc.message
         tools = sorted({i.tool for w in waiting for i in w.items if i.tool})
         agents = sorted({w.agent for w in waiting if w.agent})
-        shown = _filtered(waiting, tool=tool or None, kind=kind or None, agent=agent or None)
+        shown = _filtered(
+            waiting, tool=tool or None, kind=kind or None, agent=agent or None, ages=ages
+        )
         return _page(
             request,
             who,
@@ -456,6 +624,9 @@ def create_app(
                 "agents": agents,
                 "agent": agent,
                 "kind": kind,
+                "older_than": older_than.strip(),
+                "newer_than": newer_than.strip(),
+                "ages": AGE_CHOICES,
                 "problem": problem,
                 "total": sum(len(w.items) for w in shown),
             },
@@ -479,6 +650,11 @@ def create_app(
                 {"workflow_id": workflow_id, "view": None, "conflict": conflict or exc},
                 status_code=exc.status_code if conflict is None else conflict.status_code,
             )
+        refusals = {
+            item.call_id: reason
+            for item in view.items
+            if item.kind == "approval" and (reason := refusal(who, item.approvers)) is not None
+        }
         return _page(
             request,
             who,
@@ -488,6 +664,8 @@ def create_app(
                 "view": view,
                 "notice": notice,
                 "conflict": conflict,
+                "refusals": refusals,
+                "signing": state.service.decision_key is not None,
             },
             status_code=conflict.status_code if conflict else 200,
         )
@@ -606,8 +784,27 @@ def create_app(
     return app
 
 
+AGE_CHOICES = [("5m", "5 min"), ("1h", "1 hour"), ("1d", "1 day"), ("7d", "7 days")]
+"""The ages the list page offers (the API takes any)."""
+
+
 def _event(name: str, data: dict[str, str]) -> str:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n"
+
+
+def _sse(stream: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(
+        stream,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def _ages(older_than: str, newer_than: str) -> tuple[float | None, float | None]:
+    try:
+        return parse_age(older_than), parse_age(newer_than)
+    except ValueError as exc:
+        raise _BadInput("invalid_filter", f"Age filter: {exc}.") from exc
 
 
 def _filtered(
@@ -616,9 +813,19 @@ def _filtered(
     tool: str | None,
     kind: str | None,
     agent: str | None = None,
+    ages: tuple[float | None, float | None] = (None, None),
 ) -> list[WaitingConversation]:
-    if not tool and not kind and not agent:
+    """The conversations and items that pass the filters.
+
+    `ages` is `(older_than, newer_than)` in seconds: an item passes when it
+    was asked (`requested_at`, else the conversation's start) at least
+    `older_than` and at most `newer_than` ago; an item with neither time
+    fails an age filter.
+    """
+    older_than, newer_than = ages
+    if not tool and not kind and not agent and older_than is None and newer_than is None:
         return waiting
+    now = datetime.now(UTC)
     shown: list[WaitingConversation] = []
     for conversation in waiting:
         if agent and conversation.agent != agent:
@@ -626,8 +833,25 @@ def _filtered(
         items = [
             i
             for i in conversation.items
-            if (not tool or i.tool == tool) and (not kind or i.kind == kind)
+            if (not tool or i.tool == tool)
+            and (not kind or i.kind == kind)
+            and _age_passes(i.requested_at or conversation.started, now, older_than, newer_than)
         ]
         if items:
             shown.append(conversation.model_copy(update={"items": items}))
     return shown
+
+
+def _age_passes(
+    asked: datetime | None, now: datetime, older_than: float | None, newer_than: float | None
+) -> bool:
+    if older_than is None and newer_than is None:
+        return True
+    if asked is None:
+        return False
+    if asked.tzinfo is None:
+        asked = asked.replace(tzinfo=UTC)
+    age = now - asked
+    if older_than is not None and age < timedelta(seconds=older_than):
+        return False
+    return newer_than is None or age <= timedelta(seconds=newer_than)

@@ -50,6 +50,7 @@ __all__ = [
     "ProxyHeaderAuth",
     "TokenAuth",
     "may_decide",
+    "refusal",
 ]
 
 CSRF_COOKIE = "dt_csrf"
@@ -281,7 +282,7 @@ def may_decide(identity: Identity, approval: PendingApproval | PendingInteractio
 
     The tool's approvers (`@tool(approvers=["group:finance", "user:ana"])`,
     shown on the pending approval) are checked here before anything is sent:
-    `user:NAME` matches the identity's name, `group:NAME` one of its groups
+    `user:NAME` (or a bare `NAME`) matches the identity's name, `group:NAME` one of its groups
     (from the proxy's groups header or the tokens file). An approval without
     approvers may be decided by anyone authenticated. The workflow checks
     again when a decision must be signed (docs/approvals.md, "Who may decide").
@@ -293,10 +294,33 @@ def may_decide(identity: Identity, approval: PendingApproval | PendingInteractio
     Returns:
         True to allow.
     """
-    if not identity.name:
-        return False
     approvers: list[str] = approval.approvers if isinstance(approval, PendingApproval) else []
+    return refusal(identity, approvers) is None
+
+
+def refusal(identity: Identity, approvers: Sequence[str]) -> str | None:
+    """Why `identity` may not decide on a call with these approvers, or `None` if it may.
+
+    Args:
+        identity: The authenticated person.
+        approvers: The tool's approvers (`group:NAME`, `user:NAME`; empty: anyone).
+
+    Returns:
+        A sentence for the page, or `None`.
+    """
+    if not identity.name:
+        return "No decision without an identity: sign in first."
     if not approvers:
-        return True
-    mine = {f"user:{identity.name}", *(f"group:{group}" for group in identity.groups)}
-    return any(approver in mine for approver in approvers)
+        return None
+    for approver in approvers:  # as the worker checks (approvals.approver_problem)
+        kind, sep, name = approver.partition(":")
+        if sep and kind == "group":
+            if name in identity.groups:
+                return None
+        elif (name if sep and kind == "user" else approver) == identity.name:
+            return None
+    groups = ", ".join(identity.groups) or "none"
+    return (
+        f"Only {' or '.join(approvers)} may decide on this call; you are signed in as "
+        f"{identity.name} (groups: {groups})."
+    )

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import uvicorn
 
+from durable_tools.activities.decision_activities import (
+    DECISION_KEYS_ENV,
+    decision_keys_from_environment,
+)
 from durable_tools.client import Conversations
 from durable_tools.errors import ConfigurationError
 from durable_tools.worker.dev_server import port_in_use
@@ -21,10 +25,48 @@ from durable_tools.worker.inbox.auth import (
     TokenAuth,
 )
 
-__all__ = ["LOCAL_HOSTS", "TOKENS_ENV", "build_auth", "serve_inbox"]
+__all__ = [
+    "DECISION_KEY_ENV",
+    "LOCAL_HOSTS",
+    "TOKENS_ENV",
+    "build_auth",
+    "parse_decision_key",
+    "serve_inbox",
+]
 
 TOKENS_ENV = "DURABLE_TOOLS_INBOX_TOKENS"
 """Environment variable with credential lines `NAME:SECRET[:GROUPS]` (one a line)."""
+
+DECISION_KEY_ENV = "DURABLE_TOOLS_INBOX_DECISION_KEY"
+"""Environment variable with the key the inbox signs decisions with: `KEY_ID:BASE64`."""
+
+
+def parse_decision_key(text: str, *, source: str = DECISION_KEY_ENV) -> tuple[str, bytes] | None:
+    """The inbox's signing key from `KEY_ID:BASE64` (the worker's format, one key).
+
+    Args:
+        text: `KEY_ID:BASE64` (blanks around it ignored; `""`: no key).
+        source: Where it came from, for the error message.
+
+    Returns:
+        `(key_id, key)`, or `None` for blank text.
+
+    Raises:
+        ConfigurationError: Not one `KEY_ID:BASE64` entry.
+    """
+    if not text.strip():
+        return None
+    try:
+        keys = decision_keys_from_environment({DECISION_KEYS_ENV: text.strip()})
+    except ConfigurationError as exc:
+        message = str(exc).replace(DECISION_KEYS_ENV, source, 1)
+        raise ConfigurationError(message) from exc
+    if len(keys) != 1:
+        raise ConfigurationError(
+            f"{source}: one KEY_ID:BASE64 entry signs decisions, not {len(keys)}"
+        )
+    return next(iter(keys.items()))
+
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 """Hosts dev mode may bind."""
@@ -92,6 +134,7 @@ async def serve_inbox(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[str], None] | None = None,
     refresh_seconds: float = 5.0,
+    decision_key: tuple[str, bytes] | None = None,
 ) -> None:
     """Serve the inbox until `stop` is set (or the task is cancelled).
 
@@ -102,21 +145,27 @@ async def serve_inbox(
         port: Port to bind.
         stop: Set to stop serving.
         on_ready: Called with the URL once the server listens.
-        refresh_seconds: How often open pages look for changes.
+        refresh_seconds: How often the list's live updates ask Temporal
+            visibility for changes (0: pages update only when reloaded).
+        decision_key: `(key_id, key)` to sign decisions with; default
+            `$DURABLE_TOOLS_INBOX_DECISION_KEY` (`KEY_ID:BASE64`), else unsigned.
 
     Raises:
-        ConfigurationError: The port is taken.
+        ConfigurationError: The port is taken, or the decision key is malformed.
     """
     if port_in_use(host, port):
         raise ConfigurationError(
             f"port {port} on {host} is in use; pass another port (--port / --inbox-port)"
         )
     secret = os.environ.get("DURABLE_TOOLS_INBOX_SECRET")
+    if decision_key is None:
+        decision_key = parse_decision_key(os.environ.get(DECISION_KEY_ENV, ""))
     app = create_app(
         conversations,
         auth,
         csrf_secret=secret.encode() if secret else None,
         refresh_seconds=refresh_seconds,
+        decision_key=decision_key,
     )
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="off", access_log=False

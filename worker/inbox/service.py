@@ -6,13 +6,13 @@ at once; every failure a person can cause or meet (already decided, arguments
 changed, expired, unknown call, conversation ended, no worker) becomes a
 `Conflict` with a kind and a sentence, never a traceback.
 
-Two seams for work in flight elsewhere:
-
-- `send_decision` is the one function that sends a decision: signing (the
-  trust work) plugs in there.
-- `changes` is the one function that tells that a conversation changed: the
-  pages poll it and `InboxService.watch` (the SSE endpoint) loops over it
-  today; the event stream (`Conversations.events`) replaces its body.
+- `send_decision` is the one function that sends a decision, signed with the
+  inbox's decision key when it holds one (`durable_tools.approvals.sign_decision`).
+- `InboxService.follow` reads a conversation's event stream
+  (`Conversations.events`, resumable by offset) for the SSE endpoint; the
+  list's stream compares `InboxService.listing_version`, one visibility query
+  shared by every open page.
+- `changes` is a version string of a conversation (`GET .../version`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -31,6 +32,7 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools.client import Conversations
@@ -43,9 +45,10 @@ from durable_tools.conversation import (
     PendingState,
 )
 from durable_tools.errors import DecisionRejected, RetryRejected
+from durable_tools.events import ConversationEvent
 from durable_tools.transcript import ToolCallOutput, TranscriptItem
 from durable_tools.worker.inbox.auth import Identity, may_decide
-from durable_tools.workflows.agent_workflow import PENDING_KINDS
+from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
 
 __all__ = [
     "Conflict",
@@ -68,6 +71,8 @@ ConflictKind = Literal[
     "invalid_answer",
     "not_failed",
     "not_allowed",
+    "signature_required",
+    "signature_rejected",
     "ended",
     "not_found",
     "no_worker",
@@ -107,7 +112,7 @@ class Conflict(Exception):
     @property
     def status_code(self) -> int:
         """The HTTP status the API answers with."""
-        if self.kind == "not_allowed":
+        if self.kind in ("not_allowed", "signature_required", "signature_rejected"):
             return 403
         if self.kind == "not_found":
             return 404
@@ -131,6 +136,8 @@ class InboxItem(BaseModel):
         answer_schema: The answer's JSON Schema (questions).
         requested_at: When it started waiting.
         deadline: When it expires.
+        approvers: Who may decide (`group:NAME`, `user:NAME`; empty: anyone).
+        signed: Whether only a signed decision counts.
     """
 
     kind: Literal["approval", "question", "pause", "model_failed"]
@@ -142,6 +149,8 @@ class InboxItem(BaseModel):
     answer_schema: dict[str, Any] | None = None
     requested_at: datetime | None = None
     deadline: datetime | None = None
+    approvers: list[str] = Field(default_factory=list[str])
+    signed: bool = False
 
 
 class WaitingConversation(BaseModel):
@@ -173,6 +182,9 @@ class ConversationView(BaseModel):
         items: What it waits for.
         transcript: The transcript.
         version: Changes whenever any of the above does (for polling).
+        event_offset: The offset of the last event of the conversation's
+            event stream read before the rest (`-1`: none or unknown): follow
+            the events endpoint after it to miss no change.
     """
 
     workflow_id: str
@@ -180,6 +192,7 @@ class ConversationView(BaseModel):
     items: list[InboxItem]
     transcript: list[TranscriptItem]
     version: str
+    event_offset: int = -1
 
 
 def items_of(pending: PendingState) -> list[InboxItem]:
@@ -203,6 +216,8 @@ def _approval_item(approval: PendingApproval) -> InboxItem:
         arguments_hash=approval.arguments_hash,
         requested_at=approval.requested_at,
         deadline=approval.deadline,
+        approvers=list(approval.approvers),
+        signed=approval.signed,
     )
 
 
@@ -244,12 +259,27 @@ async def send_decision(
     *,
     approved: bool,
     reason: str,
+    key: tuple[str, bytes] | None = None,
 ) -> DecisionReceipt | None:
-    """Send one decision through the validated update.
+    """Send one decision through the validated update, signed when the inbox holds a key.
 
-    The seam for decision signing: when the trust work's signatures are
-    configured, the decision is signed here, for the digest of what the page
-    showed (`approval.arguments_hash`) and `identity.name`.
+    With `key`, the decision is signed (HMAC-SHA256, `sign_decision`) for the
+    digest of what the page showed (`approval.arguments_hash`), the
+    authenticated `identity.name` as `decided_by` and `identity.groups` as the
+    groups the inbox asserts; the worker verifies it with its decision keys
+    and checks the tool's approvers against those groups.
+
+    Args:
+        conversations: The client API.
+        workflow_id: The conversation.
+        approval: The call as the page showed it (`call_id`, `arguments_hash`).
+        identity: The authenticated person.
+        approved: The verdict.
+        reason: Why (a denial's reason reaches the model).
+        key: `(key_id, key)` to sign with, or `None` to send it unsigned.
+
+    Returns:
+        The workflow's receipt.
 
     Raises:
         DecisionRejected: The workflow refused it.
@@ -261,15 +291,17 @@ async def send_decision(
         arguments_hash=approval.arguments_hash,
         decided_by=identity.name,
         reason=reason,
+        groups=identity.groups if key is not None else (),
+        sign_with=key,
         wait=True,
     )
 
 
 async def changes(conversations: Conversations, workflow_id: str) -> str:
-    """A version string of a conversation that changes whenever it does.
+    """A version string of a conversation that changes whenever its status or pending does.
 
-    The seam for the event stream: pages poll this today; the SSE endpoint
-    built on `Conversations.events` replaces it.
+    For API clients that poll (`GET /api/conversations/{id}/version`); the
+    pages follow the event stream instead (`InboxService.follow`).
     """
     status = await conversations.status(workflow_id)
     pending = await conversations.pending(workflow_id)
@@ -281,16 +313,24 @@ def _version(status: ConversationStatus, pending: PendingState) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+class _End:
+    """The event stream ended (the conversation ended and its last events were read)."""
+
+
 @dataclass
 class InboxService:
     """The inbox's operations on one namespace.
 
     Attributes:
         conversations: The client API.
+        decision_key: `(key_id, key)` decisions are signed with (`None`: unsigned).
     """
 
     conversations: Conversations
+    decision_key: tuple[str, bytes] | None = None
     _limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    _listing_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _listing: tuple[float, str] | None = None
 
     async def waiting(self) -> list[WaitingConversation]:
         """Every running conversation waiting for a person, newest first.
@@ -315,6 +355,42 @@ class InboxService:
         await asyncio.gather(*(self._fill(w) for w in found))
         found.sort(key=lambda w: w.started or _EPOCH, reverse=True)
         return found
+
+    async def listing_version(self, max_age: float) -> str:
+        """A string that changes when the set of waiting conversations does.
+
+        One visibility query (`INBOX_QUERY`: ids, runs, pending counts and
+        kinds; no per-conversation queries), shared by every caller: a result
+        younger than `max_age` seconds is reused, so any number of open pages
+        cost one visibility query per `max_age`.
+
+        Raises:
+            Conflict: `unavailable` when Temporal refuses the query.
+        """
+        loop = asyncio.get_running_loop()
+        async with self._listing_lock:
+            if self._listing is not None and loop.time() - self._listing[0] < max_age:
+                return self._listing[1]
+            rows: list[tuple[str, str, int, list[str]]] = []
+            try:
+                async for execution in self.conversations.client.list_workflows(
+                    INBOX_QUERY, limit=_MAX_CONVERSATIONS
+                ):
+                    attributes = execution.typed_search_attributes
+                    rows.append(
+                        (
+                            execution.id,
+                            execution.run_id,
+                            attributes.get(PENDING_COUNT) or 0,
+                            sorted(attributes.get(PENDING_KINDS) or []),
+                        )
+                    )
+            except RPCError as exc:
+                raise _rpc_conflict(exc, "the inbox") from exc
+            text = json.dumps(sorted(rows))
+            version = hashlib.sha256(text.encode()).hexdigest()[:16]
+            self._listing = (loop.time(), version)
+            return version
 
     async def _fill(self, waiting: WaitingConversation) -> None:
         async with self._limit:
@@ -341,6 +417,7 @@ class InboxService:
         """
         try:
             async with asyncio.timeout(_QUERY_TIMEOUT):
+                offset = await self._event_offset(workflow_id)
                 status = await self.conversations.status(workflow_id)
                 pending = await self.conversations.pending(workflow_id)
                 transcript = await self.conversations.history(workflow_id)
@@ -356,7 +433,16 @@ class InboxService:
             items=items_of(pending),
             transcript=transcript,
             version=_version(status, pending),
+            event_offset=offset,
         )
+
+    async def _event_offset(self, workflow_id: str) -> int:
+        """The offset of the stream's last event (`-1` when it has none or cannot say)."""
+        stream = WorkflowStreamClient.create(self.conversations.client, workflow_id)
+        try:
+            return await stream.get_offset() - 1
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError):
+            return -1
 
     async def version(self, workflow_id: str) -> str:
         """`changes(...)`, with failures as `Conflict`."""
@@ -368,21 +454,71 @@ class InboxService:
         except RPCError as exc:
             raise _rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
 
-    async def watch(self, workflow_id: str, *, interval: float = 1.0) -> AsyncIterator[str]:
-        """Yield the conversation's version now and each time it changes (forever).
+    async def follow(
+        self, workflow_id: str, *, after: int = -1, keepalive: float = 15.0
+    ) -> AsyncGenerator[ConversationEvent | None]:
+        """The conversation's events after offset `after`, as they happen.
 
-        Checks `changes` every `interval` seconds until the event stream lands.
+        Checks first that the conversation exists (so a missing one is a
+        `Conflict` before anything is streamed), then reads
+        `Conversations.events(workflow_id, after=after)`: one long-poll update
+        per batch of events while the conversation runs, queries once it
+        ended. The iterator yields `None` when no event came for `keepalive`
+        seconds (a comment line keeps proxies from closing the connection)
+        and ends after the conversation's last event.
+
+        Args:
+            workflow_id: The conversation.
+            after: The offset of the last event already seen (`-1`: all).
+            keepalive: Seconds without an event before a `None`.
+
+        Returns:
+            The async generator (close it with `aclose()`).
 
         Raises:
-            Conflict: As `version`.
+            Conflict: `not_found`, `unavailable` (before streaming); the
+                iterator raises `unavailable` or `no_worker` when the stream
+                fails later.
         """
-        last = ""
-        while True:
-            version = await self.version(workflow_id)
-            if version != last:
-                last = version
-                yield version
-            await asyncio.sleep(interval)
+        try:
+            async with asyncio.timeout(_QUERY_TIMEOUT):
+                await self.conversations.client.get_workflow_handle(workflow_id).describe()
+        except TimeoutError as exc:
+            raise Conflict("unavailable", "Temporal did not answer within 10 s.") from exc
+        except RPCError as exc:
+            raise _rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
+        return self._follow(workflow_id, after, keepalive)
+
+    async def _follow(
+        self, workflow_id: str, after: int, keepalive: float
+    ) -> AsyncGenerator[ConversationEvent | None]:
+        queue: asyncio.Queue[ConversationEvent | _End | BaseException] = asyncio.Queue(256)
+
+        async def pump() -> None:
+            try:
+                async for event in self.conversations.events(workflow_id, after=after):
+                    await queue.put(event)
+                await queue.put(_End())
+            except Exception as exc:  # reported to the reader as a Conflict
+                await queue.put(exc)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), keepalive)
+                except TimeoutError:
+                    yield None
+                    continue
+                if isinstance(item, _End):
+                    return
+                if isinstance(item, BaseException):
+                    raise _stream_conflict(item) from item
+                yield item
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
 
     async def decide(
         self,
@@ -421,6 +557,7 @@ class InboxService:
                     identity,
                     approved=approved,
                     reason=reason,
+                    key=self.decision_key,
                 )
             )
         except DecisionRejected as exc:
@@ -523,6 +660,20 @@ class InboxService:
                 f"The arguments of call {call_id} are not the ones this page showed; "
                 "reload and look again.",
             )
+        if "needs a signed decision" in reason:
+            return Conflict(
+                "signature_required",
+                f"Call {call_id} needs a signed decision and this inbox holds no decision key "
+                "(DURABLE_TOOLS_INBOX_DECISION_KEY); ask its operator.",
+            )
+        if "signature rejected" in reason or "signature could not be verified" in reason:
+            return Conflict(
+                "signature_rejected",
+                f"The worker refused this inbox's signature on call {call_id} ({reason}); "
+                "the inbox's decision key is not one the worker holds.",
+            )
+        if "is not among the approvers" in reason:
+            return Conflict("not_allowed", f"The worker refused the decision: {reason}.")
         if "does not match the answer schema" in reason or "answer schema" in reason:
             return Conflict("invalid_answer", reason)
         if "unknown call id" in reason:
@@ -567,6 +718,16 @@ def _reason(output: ToolCallOutput) -> str:
     if isinstance(parsed, dict):
         return str(parsed.get("reason", output.content))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     return output.content
+
+
+def _stream_conflict(exc: BaseException) -> Conflict:
+    if isinstance(exc, Conflict):
+        return exc
+    if isinstance(exc, RPCError):
+        return _rpc_conflict(exc, "the event stream")
+    if isinstance(exc, WorkflowUpdateFailedError):
+        return Conflict("unavailable", f"the event stream failed: {exc.cause or exc}")
+    return Conflict("unavailable", f"the event stream failed: {type(exc).__name__}: {exc}")
 
 
 def _no_worker() -> Conflict:

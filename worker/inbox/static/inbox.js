@@ -2,7 +2,10 @@
 // - deadline countdowns;
 // - answer forms generated from the answer's JSON Schema and checked before sending
 //   (the workflow checks again: this only saves a round trip);
-// - polling for changes (the event stream will replace it: see service.changes).
+// - live updates over server-sent events: a conversation page follows the conversation's
+//   event stream (GET /api/conversations/{id}/events, resumed by Last-Event-ID) and
+//   redraws its transcript and what it waits for; the list reloads when the list's
+//   stream (GET /api/pending/events) says the set of waiting conversations changed.
 "use strict";
 
 function left(deadline) {
@@ -206,36 +209,111 @@ function setupAnswerForm(form) {
   });
 }
 
-// ---------------------------------------------------------------- polling
+// ---------------------------------------------------------------- live updates
 
-function busy() {
+// Event kinds that change what the page shows; other kinds (new ones included) are ignored.
+const KNOWN = new Set([
+  "message_received", "turn_started", "turn_finished", "model_failed",
+  "tool_call_scheduled", "tool_attempt_failed", "tool_call_finished",
+  "approval_requested", "approval_decided", "approval_expired", "approval_rejected",
+  "question_asked", "question_answered", "conversation_finished",
+]);
+
+function busyIn(root) {
+  // Whether the person is using a form inside root (focus, or typed text not yet sent).
   const active = document.activeElement;
-  if (active && ["INPUT", "TEXTAREA", "SELECT"].includes(active.tagName)) return true;
-  for (const el of document.querySelectorAll("form input[type=text], form textarea, form input[type=email], form input[type=number]")) {
-    if (el.value && el.value !== el.defaultValue) return true;
+  if (active && root.contains(active) && ["INPUT", "TEXTAREA", "SELECT", "BUTTON"].includes(active.tagName)) return true;
+  for (const el of root.querySelectorAll("input[type=text], textarea, input[type=email], input[type=number], input[type=date]")) {
+    if (el.value !== el.defaultValue) return true;
   }
   return false;
 }
 
-function poll() {
-  const seconds = Number(document.body.dataset.refresh || 0);
-  if (!seconds) return;
-  const id = document.body.dataset.workflowId;
-  setInterval(async () => {
-    if (busy() || document.hidden) return;
-    if (!id) { location.reload(); return; }
+function describe(event) {
+  const what = event.kind.replace(/_/g, " ");
+  const tool = event.tool ? " " + event.tool : "";
+  const call = event.call_id ? " (call " + event.call_id + ")" : "";
+  const outcome = event.outcome ? ": " + event.outcome : "";
+  return what + tool + call + outcome;
+}
+
+function followConversation(id) {
+  const live = document.getElementById("live");
+  let timer = null, running = false, again = false;
+
+  async function redraw() {
+    if (running) { again = true; return; }
+    running = true;
     try {
-      const r = await fetch("/api/conversations/" + encodeURIComponent(id) + "/version", { credentials: "same-origin" });
+      // The conversation's own page (after a form's conflict, location is the form's target).
+      const url = "/conversations/" + encodeURIComponent(id);
+      const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
       if (!r.ok) return;
-      const { version } = await r.json();
-      if (version !== document.body.dataset.version) location.replace(location.pathname);
-    } catch (e) { /* the next tick tries again */ }
-  }, seconds * 1000);
+      const fresh = new DOMParser().parseFromString(await r.text(), "text/html");
+      for (const sel of ["#transcript-section", "#meta"]) {
+        const now = document.querySelector(sel), next = fresh.querySelector(sel);
+        if (now && next) now.replaceWith(next);
+      }
+      const now = document.getElementById("waiting-region"), next = fresh.getElementById("waiting-region");
+      if (now && next && now.dataset.items !== next.dataset.items) {
+        if (busyIn(now)) {
+          live.textContent = "What this conversation waits for has changed; reload the page to see it.";
+        } else {
+          now.replaceWith(next);
+          for (const form of next.querySelectorAll("form.answer")) setupAnswerForm(form);
+          tickCountdowns();
+        }
+      }
+      document.body.dataset.version = fresh.body.dataset.version || "";
+    } catch (e) { /* the next event tries again */ }
+    finally {
+      running = false;
+      if (again) { again = false; schedule(); }
+    }
+  }
+  function schedule() { clearTimeout(timer); timer = setTimeout(redraw, 200); }
+
+  const after = document.body.dataset.offset || "-1";
+  const source = new EventSource("/api/conversations/" + encodeURIComponent(id) + "/events?after=" + encodeURIComponent(after));
+  source.onmessage = (message) => {
+    let event;
+    try { event = JSON.parse(message.data); } catch (e) { return; }
+    if (!event || !KNOWN.has(event.kind)) return;
+    live.textContent = "Live: " + describe(event);
+    schedule();
+  };
+  source.addEventListener("end", () => { source.close(); live.textContent = "The conversation has ended."; schedule(); });
+  source.addEventListener("conflict", (message) => {
+    source.close();
+    try { live.textContent = "Live updates stopped: " + JSON.parse(message.data).message; } catch (e) { /* keep the page */ }
+  });
+}
+
+function followList() {
+  let known = null;
+  const source = new EventSource("/api/pending/events");
+  source.addEventListener("changed", (message) => {
+    let version;
+    try { version = JSON.parse(message.data).version; } catch (e) { return; }
+    if (known === null) { known = version; return; }
+    if (version === known) return;
+    known = version;
+    if (busyIn(document.body) || document.hidden) return;
+    location.reload();
+  });
+  source.addEventListener("conflict", () => source.close());
+}
+
+function live() {
+  if (document.body.dataset.live !== "1") return;
+  const id = document.body.dataset.workflowId;
+  if (id === undefined) followList();
+  else if (document.getElementById("live")) followConversation(id);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   tickCountdowns();
   setInterval(tickCountdowns, 1000);
   for (const form of document.querySelectorAll("form.answer")) setupAnswerForm(form);
-  poll();
+  live();
 });
