@@ -16,7 +16,8 @@ DurableToolsError
 ├── ToolNotFound                  `Toolkit.get` / `with_run` on a missing name
 ├── DecisionRejected              an approval or answer that fails its checks
 ├── NoFinalOutput                 a typed result asked of a conversation that did not finish
-└── RetryRejected                 `retry_now` on a conversation whose model has not failed
+├── RetryRejected                 `retry_now` on a conversation whose model has not failed
+└── StorageError                  an external payload is missing, corrupt or wrongly claimed
 ```
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "MissingExtra",
     "NoFinalOutput",
     "RetryRejected",
+    "StorageError",
     "StrictModeError",
     "ToolNotFound",
 ]
@@ -145,4 +147,16 @@ class RetryRejected(DurableToolsError):
     """`Conversations.retry(..., wait=True)` on a conversation not in state `model_failed`.
 
     The `retry` signal in that state is ignored instead.
+    """
+
+
+class StorageError(DurableToolsError):
+    """An externally stored payload cannot be read (`durable_tools.storage`).
+
+    Its object is missing (a removed directory, another storage directory or
+    bucket than the writer's), its bytes do not match the digest it was stored
+    under, or the claim in history is malformed (an untrusted edge: a claim
+    never opens a file outside the storage root). Raised while a payload is
+    decoded: a workflow task fails and is retried until the object is back;
+    a client call raises it.
     """
