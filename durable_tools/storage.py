@@ -45,10 +45,10 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
@@ -250,6 +250,8 @@ class PayloadStorage:
             result becomes Failure `output_too_large`, larger arguments
             `input_validation_error`. Without external storage these limits
             are 1.5 MB and 1 MiB (Temporal's 2 MiB payload limit).
+        on_close: Closes what the driver opened (the S3 client of
+            `s3_storage`); `aclose()` calls it. Default none.
 
     Raises:
         ConfigurationError: `threshold` is negative, or `max_payload_bytes`
@@ -259,6 +261,12 @@ class PayloadStorage:
     driver: StorageDriver
     threshold: int = DEFAULT_THRESHOLD
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    on_close: Callable[[], Awaitable[None]] | None = None
+
+    async def aclose(self) -> None:
+        """Close what the driver opened (`run_worker` calls it when the worker stops)."""
+        if self.on_close is not None:
+            await self.on_close()
 
     def __post_init__(self) -> None:
         """Check the sizes (see the class's Raises)."""
@@ -319,14 +327,16 @@ def s3_storage(
         MissingExtra: aioboto3 is not installed (the `s3` extra) and no
             `client` was given.
     """
+    lazy = _LazyAioboto3Client() if client is None else None
     return PayloadStorage(
         driver=S3StorageDriver(
-            client=client if client is not None else _LazyAioboto3Client(),
+            client=lazy if lazy is not None else cast(S3StorageDriverClient, client),
             bucket=bucket,
             max_payload_size=4 * max_payload_bytes,
         ),
         threshold=threshold,
         max_payload_bytes=max_payload_bytes,
+        on_close=lazy.aclose if lazy is not None else None,
     )
 
 
@@ -398,6 +408,12 @@ class _LazyAioboto3Client(S3StorageDriverClient):
                     s3 = await self._stack.enter_async_context(session.client("s3"))
                     self._opened = self._new(s3)
         return self._opened
+
+    async def aclose(self) -> None:
+        """Close the client if it was opened; the next use opens a new one."""
+        self._opened = None
+        await self._stack.aclose()
+        self._stack = contextlib.AsyncExitStack()
 
     async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
         """Upload `data` (multipart above boto3's threshold)."""

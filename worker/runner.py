@@ -365,7 +365,12 @@ async def run_worker(
         plugins=[plugin],
         runtime=telemetry.runtime if telemetry is not None else None,
     )
-    async with telemetry.metrics() if telemetry is not None else contextlib.nullcontext():
+    async with contextlib.AsyncExitStack() as stack:
+        if storage is not None:
+            stack.push_async_callback(storage.aclose)  # the S3 client, once the worker stops
+        await stack.enter_async_context(
+            telemetry.metrics() if telemetry is not None else contextlib.nullcontext()
+        )
         await _serve(
             client,
             namespace=namespace,
