@@ -37,6 +37,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import uuid
@@ -66,8 +67,8 @@ from durable_tools.conversation import (
     PendingApproval,
     PendingInteraction,
 )
-from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected
-from durable_tools.storage import PayloadStorage, storage_from_options
+from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected, StorageError
+from durable_tools.storage import LocalFileStorageDriver, PayloadStorage, storage_from_options
 from durable_tools.worker.follow import Commands, Followed, Follower, LostServer
 from durable_tools.worker.render import (
     PendingConversation,
@@ -202,7 +203,14 @@ def _codec() -> PayloadCodec | None:
 
 
 def _storage() -> PayloadStorage | None:
-    """The `--storage-dir` / `--storage-s3-bucket` external storage, built once (or `None`)."""
+    """The `--storage-dir` / `--storage-s3-bucket` external storage, built once (or `None`).
+
+    Without either option, `DEV_STORAGE_DIRECTORY` when it exists: the storage
+    `durable-tools dev` started in this directory uses.
+    """
+    given = _globals.storage_dir is not None or _globals.storage_s3_bucket is not None
+    if not given and DEV_STORAGE_DIRECTORY.is_dir():
+        _globals.storage_dir = DEV_STORAGE_DIRECTORY
     if _globals.storage is None:
         _globals.storage = storage_from_options(
             directory=_globals.storage_dir,
@@ -401,11 +409,18 @@ def _run(
         _fail(f"{conversation} failed: {exc.cause or exc}")
     except ConfigurationError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
+    except StorageError as exc:
+        _fail(str(exc))
     except RuntimeError as exc:
         if "Failed client connect" in str(exc):
             _fail(
                 f"cannot connect to Temporal at {address} ({_connect_problem(exc)}); "
                 "start one with `durable-tools dev` or pass --address"
+            )
+        if "TMPRL1105" in str(exc):  # the SDK's "external storage is not configured"
+            _fail(
+                f"{conversation} has payloads in external storage: give the worker's "
+                "--storage-dir or --storage-s3-bucket (or DURABLE_TOOLS_STORAGE_DIR)"
             )
         _fail(f"{type(exc).__name__}: {exc}")
     except KeyboardInterrupt:
@@ -702,6 +717,10 @@ def worker_command(
 DEV_DIRECTORY = Path(".durable-tools")
 """Where `durable-tools dev` keeps its SQLite file and the server's log."""
 
+DEV_STORAGE_DIRECTORY = DEV_DIRECTORY / "payloads"
+"""Where `durable-tools dev` stores large payloads by default; the other commands
+use it when it exists and no `--storage-dir` / `--storage-s3-bucket` is given."""
+
 
 @app.command("dev")
 def dev_command(
@@ -738,16 +757,17 @@ def dev_command(
         and _globals.storage_s3_bucket is None
         and served.storage is None
     ):
-        # On by default in development, beside the server's SQLite file; the
-        # inbox and `durable-tools` commands then need the same --storage-dir.
+        # On by default in development, beside the server's SQLite file.
         _globals.storage_dir = db_filename.parent / "payloads"
     storage = _storage() or served.storage
 
     async def main() -> None:
         try:
             db_filename.parent.mkdir(parents=True, exist_ok=True)
+            if storage is not None and isinstance(storage.driver, LocalFileStorageDriver):
+                storage.driver.root.mkdir(parents=True, exist_ok=True)  # other commands find it
         except OSError as exc:
-            raise CliError(f"cannot create {db_filename.parent}: {exc}") from exc
+            raise CliError(f"cannot create {exc.filename}: {exc.strerror}") from exc
         server = DevServer(
             ip=ip,
             port=port,
@@ -795,6 +815,15 @@ def dev_command(
                 )
                 if storage is not None:
                     _out.print(f"external storage: {escape(storage.describe())}", soft_wrap=True)
+                    if (
+                        isinstance(storage.driver, LocalFileStorageDriver)
+                        and DEV_STORAGE_DIRECTORY.resolve() != storage.driver.root.resolve()
+                    ):
+                        _out.print(
+                            f"other commands need: --storage-dir "
+                            f"{escape(shlex.quote(str(storage.driver.root)))}",
+                            soft_wrap=True,
+                        )
                 local = port == 7233 and ip in ("127.0.0.1", "localhost", "0.0.0.0")
                 hint = "" if local else f" --address {server.address}"
                 if served.agents:  # a client must name one of them
