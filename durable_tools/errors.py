@@ -58,7 +58,7 @@ class MissingExtra(ConfigurationError):
 
     Attributes:
         extra: The extra's name (`cli`, `dev-server`, `test-model`, `openai`,
-            `anthropic`).
+            `anthropic`, `s3`).
     """
 
     def __init__(self, feature: str, extra: str) -> None:
