@@ -284,3 +284,28 @@ async def test_a_continue_as_new_input_over_the_threshold_is_stored(
         assert started.continued_execution_run_id  # the reply came from a continued run
         (carried,) = stored_sizes(history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED)
         assert carried > size
+
+
+RECORDED = Path(__file__).resolve().parent / "histories" / "storage" / "large_result.json"
+
+
+async def test_the_recorded_history_with_references_replays_with_the_driver() -> None:
+    """`histories/storage/` (record_storage_history.py): references decoded from its objects."""
+    from record_storage_history import WORKFLOW_ID, storage
+
+    history = WorkflowHistory.from_json(WORKFLOW_ID, RECORDED.read_text())
+    references = [p for e in history.events for p in payloads_of(e) if is_reference(p)]
+    assert len(references) >= 2  # at least the tool's result and a model turn
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=data_converter(storage=storage()),
+        workflow_runner=sandbox_runner(),
+    )
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
+    # Without the driver the references cannot be decoded: the replay fails.
+    plain = Replayer(
+        workflows=[AgentWorkflow], data_converter=data_converter(), workflow_runner=sandbox_runner()
+    )
+    failed = await plain.replay_workflow(history, raise_on_replay_failure=False)
+    assert "TMPRL1105" in str(failed.replay_failure), failed.replay_failure
