@@ -70,3 +70,14 @@ async def test_dev_stores_a_large_output_and_the_commands_read_it(tmp_path: Path
         assert done.code == 0, done.stdout + done.stderr
     finally:
         await dev.kill()
+
+
+async def test_a_size_without_storage_is_refused_in_one_line(tmp_path: Path) -> None:
+    done = await cli("--max-payload-bytes", "5000000", "history", "x", cwd=tmp_path)
+    assert done.code == 2
+    assert "needs external storage" in done.error_line()
+    both = await cli(
+        "--storage-dir", str(tmp_path), "--storage-s3-bucket", "b", "history", "x", cwd=tmp_path
+    )
+    assert both.code == 2
+    assert "not both" in both.error_line()

@@ -239,7 +239,7 @@ async def test_64_mb_arguments_and_result_go_round_trip(
         assert any(s > size for s in scheduled)  # the tool activity's input: the arguments
 
 
-async def test_past_the_configured_maximum_a_result_is_output_too_large(
+async def test_past_the_configured_maximum_results_and_arguments_are_refused(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     limit = 3 * MiB
@@ -247,6 +247,8 @@ async def test_past_the_configured_maximum_a_result_is_output_too_large(
         [
             call("under", "make_blob", size=2 * MiB, seed=1),  # over today's 1.5 MB
             call("over", "make_blob", size=limit + 1, seed=2),
+            call("args_under", "echo_blob", data=blob(2 * MiB, 4)),  # over today's 1 MiB
+            call("args_over", "echo_blob", data=blob(limit, 5)),  # the turn's total is over
         ]
     )
     async with serving(
@@ -264,7 +266,17 @@ async def test_past_the_configured_maximum_a_result_is_output_too_large(
         assert found["over"].failure_kind == "output_too_large"
         assert found["under"].failure_kind is None
         assert len(found["under"].content) == 2 * MiB
-        assert reply.startswith("under:") or " under:" in reply
+        assert found["args_under"].failure_kind is None
+        assert sha256(found["args_under"].content) == sha256(blob(2 * MiB, 4))
+        assert found["args_over"].failure_kind == "input_validation_error"
+        (turn, *_) = [
+            i
+            for i in await setup.conversations.history(workflow_id)
+            if isinstance(i, AssistantMessage)
+        ]
+        dropped = {c.call_id: c.arguments for c in turn.tool_calls}["args_over"]
+        assert "dropped: over the turn limit" in dropped
+        assert " under:" in reply
 
 
 async def test_a_continue_as_new_input_over_the_threshold_is_stored(
