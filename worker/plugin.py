@@ -36,6 +36,7 @@ from durable_tools.codec import with_pydantic_payloads
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.redact import Redactor, secret_env_values
+from durable_tools.references import guarded
 from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
@@ -203,7 +204,11 @@ class DurableToolsPlugin(SimplePlugin):
 
     def _data_converter(self, existing: DataConverter | None) -> DataConverter:
         converter = with_pydantic_payloads(existing)
-        return self.storage.apply(converter) if self.storage is not None else converter
+        if self.storage is not None:
+            converter = self.storage.apply(converter)
+        # A reference a client sends that cannot be fetched must not wedge a
+        # conversation (durable_tools.references).
+        return guarded(converter)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """Add the plugin's parts; `NO_SEARCH_ATTRIBUTES_PATCH` follows `search_attributes`."""

@@ -338,3 +338,25 @@ async def test_an_s3_bucket_from_the_options_stores_large_payloads(s3_endpoint: 
         assert await converter.decode([reference], [dict[str, str]]) == [value]
     finally:
         await storage.aclose()
+
+
+async def test_the_plugins_converter_raises_on_a_missing_object_when_decoding(
+    tmp_path: Path,
+) -> None:
+    """Clients decode strictly; only activation decoding substitutes (durable_tools.references)."""
+    from durable_tools.references import UNREADABLE_ENCODING, GuardedDataConverter
+
+    storage = PayloadStorage(driver=LocalFileStorageDriver(tmp_path), threshold=10)
+    converter = DurableToolsPlugin(toolkits={}, models={}, storage=storage)._data_converter(  # pyright: ignore[reportPrivateUsage]
+        None
+    )
+    assert isinstance(converter, GuardedDataConverter)
+    (reference,) = await converter.encode(["x" * 100])
+    for stored in files_under(tmp_path):
+        stored.unlink()
+    with pytest.raises(StorageError, match="is missing from"):
+        await converter.decode([reference], [str])
+    # What a workflow activation's decoding does instead (the SDK's visitor step).
+    (substitute,) = await converter._external_retrieve_payload_sequence([reference])  # pyright: ignore[reportPrivateUsage]
+    assert substitute.metadata["encoding"] == UNREADABLE_ENCODING
+    assert b"StorageError" in substitute.data
