@@ -195,6 +195,7 @@ def _global_options(
     _globals.storage_s3_bucket = storage_s3_bucket
     _globals.storage_threshold = storage_threshold
     _globals.max_payload_bytes = max_payload_bytes
+    _globals.storage = None  # built on first use from these options
 
 
 def _codec() -> PayloadCodec | None:
