@@ -26,7 +26,9 @@ is not configured.`
 
 The SDK runs the payload codec first and stores its output: with an
 encryption codec, stored objects are encrypted; without one, they are the
-plain serialized payloads (docs/operations.md, "Large payloads").
+plain serialized payloads (docs/operations.md, "Large payloads"). A reference a
+client sends that cannot be fetched becomes a rejected input, not a failed
+workflow task (`durable_tools.references`).
 
 Example:
     ```python
@@ -291,7 +293,11 @@ class PayloadStorage:
         return dataclasses.replace(converter, external_storage=self.external_storage())
 
     def describe(self) -> str:
-        """One line for a start-up message, e.g. `payloads >= 262144 bytes in /srv/p`."""
+        """One line for a start-up message.
+
+        E.g. `payloads of 262144 bytes or more stored in /srv/p (largest tool
+        result or arguments: 67108864 bytes)`.
+        """
         driver = self.driver
         where = str(driver.root) if isinstance(driver, LocalFileStorageDriver) else driver.name()
         return (
