@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -96,7 +97,11 @@ class Setup:
     started: list[str]
 
     async def run(
-        self, model: str, message: str = "go", options: ConversationOptions | None = None
+        self,
+        model: str,
+        message: str = "go",
+        options: ConversationOptions | None = None,
+        timeout: float = 90,
     ) -> tuple[str, Any]:
         workflow_id = f"large-{uuid.uuid4().hex[:12]}"
         self.started.append(workflow_id)
@@ -115,7 +120,7 @@ class Setup:
             ]
             return texts[-1] if texts else None
 
-        return workflow_id, await eventually(replied, what="the model's reply", timeout=90)
+        return workflow_id, await eventually(replied, what="the model's reply", timeout=timeout)
 
 
 @asynccontextmanager
@@ -223,6 +228,7 @@ async def test_a_20_mib_tool_result_reaches_the_model_and_history_holds_a_refere
         assert replayed.replay_failure is None
 
 
+@pytest.mark.timeout(300)  # about 30 s alone on 2 cores; the machine is shared
 async def test_64_mb_arguments_and_result_go_round_trip(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -231,7 +237,7 @@ async def test_64_mb_arguments_and_result_go_round_trip(
     expected = sha256(data)
     model = scripted([call("c1", "echo_blob", data=data)])
     async with serving(dev_env, tmp_path / "payloads", {"m": model}) as setup:
-        workflow_id, reply = await setup.run("m")
+        workflow_id, reply = await setup.run("m", timeout=240)
         assert reply == f"c1:{expected}:{size}"
         history = await setup.client.get_workflow_handle(workflow_id).fetch_history()
         assert max(e.ByteSize() for e in history.events) < 1 * MiB
