@@ -37,6 +37,7 @@ from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
+from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 from durable_tools.conversation import (
     AgentConfig,
     CallReference,
@@ -120,6 +121,13 @@ class AgentActivities:
             model turn reads only the items it lacks, across continue-as-new
             too (default a `TranscriptCache()`: 256 MiB, 1024 conversations;
             see `transcript_cache.py`).
+        max_payload_bytes: The largest tool result (JSON bytes) and tool-call
+            argument text (UTF-8 bytes, per turn) when the worker stores large
+            payloads externally (`PayloadStorage.max_payload_bytes`, e.g.
+            64 MiB). `None` (default): no external storage, so Temporal's
+            2 MiB payload limit applies: results over
+            `ToolActivityInput.max_result_bytes` (1.5 MB), arguments over
+            1 MiB per call or 1.5 MB per turn are refused.
 
     Attributes:
         deps: The worker's dependencies, given to every tool run as
@@ -138,7 +146,9 @@ class AgentActivities:
         allow_offline_models: bool = False,
         scripts_dir: str | os.PathLike[str] | None = None,
         transcripts: TranscriptCache | None = None,
+        max_payload_bytes: int | None = None,
     ) -> None:
+        self.max_payload_bytes = max_payload_bytes
         self.redact: Callable[[str], str] = redact or Redactor.from_environment()
         self.toolkits = dict(toolkits)
         self.models = dict(models)
@@ -366,8 +376,13 @@ class AgentActivities:
         )
         message, problems = safe_turn(message)
         message = _unique_call_ids(message, transcript)
-        message = _bound_arguments(message)
-        plans = plan_calls(toolkit, message.tool_calls, [*transcript, message])
+        message = _bound_arguments(message, self.max_payload_bytes or _MAX_TURN_ARGUMENT_BYTES)
+        plans = plan_calls(
+            toolkit,
+            message.tool_calls,
+            [*transcript, message],
+            max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
+        )
         for index, problem in enumerate(problems):
             if problem is not None:
                 plan = plans[index]
@@ -456,7 +471,11 @@ class AgentActivities:
     async def _tool_call(self, request: ToolActivityInput, attempt: int) -> ToolActivityResult:
         call = request.call
         assert call is not None  # resolved by `tool_call`
-        prepared = prepare_call(self._toolkit(request.toolkit), call)
+        prepared = prepare_call(
+            self._toolkit(request.toolkit),
+            call,
+            max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
+        )
         if isinstance(prepared, Failure):
             return ToolActivityResult(
                 result=prepared.model_copy(update={"reason": self.redact(prepared.reason)})
@@ -483,12 +502,18 @@ class AgentActivities:
             raise ApplicationError(self.redact(str(exc)), type=type(exc).__name__) from None
         result = encode_result(prepared, value)
         size = len(to_json(result.model_dump(mode="json")))
-        if size > request.max_result_bytes:
+        limit = self.max_payload_bytes or request.max_result_bytes
+        if size > limit:
+            why = (
+                "the worker's maximum payload size"
+                if self.max_payload_bytes
+                else "Temporal's payload limit is 2 MiB"
+            )
             result = failed(
                 call,
                 "output_too_large",
-                f"the result is {size} bytes, over the limit of {request.max_result_bytes} bytes "
-                "(Temporal's payload limit is 2 MiB); ask for less data, e.g. a page or a summary",
+                f"the result is {size} bytes, over the limit of {limit} bytes ({why}); "
+                "ask for less data, e.g. a page or a summary",
             )
         return ToolActivityResult(result=result)
 
@@ -608,8 +633,11 @@ def _unique_call_ids(
     return message.model_copy(update={"tool_calls": tuple(calls)}) if changed else message
 
 
-def _bound_arguments(message: AssistantMessage) -> AssistantMessage:
-    """Keep a turn under Temporal's payload limit by blanking the largest arguments.
+def _bound_arguments(message: AssistantMessage, limit: int) -> AssistantMessage:
+    """Keep a turn's argument text under `limit` bytes by blanking the largest arguments.
+
+    The limit is Temporal's payload limit (`_MAX_TURN_ARGUMENT_BYTES`), or the
+    worker's maximum payload size with external storage.
 
     A blanked call keeps its id and name; its arguments become a JSON string
     the executor rejects as `input_validation_error` with the original size.
@@ -618,11 +646,11 @@ def _bound_arguments(message: AssistantMessage) -> AssistantMessage:
         ((len(c.arguments.encode()), i) for i, c in enumerate(message.tool_calls)), reverse=True
     )
     total = sum(s for s, _ in sizes)
-    if total <= _MAX_TURN_ARGUMENT_BYTES:
+    if total <= limit:
         return message
     calls = list(message.tool_calls)
     for size, i in sizes:
-        if total <= _MAX_TURN_ARGUMENT_BYTES:
+        if total <= limit:
             break
         marker = json.dumps(f"arguments of {size} bytes dropped: over the turn limit")
         calls[i] = calls[i].model_copy(update={"arguments": marker})

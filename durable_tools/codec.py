@@ -27,6 +27,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter, PayloadCodec
 
 from durable_tools.errors import ConfigurationError
+from durable_tools.storage import PayloadStorage
 
 __all__ = ["data_converter", "load_codec", "with_pydantic_payloads"]
 
@@ -44,9 +45,18 @@ def with_pydantic_payloads(existing: DataConverter | None) -> DataConverter:
     return dataclasses.replace(existing, payload_converter_class=PydanticPayloadConverter)
 
 
-def data_converter(codec: PayloadCodec | None = None) -> DataConverter:
-    """The pydantic data converter, with `codec` (default none) applied to every payload."""
-    return DataConverter(payload_converter_class=PydanticPayloadConverter, payload_codec=codec)
+def data_converter(
+    codec: PayloadCodec | None = None, *, storage: PayloadStorage | None = None
+) -> DataConverter:
+    """The pydantic data converter, with `codec` (default none) applied to every payload.
+
+    Args:
+        codec: A payload codec (e.g. encryption); default none.
+        storage: External storage for large payloads (`durable_tools.storage`);
+            default none: payloads stay in history, within Temporal's 2 MiB limit.
+    """
+    converter = DataConverter(payload_converter_class=PydanticPayloadConverter, payload_codec=codec)
+    return storage.apply(converter) if storage is not None else converter
 
 
 def load_codec(spec: str) -> PayloadCodec:

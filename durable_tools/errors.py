@@ -17,6 +17,7 @@ DurableToolsError
 ├── DecisionRejected              an approval or answer that fails its checks
 ├── NoFinalOutput                 a typed result asked of a conversation that did not finish
 ├── RetryRejected                 `retry_now` on a conversation whose model has not failed
+├── StorageError                  an external payload is missing, corrupt or wrongly claimed
 └── TranscriptUnavailable         a transcript read that no run of the conversation can answer
 ```
 """
@@ -35,6 +36,7 @@ __all__ = [
     "MissingExtra",
     "NoFinalOutput",
     "RetryRejected",
+    "StorageError",
     "StrictModeError",
     "ToolNotFound",
     "TranscriptUnavailable",
@@ -58,7 +60,7 @@ class MissingExtra(ConfigurationError):
 
     Attributes:
         extra: The extra's name (`cli`, `dev-server`, `test-model`, `openai`,
-            `anthropic`).
+            `anthropic`, `s3`).
     """
 
     def __init__(self, feature: str, extra: str) -> None:
@@ -147,6 +149,18 @@ class RetryRejected(DurableToolsError):
     """`Conversations.retry(..., wait=True)` on a conversation not in state `model_failed`.
 
     The `retry` signal in that state is ignored instead.
+    """
+
+
+class StorageError(DurableToolsError):
+    """An externally stored payload cannot be read (`durable_tools.storage`).
+
+    Its object is missing (a removed directory, another storage directory or
+    bucket than the writer's), its bytes do not match the digest it was stored
+    under, or the claim in history is malformed (an untrusted edge: a claim
+    never opens a file outside the storage root). Raised while a payload is
+    decoded: a workflow task fails and is retried until the object is back;
+    a client call raises it.
     """
 
 

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         PendingState,
     )
     from durable_tools.models.base import Model
+    from durable_tools.storage import PayloadStorage
     from durable_tools.toolkit import Toolkit
     from durable_tools.transcript import TranscriptItem
 
@@ -249,6 +250,7 @@ class AgentTestEnvironment:
         settings: dict[str, Any] | None = None,
         deps: Callable[[], Any] | None = None,
         env: WorkflowEnvironment | None = None,
+        storage: PayloadStorage | None = None,
     ) -> AsyncGenerator[AgentTestEnvironment]:
         """Start a server (unless `env` is given) and a worker for the block.
 
@@ -263,6 +265,10 @@ class AgentTestEnvironment:
                 fixture's), with durable-tools' search attributes registered
                 (`docs/operations.md`); default: a new time-skipping test
                 server with them registered, shut down when the block ends.
+            storage: External storage for large payloads on the worker and
+                the environment's client (`durable_tools.storage`), so tool
+                results and arguments up to its `max_payload_bytes` can be
+                tested; default none (Temporal's 2 MiB payload limit).
 
         Yields:
             The environment. Conversations still running when the block ends
@@ -291,7 +297,7 @@ class AgentTestEnvironment:
             if owned:
                 await _register_search_attributes(env)
             plugin = DurableToolsPlugin(
-                toolkits={"default": toolkit}, models={"model": model}, deps=deps
+                toolkits={"default": toolkit}, models={"model": model}, deps=deps, storage=storage
             )
             config = env.client.config()
             config["plugins"] = [plugin]

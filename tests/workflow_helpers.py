@@ -38,6 +38,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.mcp import McpServerConfig
 from durable_tools.models.base import Model
+from durable_tools.storage import PayloadStorage
 from durable_tools.testing import ScriptedModel, terminate_running
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem
@@ -191,6 +192,7 @@ async def running(
     agents: Mapping[str, Agent] | None = None,
     allow_offline_models: bool = False,
     scripts_dir: Path | None = None,
+    storage: PayloadStorage | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
@@ -213,6 +215,7 @@ async def running(
         agents=agents,
         allow_offline_models=allow_offline_models,
         scripts_dir=scripts_dir,
+        storage=storage,
     )
     client = Client(**{**env.client.config(), "plugins": [plugin]})
     harness = Harness(

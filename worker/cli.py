@@ -37,6 +37,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import uuid
@@ -55,7 +56,7 @@ from temporalio.client import (
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.converter import PayloadCodec
+from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools.client import Conversations
@@ -66,7 +67,8 @@ from durable_tools.conversation import (
     PendingApproval,
     PendingInteraction,
 )
-from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected
+from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected, StorageError
+from durable_tools.storage import LocalFileStorageDriver, PayloadStorage, storage_from_options
 from durable_tools.worker.follow import Commands, Followed, Follower, LostServer
 from durable_tools.worker.render import (
     PendingConversation,
@@ -127,6 +129,11 @@ _out = Console(highlight=False)
 @dataclass
 class _Globals:
     codec_spec: str | None = None
+    storage_dir: Path | None = None
+    storage_s3_bucket: str | None = None
+    storage_threshold: int | None = None
+    max_payload_bytes: int | None = None
+    storage: PayloadStorage | None = None
 
 
 _globals = _Globals()
@@ -143,14 +150,81 @@ def _global_options(
             "see docs/operations.md.",
         ),
     ] = None,
+    storage_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--storage-dir",
+            envvar="DURABLE_TOOLS_STORAGE_DIR",
+            help="Store payloads over --storage-threshold in this directory instead of "
+            "history (Temporal External Storage; every worker and client needs the same); "
+            "see docs/operations.md. `dev` defaults to .durable-tools/payloads.",
+        ),
+    ] = None,
+    storage_s3_bucket: Annotated[
+        str | None,
+        typer.Option(
+            "--storage-s3-bucket",
+            envvar="DURABLE_TOOLS_STORAGE_S3_BUCKET",
+            help="Store large payloads in this S3 bucket instead (the s3 extra; AWS "
+            "configuration from the environment).",
+        ),
+    ] = None,
+    storage_threshold: Annotated[
+        int | None,
+        typer.Option(
+            "--storage-threshold",
+            envvar="DURABLE_TOOLS_STORAGE_THRESHOLD",
+            min=0,
+            help="Payloads of at least this many bytes are stored externally (default 262144).",
+        ),
+    ] = None,
+    max_payload_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-payload-bytes",
+            envvar="DURABLE_TOOLS_MAX_PAYLOAD_BYTES",
+            min=1,
+            help="With external storage: the largest tool result or arguments "
+            "(default 67108864); larger results become output_too_large.",
+        ),
+    ] = None,
 ) -> None:
     """Durable tool execution for LLM agents on Temporal."""
     _globals.codec_spec = codec
+    _globals.storage_dir = storage_dir
+    _globals.storage_s3_bucket = storage_s3_bucket
+    _globals.storage_threshold = storage_threshold
+    _globals.max_payload_bytes = max_payload_bytes
+    _globals.storage = None  # built on first use from these options
 
 
 def _codec() -> PayloadCodec | None:
     """The `--codec` payload codec, loaded on first use (ConfigurationError if bad)."""
     return load_codec(_globals.codec_spec) if _globals.codec_spec else None
+
+
+def _storage() -> PayloadStorage | None:
+    """The `--storage-dir` / `--storage-s3-bucket` external storage, built once (or `None`).
+
+    Without either option, `DEV_STORAGE_DIRECTORY` when it exists: the storage
+    `durable-tools dev` started in this directory uses.
+    """
+    given = _globals.storage_dir is not None or _globals.storage_s3_bucket is not None
+    if not given and DEV_STORAGE_DIRECTORY.is_dir():
+        _globals.storage_dir = DEV_STORAGE_DIRECTORY
+    if _globals.storage is None:
+        _globals.storage = storage_from_options(
+            directory=_globals.storage_dir,
+            s3_bucket=_globals.storage_s3_bucket,
+            threshold=_globals.storage_threshold,
+            max_payload_bytes=_globals.max_payload_bytes,
+        )
+    return _globals.storage
+
+
+def _data_converter() -> DataConverter:
+    """The data converter of every client the CLI connects: codec and storage options."""
+    return data_converter(_codec(), storage=_storage())
 
 
 EXIT_FAILURE = 1
@@ -336,11 +410,18 @@ def _run(
         _fail(f"{conversation} failed: {exc.cause or exc}")
     except ConfigurationError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
+    except StorageError as exc:
+        _fail(str(exc))
     except RuntimeError as exc:
         if "Failed client connect" in str(exc):
             _fail(
                 f"cannot connect to Temporal at {address} ({_connect_problem(exc)}); "
                 "start one with `durable-tools dev` or pass --address"
+            )
+        if "TMPRL1105" in str(exc):  # the SDK's "external storage is not configured"
+            _fail(
+                f"{conversation} has payloads in external storage: give the worker's "
+                "--storage-dir or --storage-s3-bucket (or DURABLE_TOOLS_STORAGE_DIR)"
             )
         _fail(f"{type(exc).__name__}: {exc}")
     except KeyboardInterrupt:
@@ -382,9 +463,7 @@ def _rpc_message(exc: RPCError, *, conversation: str, address: str, namespace: s
 
 
 async def _conversations(address: str, namespace: str, task_queue: str) -> Conversations:
-    client = await Client.connect(
-        address, namespace=namespace, data_converter=data_converter(_codec())
-    )
+    client = await Client.connect(address, namespace=namespace, data_converter=_data_converter())
     return Conversations(client, task_queue=task_queue)
 
 
@@ -596,6 +675,8 @@ def worker_command(
     served = _served(app_spec, toolkit, mcp_config)
     offline = allow_offline_models or served.allow_offline_models
 
+    storage = _storage() or served.storage
+
     def ready(_: object) -> None:
         versioned = f", version {version.deployment_name}:{version.build_id}" if version else ""
         _out.print(
@@ -604,6 +685,8 @@ def worker_command(
             f"{escape(_describe_served(served, allow_offline_models=offline))}",
             soft_wrap=True,
         )
+        if storage is not None:
+            _out.print(f"external storage: {escape(storage.describe())}", soft_wrap=True)
 
     async def main() -> None:
         await run_worker(
@@ -616,6 +699,7 @@ def worker_command(
             deps=served.deps,
             decision_keys=served.decision_keys,
             payload_codec=_codec() or served.payload_codec,
+            storage=storage,
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
             deployment=version,
@@ -633,6 +717,10 @@ def worker_command(
 
 DEV_DIRECTORY = Path(".durable-tools")
 """Where `durable-tools dev` keeps its SQLite file and the server's log."""
+
+DEV_STORAGE_DIRECTORY = DEV_DIRECTORY / "payloads"
+"""Where `durable-tools dev` stores large payloads by default; the other commands
+use it when it exists and no `--storage-dir` / `--storage-s3-bucket` is given."""
 
 
 @app.command("dev")
@@ -665,12 +753,22 @@ def dev_command(
     from durable_tools.worker.runner import run_worker
 
     served = _served(app_spec, toolkit, mcp_config)
+    if (
+        _globals.storage_dir is None
+        and _globals.storage_s3_bucket is None
+        and served.storage is None
+    ):
+        # On by default in development, beside the server's SQLite file.
+        _globals.storage_dir = db_filename.parent / "payloads"
+    storage = _storage() or served.storage
 
     async def main() -> None:
         try:
             db_filename.parent.mkdir(parents=True, exist_ok=True)
+            if storage is not None and isinstance(storage.driver, LocalFileStorageDriver):
+                storage.driver.root.mkdir(parents=True, exist_ok=True)  # other commands find it
         except OSError as exc:
-            raise CliError(f"cannot create {db_filename.parent}: {exc}") from exc
+            raise CliError(f"cannot create {exc.filename}: {exc.strerror}") from exc
         server = DevServer(
             ip=ip,
             port=port,
@@ -698,6 +796,7 @@ def dev_command(
                         deps=served.deps,
                         decision_keys=served.decision_keys,
                         payload_codec=_codec() or served.payload_codec,
+                        storage=storage,
                         graceful_shutdown_timeout=graceful_shutdown,
                         handle_signals=False,
                         stop=stop,
@@ -715,6 +814,17 @@ def dev_command(
                     f"{escape(_describe_served(served, allow_offline_models=True))}",
                     soft_wrap=True,
                 )
+                if storage is not None:
+                    _out.print(f"external storage: {escape(storage.describe())}", soft_wrap=True)
+                    if (
+                        isinstance(storage.driver, LocalFileStorageDriver)
+                        and DEV_STORAGE_DIRECTORY.resolve() != storage.driver.root.resolve()
+                    ):
+                        _out.print(
+                            f"other commands need: --storage-dir "
+                            f"{escape(shlex.quote(str(storage.driver.root)))}",
+                            soft_wrap=True,
+                        )
                 local = port == 7233 and ip in ("127.0.0.1", "localhost", "0.0.0.0")
                 hint = "" if local else f" --address {server.address}"
                 if served.agents:  # a client must name one of them
@@ -1293,7 +1403,7 @@ def _pending_everywhere(as_json: bool, *, address: str, namespace: str, timeout:
 
     async def main() -> list[PendingConversation]:
         client = await Client.connect(
-            address, namespace=namespace, data_converter=data_converter(_codec())
+            address, namespace=namespace, data_converter=_data_converter()
         )
         found: list[PendingConversation] = []
         async for execution in client.list_workflows(PENDING_QUERY, limit=1000):
@@ -1737,7 +1847,7 @@ def check_upgrade_command(
 
     async def main() -> list[Any]:
         client = await Client.connect(
-            address, namespace=namespace, data_converter=data_converter(_codec())
+            address, namespace=namespace, data_converter=_data_converter()
         )
         return await check_upgrade(client, query=query or DEFAULT_QUERY, limit=limit)
 

@@ -21,6 +21,7 @@ import pkgutil
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import PatchActivationInput, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -35,6 +36,8 @@ from durable_tools.codec import with_pydantic_payloads
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.redact import Redactor, secret_env_values
+from durable_tools.references import guarded
+from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
 
@@ -128,6 +131,12 @@ class DurableToolsPlugin(SimplePlugin):
             tracer provider is replay-safe (`create_tracer_provider`, as
             `durable_tools.worker.telemetry.configure_telemetry` installs it);
             `True` requires one (the interceptor refuses any other).
+        storage: External storage for large payloads, set on the client's
+            data converter (its codec and failure converter kept) and raising
+            the tool result and argument limits to its `max_payload_bytes`
+            (`durable_tools.storage`). `None` (default): the client's data
+            converter as it is (its own `external_storage`, if any, is kept),
+            and Temporal's 2 MiB payload limit applies.
 
     Raises:
         ConfigurationError: Two MCP servers share a name, or an agent names a
@@ -154,7 +163,9 @@ class DurableToolsPlugin(SimplePlugin):
         scripts_dir: str | os.PathLike[str] | None = None,
         decision_keys: Mapping[str, bytes] | None = None,
         tracing: bool | None = None,
+        storage: PayloadStorage | None = None,
     ) -> None:
+        self.storage = storage
         self.search_attributes = search_attributes
         self.mcp: McpToolsets | None = None
         self.deps_factory = deps
@@ -170,6 +181,7 @@ class DurableToolsPlugin(SimplePlugin):
             agents=agents,
             allow_offline_models=allow_offline_models,
             scripts_dir=scripts_dir,
+            max_payload_bytes=storage.max_payload_bytes if storage is not None else None,
         )
         self.verifier = DecisionVerifier(
             decision_keys if decision_keys is not None else decision_keys_from_environment()
@@ -178,7 +190,7 @@ class DurableToolsPlugin(SimplePlugin):
             "durable-tools",
             # Only the payload converter: the client's codec (encryption)
             # and failure converter stay.
-            data_converter=with_pydantic_payloads,
+            data_converter=self._data_converter,
             activities=[
                 self.agent_activities.model_turn,
                 self.agent_activities.tool_call,
@@ -189,6 +201,14 @@ class DurableToolsPlugin(SimplePlugin):
             interceptors=_tracing_interceptors(tracing),
             run_context=self._run_context if self.mcp or deps else None,
         )
+
+    def _data_converter(self, existing: DataConverter | None) -> DataConverter:
+        converter = with_pydantic_payloads(existing)
+        if self.storage is not None:
+            converter = self.storage.apply(converter)
+        # A reference a client sends that cannot be fetched must not wedge a
+        # conversation (durable_tools.references).
+        return guarded(converter)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """Add the plugin's parts; `NO_SEARCH_ATTRIBUTES_PATCH` follows `search_attributes`."""

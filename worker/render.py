@@ -161,8 +161,22 @@ def render_pending(state: PendingState) -> Group:
     return Group(*parts)
 
 
+_SHOWN_CHARACTERS = 2000
+"""`render_transcript` shows at most this many characters of one text (a 20 MB
+tool output from external storage would take minutes to lay out); `--json` has all."""
+
+
+def _shown(text: str) -> str:
+    if len(text) <= _SHOWN_CHARACTERS:
+        return escape(text)
+    rest = f"… ({len(text)} characters in all; --json prints everything)"
+    return f"{escape(text[:_SHOWN_CHARACTERS])}[dim]{escape(rest)}[/]"
+
+
 def render_transcript(items: Sequence[TranscriptItem]) -> Table:
     """The transcript as a table: one row per message, tool call and tool output.
+
+    Texts, arguments and outputs longer than `_SHOWN_CHARACTERS` are cut there.
 
     Args:
         items: From the `history` query.
@@ -176,11 +190,11 @@ def render_transcript(items: Sequence[TranscriptItem]) -> Table:
     table.add_column("what", overflow="fold")
     for index, item in enumerate(items, start=1):
         if isinstance(item, UserMessage):
-            table.add_row(str(index), "[bold cyan]user[/]", escape(item.text))
+            table.add_row(str(index), "[bold cyan]user[/]", _shown(item.text))
         elif isinstance(item, AssistantMessage):
-            lines = [escape(item.text)] if item.text else []
+            lines = [_shown(item.text)] if item.text else []
             lines += [
-                f"[yellow]→ {escape(c.name)}[/] {escape(c.arguments)} [dim]({escape(c.call_id)})[/]"
+                f"[yellow]→ {escape(c.name)}[/] {_shown(c.arguments)} [dim]({escape(c.call_id)})[/]"
                 for c in item.tool_calls
             ]
             table.add_row(str(index), "[bold green]assistant[/]", "\n".join(lines))
@@ -190,7 +204,7 @@ def render_transcript(items: Sequence[TranscriptItem]) -> Table:
             else:
                 who = f"[bold magenta]{escape(item.tool)}[/] ✓"
             table.add_row(
-                str(index), who, f"{escape(item.content)} [dim]({escape(item.call_id)})[/]"
+                str(index), who, f"{_shown(item.content)} [dim]({escape(item.call_id)})[/]"
             )
     return table
 

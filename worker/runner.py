@@ -45,6 +45,7 @@ from durable_tools.codec import data_converter
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
+from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit
 from durable_tools.worker.health import keep_fresh
 from durable_tools.worker.plugin import DepsFactory, DurableToolsPlugin
@@ -105,6 +106,11 @@ class App:
             with (several during a rotation); `None` (default): those in
             `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Held by the
             worker, never recorded in history (docs/approvals.md, "Trust model").
+        storage: External storage for payloads over its threshold (tool
+            results and arguments up to its `max_payload_bytes`, default
+            64 MiB; `durable_tools.storage`). Every worker and client of the
+            conversations needs the same storage. `None` (default): payloads
+            stay in history, limited by Temporal's 2 MiB.
 
     Example:
         ```python
@@ -137,6 +143,7 @@ class App:
     scripts_dir: str | os.PathLike[str] | None = None
 
     decision_keys: Mapping[str, bytes] | None = None
+    storage: PayloadStorage | None = None
 
     def __post_init__(self) -> None:
         """Check the agents against the toolkits and models (see `check_agents`)."""
@@ -236,6 +243,12 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
             f"agents of {spec!r} is a {type(agents).__name__}, not a mapping of name to Agent"
         )
     scripts_dir: object = getattr(found, "scripts_dir", None)
+    storage: object = getattr(found, "storage", None)
+    if storage is not None and not isinstance(storage, PayloadStorage):
+        raise ConfigurationError(
+            f"storage of {spec!r} is a {type(storage).__name__}, not a "
+            "durable_tools.storage.PayloadStorage"
+        )
     return App(
         toolkits=cast(dict[str, Toolkit], kits),
         models=cast(dict[str, Model], adapters),
@@ -245,6 +258,7 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         allow_offline_models=getattr(found, "allow_offline_models", False) is True,
         scripts_dir=cast(str | None, scripts_dir),
         decision_keys=cast(Mapping[str, bytes] | None, keys),
+        storage=storage,
     )
 
 
@@ -270,6 +284,7 @@ async def run_worker(
     on_ready: Callable[[Worker], None] | None = None,
     health_file: Path | None = None,
     search_attributes: bool = True,
+    storage: PayloadStorage | None = None,
 ) -> None:
     """Connect to Temporal and run a durable-tools worker until told to stop.
 
@@ -313,6 +328,8 @@ async def run_worker(
             not (default True). False: no check, and conversations this worker
             runs first make no upserts, on any worker that replays them
             (`DurableToolsPlugin(search_attributes=False)`).
+        storage: External storage for large payloads (see `App.storage`);
+            default none.
 
     With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the worker exports its spans, its
     metrics and Temporal's SDK metrics over OTLP (`configure_telemetry`,
@@ -339,15 +356,21 @@ async def run_worker(
         allow_offline_models=allow_offline_models,
         scripts_dir=scripts_dir,
         decision_keys=decision_keys,
+        storage=storage,
     )
     client = await Client.connect(
         client_target,
         namespace=namespace,
-        data_converter=data_converter(payload_codec),
+        data_converter=data_converter(payload_codec, storage=storage),
         plugins=[plugin],
         runtime=telemetry.runtime if telemetry is not None else None,
     )
-    async with telemetry.metrics() if telemetry is not None else contextlib.nullcontext():
+    async with contextlib.AsyncExitStack() as stack:
+        if storage is not None:
+            stack.push_async_callback(storage.aclose)  # the S3 client, once the worker stops
+        await stack.enter_async_context(
+            telemetry.metrics() if telemetry is not None else contextlib.nullcontext()
+        )
         await _serve(
             client,
             namespace=namespace,

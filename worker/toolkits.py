@@ -131,4 +131,5 @@ def load_served(
         allow_offline_models=application.allow_offline_models,
         scripts_dir=application.scripts_dir,
         decision_keys=application.decision_keys,
+        storage=application.storage,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_tools import Toolkit, tool
 from durable_tools.conversation import ConversationOptions
+from durable_tools.storage import LocalFileStorageDriver, PayloadStorage
 from durable_tools.testing import AgentTestEnvironment, ScriptedModel, call
 from durable_tools.transcript import ToolCallOutput
 
@@ -90,3 +92,30 @@ async def test_missing_server_binary_names_the_extra(monkeypatch: pytest.MonkeyP
     with pytest.raises(MissingExtra, match=r"durable-tools\[dev-server\]"):
         async with AgentTestEnvironment.start(toolkit=kit, model=ScriptedModel([])):
             pass
+
+
+@tool
+async def export_orders(n_bytes: int) -> str:
+    """Export the orders as one large text.
+
+    Args:
+        n_bytes: How large.
+    """
+    return "o" * n_bytes
+
+
+async def test_a_large_result_with_storage_reaches_the_model(
+    time_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    size = 3_000_000  # over the 1.5 MB a result may have without external storage
+    model = ScriptedModel([[call("c1", "export_orders", n_bytes=size)], "Exported."])
+    storage = PayloadStorage(driver=LocalFileStorageDriver(tmp_path))
+    async with AgentTestEnvironment.start(
+        toolkit=Toolkit(export_orders), model=model, env=time_env, storage=storage
+    ) as env:
+        chat = await env.start_conversation("Export everything")
+        assert await env.wait_for_reply(chat) == "Exported."
+        (output,) = [o for o in model.requests[1].transcript if isinstance(o, ToolCallOutput)]
+        assert not output.is_error and output.content == "o" * size
+        assert (await env.tool_outputs(chat))["c1"].content == "o" * size
+    assert any(p.stat().st_size > size for p in tmp_path.rglob("*") if p.is_file())
