@@ -277,7 +277,8 @@ class TranscriptCache:
 
         Args:
             workflow_id: The conversation's workflow id (the cache's key).
-            delta: The model activity's `TranscriptDelta`.
+            delta: The model activity's `TranscriptDelta` (conversation-wide
+                indices and digests, as the cache's).
             resolve: Finds an entry given by reference (what this worker's
                 activities returned), `None` when it has none.
 

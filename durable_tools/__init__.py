@@ -39,6 +39,7 @@ from durable_tools.errors import (
     RetryRejected,
     StrictModeError,
     ToolNotFound,
+    TranscriptUnavailable,
 )
 from durable_tools.executor import (
     ApprovalRequested,
@@ -158,6 +159,7 @@ __all__ = [
     "ToolRun",
     "Toolkit",
     "TranscriptItem",
+    "TranscriptUnavailable",
     "UserMessage",
     "append_turn",
     "arguments_hash",

@@ -802,6 +802,9 @@ class CarriedState(BaseModel):
         last_text: The last assistant text when no assistant message with
             text is in `transcript` (cut to `durable_tools.carry.
             MAX_LAST_TEXT_BYTES`): the reply a `turn_limit` result returns.
+        delta_from: Conversation-wide index where the next model turn's
+            `TranscriptDelta` starts (the items after the previous model
+            turn), `None` when unknown.
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -822,6 +825,7 @@ class CarriedState(BaseModel):
     earlier: list[RunSpan] = Field(default_factory=list[RunSpan])
     needs_model: bool = False
     last_text: str = ""
+    delta_from: int | None = None
 
 
 class ConversationInput(BaseModel):

@@ -413,7 +413,7 @@ class AgentTestEnvironment:
         )
 
     async def history(self, workflow_id: str) -> list[TranscriptItem]:
-        """The conversation's transcript (the `history` query)."""
+        """The conversation's transcript, every run's (`Conversations.history`)."""
         return await self.conversations.history(workflow_id)
 
     async def tool_outputs(self, workflow_id: str) -> dict[str, ToolCallOutput]:
@@ -436,7 +436,7 @@ class AgentTestEnvironment:
         """
 
         async def probe() -> str | None:
-            for item in (await self.history(workflow_id))[after:]:
+            for item in await self.conversations.history(workflow_id, start=after):
                 if isinstance(item, AssistantMessage) and item.text and not item.tool_calls:
                     return item.text
             return None

@@ -1713,7 +1713,7 @@ def history_command(
     workflow_id: WorkflowId,
     as_json: AsJson = False,
     start: Annotated[
-        int, typer.Option(min=0, help="First item to show (0: the conversation's first).")
+        int, typer.Option(min=0, help="Skip this many items (rows are numbered from 1).")
     ] = 0,
     limit: Annotated[
         int | None, typer.Option(min=0, help="Most items to show (default: all from --start).")
@@ -1733,7 +1733,7 @@ def history_command(
     if as_json:
         print(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
     else:
-        _out.print(render_transcript(items))
+        _out.print(render_transcript(items, skipped=start))
 
 
 @app.command("follow")

@@ -173,13 +173,15 @@ def _shown(text: str) -> str:
     return f"{escape(text[:_SHOWN_CHARACTERS])}[dim]{escape(rest)}[/]"
 
 
-def render_transcript(items: Sequence[TranscriptItem]) -> Table:
+def render_transcript(items: Sequence[TranscriptItem], *, skipped: int = 0) -> Table:
     """The transcript as a table: one row per message, tool call and tool output.
 
     Texts, arguments and outputs longer than `_SHOWN_CHARACTERS` are cut there.
 
     Args:
-        items: From the `history` query.
+        items: From `Conversations.history`.
+        skipped: How many items come before `items` (default 0): rows are
+            numbered from `skipped + 1`.
 
     Returns:
         A rich table with columns `#`, `who` and `what`.
@@ -188,7 +190,7 @@ def render_transcript(items: Sequence[TranscriptItem]) -> Table:
     table.add_column("#", justify="right", style="dim")
     table.add_column("who", no_wrap=True)
     table.add_column("what", overflow="fold")
-    for index, item in enumerate(items, start=1):
+    for index, item in enumerate(items, start=skipped + 1):
         if isinstance(item, UserMessage):
             table.add_row(str(index), "[bold cyan]user[/]", _shown(item.text))
         elif isinstance(item, AssistantMessage):

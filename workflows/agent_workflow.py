@@ -237,15 +237,16 @@ class AgentWorkflow:
         self._model_failed: ModelFailure | None = None
         self._retry_requested = False
         self._carry_too_large = False
-        # Digests of the transcript's prefixes (conversation-wide: the chain
-        # starts at the carried base digest), for `transcript_page`, `_carry`
-        # and the model activity's `TranscriptDelta`: a function of the
-        # transcript alone, so replay is unaffected.
+        # Digests of the transcript's prefixes (conversation-wide: seeded with
+        # the digest of the items before `_base`), for `transcript_page`, the
+        # model activity's `TranscriptDelta` and `_carry`: a function of the
+        # transcript alone.
         self._prefix_digests = PrefixDigests(state.base_digest or EMPTY_DIGEST)
-        # The delta of the next model turn starts at local index `_delta_from`
-        # (None: no delta, e.g. a carried transcript the worker may not hold);
-        # items an activity returned are named by `_sources[local index]`.
-        self._delta_from: int | None = None if (state.transcript or state.base) else 0
+        # The delta of the next model turn starts at `_delta_from` (an index
+        # into this run's items; None: no delta, e.g. a carried transcript the
+        # worker may not hold); items an activity returned are named by
+        # `_sources[index]`.
+        self._delta_from: int | None = _delta_start(state)
         self._sources: dict[int, DeltaEntry] = {}
         self._produced_calls: set[str] = set()
         # `run_agent` sets it before calling __init__: the loop runs inside
@@ -398,6 +399,7 @@ class AgentWorkflow:
             earlier=self._earlier,
             needs_model=self._needs_model(),
             last_text=self._carried_last_text,
+            delta_from=None if self._delta_from is None else self._base + self._delta_from,
         )
         if bounded:
             state = self._bounded(state, workflow.info().run_id)
@@ -536,7 +538,7 @@ class AgentWorkflow:
                 source = DeltaEntry(item=transcript[index])
             entries.append(source)
         return TranscriptDelta(
-            start=self._base + start,  # conversation-wide, as the worker's cache counts
+            start=self._base + start,  # conversation-wide, as the worker's cache
             start_digest=digests.digest(transcript, start),
             entries=entries,
             digest=digests.digest(transcript, end),
@@ -1437,6 +1439,18 @@ class AgentWorkflow:
                 f"  run it again: `durable-tools retry {workflow.info().workflow_id}`"
             )
         workflow.set_current_details("**Pending**\n" + "\n".join(lines) if lines else "")
+
+
+def _delta_start(state: CarriedState) -> int | None:
+    """Where a run's first `TranscriptDelta` starts, as an index into its items.
+
+    Where the previous run's next delta would have started, when the run
+    holds that item (`CarriedState.delta_from`); with no carried items, 0;
+    else `None` (the first turn reads by query).
+    """
+    if state.delta_from is not None and state.delta_from >= state.base:
+        return state.delta_from - state.base
+    return None if state.transcript else 0
 
 
 def _after_turns(args: Sequence[Any]) -> int:

@@ -266,8 +266,10 @@ async def test_a_reused_call_id_is_renamed_when_the_transcript_comes_from_the_ca
 async def test_most_turns_need_no_query(dev_env: WorkflowEnvironment, task_queue: str) -> None:
     """A worker that ran the previous turn's activities rebuilds the new items itself.
 
-    Only a new run's first turn queries (it sends no delta: its transcript
-    was carried); every other turn is a `TranscriptDelta` hit.
+    Every turn is a `TranscriptDelta` hit, a new run's first turn too: the
+    run carried the items since the previous model turn and where they
+    start (`CarriedState.delta_from`), and the worker's cache is the
+    conversation's, so it holds the items before them.
     """
     client, plugin, model = _worker(dev_env, deltas=True)
     cache = plugin.agent_activities.transcripts
@@ -284,9 +286,8 @@ async def test_most_turns_need_no_query(dev_env: WorkflowEnvironment, task_queue
     assert status.runs == 5
     _assert_saw_full_transcript(model.requests, transcript, turns)
     stats = cache.stats
-    assert stats.delta_hits == turns - 4
-    # Each new run's first turn asks it for what the (conversation-wide) cache lacks.
-    assert (stats.queries, stats.hits, stats.full_reads, stats.misses) == (4, 4, 0, 0)
+    assert stats.delta_hits == turns
+    assert (stats.queries, stats.full_reads, stats.misses) == (0, 0, 0)
     assert (stats.mismatches, stats.delta_mismatches, stats.inconsistent) == (0, 0, 0)
 
 

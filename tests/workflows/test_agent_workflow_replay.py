@@ -10,6 +10,7 @@ error, which the last tests prove by replaying against modified workflows.
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from agent_support import MODELS, TOOLKITS
 from jsonschema import FormatChecker
 from record_histories import SCENARIOS
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -198,3 +200,39 @@ def test_the_bounded_carry_histories_start_past_item_zero() -> None:
         started.input.payloads, [ConversationInput]
     )
     assert input.state is not None and input.state.base == 0 and len(input.state.transcript) == 13
+
+
+@workflow.defn(name="AgentWorkflow", sandboxed=False)
+class CarryAlwaysBounded(AgentWorkflow):
+    """Carries a bounded tail whether or not the history has the `bounded-carry` marker."""
+
+    @workflow.run
+    async def run(self, input: ConversationInput) -> ConversationResult:
+        return await super().run(input)
+
+    def _carry(self, *, bounded: bool) -> ConversationInput:
+        return super()._carry(bounded=True)
+
+
+async def test_a_carry_over_2_mb_recorded_before_the_bounded_carry_still_stays_in_its_run() -> None:
+    """Three 1.1 MB outputs, continue-as-new every 2 turns, recorded with the code before.
+
+    That code found the carried transcript over 2 MB at turn 2 and stayed in
+    the run (one run, 3.3 MB of outputs). Today's code replays it to the same
+    end (no marker, so the whole transcript is measured, as then); carrying a
+    bounded tail regardless would continue as new there and fail the replay.
+    Stored gzipped (4.4 MB of JSON, 17 KB compressed).
+    """
+    path = HISTORIES / "legacy" / "carry_over_2_mb_before_bounded_carry.json.gz"
+    history = WorkflowHistory.from_json(
+        "carry_over_2_mb_before_bounded_carry", gzip.decompress(path.read_bytes()).decode()
+    )
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW not in kinds
+    assert kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED) == 7  # 4 model, 3 tool
+    result = await _replayer(AgentWorkflow).replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, repr(result.replay_failure)
+    result = await _replayer(CarryAlwaysBounded).replay_workflow(
+        history, raise_on_replay_failure=False
+    )
+    assert result.replay_failure is not None

@@ -245,6 +245,15 @@ async def test_every_item_is_read_back_in_order_across_runs() -> None:
     # items a newer run holds, so runs are asked in order.
     order = [k for k in (int(r.split("-")[1]) if r else 99 for r in asked[1:])]
     assert order == sorted(order)
+    # A page of the newest items asks the current run only: no replay.
+    newest: list[str | None] = []
+    base = current._base  # pyright: ignore[reportPrivateUsage]
+    assert await _read_all(_query(runs, newest), base, len(items), UNCHECKED) == items[base:]
+    assert set(newest) == {None}
+    # A page in the middle asks the one earlier run that holds it.
+    middle: list[str | None] = []
+    assert await _read_all(_query(runs, middle), 60, 62, UNCHECKED) == items[60:62]
+    assert len([r for r in middle if r is not None]) == 1
     # Unchecked reads (the client's) from any index give the same items.
     for start in (0, 7, 30, 99, len(items) - 1):
         assert await _read_all(_query(runs), start, len(items), UNCHECKED) == items[start:]

@@ -89,6 +89,8 @@ INBOX_QUERY = (
 workflow lists in `DurableToolsPendingKinds` without counting them)."""
 
 _QUERY_TIMEOUT = 10.0
+# A rejected decision's call is looked for among this many newest items first.
+_RECENT_ITEMS = 200
 _LIST_QUERY_TIMEOUT = 3.0
 """Seconds the list waits for one conversation's queries: a query to a conversation
 whose worker is gone waits for its whole timeout, and the page waits for the slowest."""
@@ -700,13 +702,26 @@ class InboxService:
         return Conflict("not_waiting", f"Call {call_id} is no longer waiting: {reason}")
 
     async def _output_of(self, workflow_id: str, call_id: str) -> ToolCallOutput | None:
+        """The call's output: looked for among the newest items first.
+
+        A call someone just tried to decide ended lately, so its output is
+        almost always among the last `_RECENT_ITEMS`; only otherwise is the
+        whole transcript read (its older items come from earlier runs).
+        """
         try:
-            items = await self._bounded(self.conversations.history(workflow_id))
+            length = (await self._bounded(self.conversations.status(workflow_id))).transcript_items
+            recent = max(0, length - _RECENT_ITEMS)
+            for start, limit in ((recent, None), (0, recent)):
+                items = await self._bounded(
+                    self.conversations.history(workflow_id, start=start, limit=limit)
+                )
+                for item in items:
+                    if isinstance(item, ToolCallOutput) and item.call_id == call_id:
+                        return item
+                if not recent:
+                    break
         except Conflict:
             return None
-        for item in items:
-            if isinstance(item, ToolCallOutput) and item.call_id == call_id:
-                return item
         return None
 
 
