@@ -3,7 +3,9 @@
 * `model.turn` reads the transcript through a query to the workflow (so the
   transcript is never recorded as activity input: history grows linearly),
   only the items this worker has not read yet (`transcript_cache.py`),
-  calls the model adapter, makes its output safe to record
+  builds the model's view of it under the agent's context policy
+  (`context_window.py`; on a context-length error it summarizes and tries
+  once more), calls the model adapter, makes its output safe to record
   (`model_output.py`), and plans the turn's calls (`planning.py`). It
   heartbeats while it runs, so a worker lost during a slow provider request
   is noticed after the heartbeat timeout, not the model timeout; whatever it
@@ -32,10 +34,12 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from durable_tools import telemetry
+from durable_tools.activities.context_window import ContextWindow
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.activities.transcript_cache import TranscriptCache
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
+from durable_tools.context import ContextStrategyFunction, Summarize, check_policy
 from durable_tools.conversation import (
     ModelRequest,
     ModelTurn,
@@ -50,14 +54,14 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.events import EVENTS_TOPIC, MAX_EVENT_TEXT, ConversationEvent
 from durable_tools.executor import encode_result, prepare_call
 from durable_tools.models.base import Model
-from durable_tools.models.errors import bounded_failure
+from durable_tools.models.errors import CONTEXT_LENGTH_EXCEEDED, bounded_failure
 from durable_tools.models.registry import resolve_model
 from durable_tools.redact import Redactor
 from durable_tools.results import Failure, Ok, ToolCall, failed
 from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
-from durable_tools.transcript import AssistantMessage, TranscriptItem
+from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
 from durable_tools.transcript_digest import CheckedTranscript
 
 if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
@@ -75,6 +79,9 @@ TRANSCRIPT_QUERY: Final[str] = "transcript_slice"
 
 # What `transcript_slice` answers: a page with digests, or a list from older workflow code.
 _TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
+
+# Settings that only make sense with tools or an output format: not sent to the summarizer.
+_NOT_FOR_SUMMARIES: Final = frozenset({"tool_choice", "parallel_tool_calls", "response_format"})
 
 # Temporal rejects payloads over 2 MiB; stay well below for the whole turn.
 _MAX_TURN_ARGUMENT_BYTES: Final[int] = 1_500_000
@@ -104,6 +111,14 @@ class AgentActivities:
         transcripts: The transcripts this worker read, by run, so a model
             turn reads only the items it lacks (default a `TranscriptCache()`:
             256 MiB, 1024 runs; see `transcript_cache.py`).
+        context_strategies: Custom context strategies by the name a
+            `CustomStrategy` in a context policy gives (default none; see
+            `durable_tools.context`).
+
+    Raises:
+        ConfigurationError: A declared agent is one the worker cannot serve
+            (see `check_agents`), or its context policies name a custom
+            strategy not in `context_strategies`.
 
     Attributes:
         deps: The worker's dependencies, given to every tool run as
@@ -122,6 +137,7 @@ class AgentActivities:
         allow_offline_models: bool = False,
         scripts_dir: str | os.PathLike[str] | None = None,
         transcripts: TranscriptCache | None = None,
+        context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
     ) -> None:
         self.redact: Callable[[str], str] = redact or Redactor.from_environment()
         self.toolkits = dict(toolkits)
@@ -140,6 +156,10 @@ class AgentActivities:
         self.mcp = mcp
         self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
         self.transcripts = transcripts if transcripts is not None else TranscriptCache()
+        self.context = ContextWindow(context_strategies)
+        for name, agent in self.agents.items():
+            for policy in (agent.context, *agent.allow.contexts):
+                check_policy(policy, self.context.functions, f"agent {name!r}")
 
     def _toolkit(self, name: str) -> Toolkit:
         try:
@@ -254,18 +274,67 @@ class AgentActivities:
         transcript = await self._transcript(request)
         descriptors = toolkit.descriptors()
         digest = descriptors_digest(descriptors)
-        message = await _traced_model_call(
-            model,
-            ModelRequest(
-                model=agent.model,
-                instructions=agent.instructions,
-                transcript=transcript,
-                tools=descriptors,
-                turn=request.turn,
-                workflow_id=request.workflow_id,
-                settings=agent.settings,
-            ),
+
+        async def summarize(strategy: Summarize, text: str) -> AssistantMessage:
+            name = strategy.model or agent.model
+            settings = agent.settings if name == agent.model else {}
+            return await _traced_model_call(
+                self._model(name),
+                ModelRequest(
+                    model=name,
+                    instructions=strategy.instructions,
+                    transcript=[UserMessage(text=text)],
+                    tools=[],
+                    turn=request.turn,
+                    workflow_id=request.workflow_id,
+                    settings={k: v for k, v in settings.items() if k not in _NOT_FOR_SUMMARIES},
+                    purpose="summary",
+                ),
+            )
+
+        window = await self.context.prepare(
+            agent.context,
+            transcript,
+            instructions=agent.instructions,
+            tools=descriptors,
+            summarize=summarize,
+            agent=agent.name,
+            model=agent.model,
+            turn=request.turn,
         )
+
+        async def call_model(items: list[TranscriptItem]) -> AssistantMessage:
+            return await _traced_model_call(
+                model,
+                ModelRequest(
+                    model=agent.model,
+                    instructions=agent.instructions,
+                    # Items read or made here were validated already: not again per turn.
+                    transcript=items
+                    if isinstance(items, CheckedTranscript)
+                    else CheckedTranscript(items, frozenset()),
+                    tools=descriptors,
+                    turn=request.turn,
+                    workflow_id=request.workflow_id,
+                    settings=agent.settings,
+                ),
+            )
+
+        try:
+            message = await call_model(window.items)
+        except ApplicationError as exc:
+            if exc.type != CONTEXT_LENGTH_EXCEEDED:
+                raise
+            reduced = await self.context.after_context_error(agent.context, window, summarize)
+            if reduced is None:
+                raise
+            activity.logger.info(
+                "model turn %d: over the context window; summarized items 0-%d, trying once more",
+                request.turn,
+                reduced.summary.covers_upto if reduced.summary is not None else 0,
+            )
+            window = reduced
+            message = await call_model(window.items)
         message, problems = safe_turn(message)
         message = _unique_call_ids(message, transcript)
         message = _bound_arguments(message)
@@ -282,6 +351,7 @@ class AgentActivities:
             digest=digest,
             model=agent.model,
             toolkit=agent.toolkit,
+            summary=window.summary,
         )
         try:
             to_json(turn)

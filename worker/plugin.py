@@ -32,6 +32,7 @@ from durable_tools.activities.decision_activities import (
 )
 from durable_tools.agents import Agent
 from durable_tools.codec import with_pydantic_payloads
+from durable_tools.context import ContextStrategyFunction
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.redact import Redactor, secret_env_values
@@ -128,6 +129,9 @@ class DurableToolsPlugin(SimplePlugin):
             tracer provider is replay-safe (`create_tracer_provider`, as
             `durable_tools.worker.telemetry.configure_telemetry` installs it);
             `True` requires one (the interceptor refuses any other).
+        context_strategies: Custom context strategies by the name a context
+            policy's `CustomStrategy` gives (`App.context_strategies`;
+            default none).
 
     Raises:
         ConfigurationError: Two MCP servers share a name, or an agent names a
@@ -154,6 +158,7 @@ class DurableToolsPlugin(SimplePlugin):
         scripts_dir: str | os.PathLike[str] | None = None,
         decision_keys: Mapping[str, bytes] | None = None,
         tracing: bool | None = None,
+        context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
     ) -> None:
         self.search_attributes = search_attributes
         self.mcp: McpToolsets | None = None
@@ -170,6 +175,7 @@ class DurableToolsPlugin(SimplePlugin):
             agents=agents,
             allow_offline_models=allow_offline_models,
             scripts_dir=scripts_dir,
+            context_strategies=context_strategies,
         )
         self.verifier = DecisionVerifier(
             decision_keys if decision_keys is not None else decision_keys_from_environment()

@@ -42,6 +42,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from durable_tools.agents import Agent, check_agents
 from durable_tools.codec import data_converter
+from durable_tools.context import ContextStrategyFunction
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
@@ -105,6 +106,9 @@ class App:
             with (several during a rotation); `None` (default): those in
             `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Held by the
             worker, never recorded in history (docs/approvals.md, "Trust model").
+        context_strategies: Custom context strategies by the name an agent's
+            context policy gives (`CustomStrategy(name=...)`; see
+            docs/context.md). Default none.
 
     Example:
         ```python
@@ -137,6 +141,9 @@ class App:
     scripts_dir: str | os.PathLike[str] | None = None
 
     decision_keys: Mapping[str, bytes] | None = None
+    context_strategies: Mapping[str, ContextStrategyFunction] = field(
+        default_factory=dict[str, ContextStrategyFunction]
+    )
 
     def __post_init__(self) -> None:
         """Check the agents against the toolkits and models (see `check_agents`)."""
@@ -245,7 +252,20 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         allow_offline_models=getattr(found, "allow_offline_models", False) is True,
         scripts_dir=cast(str | None, scripts_dir),
         decision_keys=cast(Mapping[str, bytes] | None, keys),
+        context_strategies=_context_strategies(spec, getattr(found, "context_strategies", None)),
     )
+
+
+def _context_strategies(spec: str, value: object) -> dict[str, ContextStrategyFunction]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        callable(f) for f in cast(Mapping[object, object], value).values()
+    ):
+        raise ConfigurationError(
+            f"context_strategies of {spec!r} is not a mapping of name to function"
+        )
+    return {str(k): v for k, v in cast(Mapping[object, ContextStrategyFunction], value).items()}
 
 
 async def run_worker(
@@ -270,6 +290,7 @@ async def run_worker(
     on_ready: Callable[[Worker], None] | None = None,
     health_file: Path | None = None,
     search_attributes: bool = True,
+    context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
 ) -> None:
     """Connect to Temporal and run a durable-tools worker until told to stop.
 
@@ -313,6 +334,8 @@ async def run_worker(
             not (default True). False: no check, and conversations this worker
             runs first make no upserts, on any worker that replays them
             (`DurableToolsPlugin(search_attributes=False)`).
+        context_strategies: Custom context strategies by name (see
+            `App.context_strategies`); default none.
 
     With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the worker exports its spans, its
     metrics and Temporal's SDK metrics over OTLP (`configure_telemetry`,
@@ -339,6 +362,7 @@ async def run_worker(
         allow_offline_models=allow_offline_models,
         scripts_dir=scripts_dir,
         decision_keys=decision_keys,
+        context_strategies=context_strategies,
     )
     client = await Client.connect(
         client_target,

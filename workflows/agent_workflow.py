@@ -298,6 +298,8 @@ class AgentWorkflow:
                     "turn_started", turn=self._turns + 1, agent=agent.name, model=agent.model
                 )
                 turn = await self._model_turn()
+                if turn.summary is not None:  # the context policy's, for later turns too
+                    self._transcript.append(turn.summary)
                 self._transcript.append(turn.message)
                 self._event(
                     "turn_finished",

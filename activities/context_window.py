@@ -1,0 +1,231 @@
+"""The model's view of the transcript, built in the model activity under the agent's policy.
+
+`durable_tools.context` holds the policy and the pure strategies; this module
+runs them for one model turn: the custom strategies registered on the
+worker, and the summarizing model call (`Summarize`), whose result the
+activity returns in `ModelTurn.summary` for the workflow to record as one
+`ContextSummary` item. See docs/context.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from temporalio.exceptions import ApplicationError
+
+from durable_tools.context import (
+    ContextPolicy,
+    ContextRequest,
+    ContextStrategyFunction,
+    CustomStrategy,
+    ElideToolOutputs,
+    Entry,
+    KeepLastTurns,
+    Summarize,
+    View,
+    base_view,
+    elide_tool_outputs,
+    estimate_tokens,
+    keep_last_turns,
+    plan_summary,
+    reconcile,
+    summary_input,
+    with_summary,
+)
+from durable_tools.descriptor import ToolDescriptor
+from durable_tools.transcript import (
+    AssistantMessage,
+    ContextSummary,
+    ToolCallOutput,
+    TranscriptItem,
+    UserMessage,
+)
+
+__all__ = ["SUMMARY_FAILED", "ContextWindow", "Summarizer", "Window"]
+
+_log = logging.getLogger(__name__)
+
+SUMMARY_FAILED: Final[str] = "ContextSummaryFailed"
+"""`ApplicationError.type` when the summarizing model returned no text (retried)."""
+
+Summarizer = Callable[[Summarize, str], Awaitable[AssistantMessage]]
+"""Calls the summarizing model with the strategy and the text to summarize."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """The items a model request sends, and the summary made for it.
+
+    Attributes:
+        items: What the model receives.
+        summary: A summary made for this request, to record (`None`: none made).
+        view: The view the items come from.
+    """
+
+    items: list[TranscriptItem]
+    summary: ContextSummary | None
+    view: View
+
+
+class ContextWindow:
+    """Builds the model's view of a transcript; one per worker.
+
+    Args:
+        functions: Custom strategies by the name a `CustomStrategy` gives.
+    """
+
+    def __init__(self, functions: Mapping[str, ContextStrategyFunction] | None = None) -> None:
+        self.functions = dict(functions or {})
+
+    async def prepare(
+        self,
+        policy: ContextPolicy,
+        transcript: Sequence[TranscriptItem],
+        *,
+        instructions: str,
+        tools: Sequence[ToolDescriptor],
+        summarize: Summarizer,
+        agent: str = "",
+        model: str = "",
+        turn: int = 1,
+    ) -> Window:
+        """The view of `transcript` the model receives before a request.
+
+        Args:
+            policy: The agent's policy.
+            transcript: The whole transcript (reconciled, as the workflow keeps it).
+            instructions: The request's instructions (counted in the budget).
+            tools: The request's descriptors (counted in the budget).
+            summarize: Calls the summarizing model.
+            agent: The agent's name (for custom strategies).
+            model: The turn's model (for custom strategies).
+            turn: The model turn (for custom strategies).
+
+        Returns:
+            The items, and the summary made for them, if any.
+
+        Raises:
+            ApplicationError: A custom strategy is not registered
+                (`ConfigurationError`, not retried) or raised; the
+                summarizing model failed or returned no text.
+        """
+        if not policy.strategies and not any(isinstance(i, ContextSummary) for i in transcript):
+            # The common case: nothing to do, and nothing copied.
+            items = transcript if isinstance(transcript, list) else list(transcript)
+            return Window(items, None, View([]))
+        view = base_view(transcript)
+        recorded = view.summary
+        overhead = _overhead(policy, instructions, tools)
+        limit = policy.limit_tokens
+
+        def count(items: Sequence[TranscriptItem]) -> int:
+            return estimate_tokens(items, policy.chars_per_token)
+
+        def fits(candidate: View) -> bool:
+            return limit is None or overhead + count(candidate.items()) <= limit
+
+        for strategy in policy.strategies:
+            if limit is not None and fits(view):
+                break
+            budget_fits = fits if limit is not None else None
+            if isinstance(strategy, KeepLastTurns):
+                view = keep_last_turns(view, strategy, budget_fits)
+            elif isinstance(strategy, ElideToolOutputs):
+                view = elide_tool_outputs(view, strategy, budget_fits)
+            elif isinstance(strategy, Summarize):
+                if limit is not None:
+                    view = await self._summarized(
+                        view, strategy, strategy.keep_last_turns, summarize
+                    )
+            else:
+                request = ContextRequest(
+                    items=tuple(view.items()),
+                    limit_tokens=limit,
+                    count_tokens=count,
+                    overhead_tokens=overhead,
+                    options=strategy.options,
+                    agent=agent,
+                    model=model,
+                    turn=turn,
+                )
+                view = await self._custom(view, strategy, request)
+        summary = view.summary if view.summary is not recorded else None
+        return Window(view.items(), summary, view)
+
+    async def after_context_error(
+        self, policy: ContextPolicy, window: Window, summarize: Summarizer
+    ) -> Window | None:
+        """A smaller view after the provider said the request was over its context window.
+
+        Summarizes all but the last model turn of `window` with the policy's
+        summarizer. `None` when the policy says `"fail"` or there is nothing
+        to summarize (the last turn alone is too large).
+        """
+        if policy.on_context_error != "summarize":
+            return None
+        view = window.view
+        if not view.entries and window.items:
+            view = base_view(window.items)  # the fast path sent the transcript as it is
+        reduced = await self._summarized(view, policy.summarizer(), 1, summarize)
+        if reduced is view:
+            return None
+        return Window(reduced.items(), reduced.summary, reduced)
+
+    async def _summarized(
+        self, view: View, strategy: Summarize, keep: int, summarize: Summarizer
+    ) -> View:
+        plan = plan_summary(view, keep)
+        if plan is None:
+            return view
+        message = await summarize(strategy, summary_input(plan.entries, strategy))
+        text = message.text.strip()
+        if not text:
+            raise ApplicationError("the summarizing model returned no text", type=SUMMARY_FAILED)
+        summary = ContextSummary(covers_upto=plan.covers_upto, text=text, usage=message.usage)
+        return with_summary(view, plan, summary)
+
+    async def _custom(self, view: View, strategy: CustomStrategy, request: ContextRequest) -> View:
+        function = self.functions.get(strategy.name)
+        if function is None:
+            known = ", ".join(sorted(self.functions)) or "none"
+            raise ApplicationError(
+                f"the context strategy {strategy.name!r} is not registered on this worker "
+                f"(registered: {known})",
+                type="ConfigurationError",
+                non_retryable=True,
+            )
+        result = function(request)
+        items = await result if inspect.isawaitable(result) else result
+        return _rebuilt(view, items)
+
+
+def _overhead(policy: ContextPolicy, instructions: str, tools: Sequence[ToolDescriptor]) -> int:
+    chars = len(instructions) + sum(
+        len(json.dumps(t.model_dump(mode="json"), separators=(",", ":"))) for t in tools
+    )
+    return int(chars / policy.chars_per_token) + 1
+
+
+def _rebuilt(view: View, items: Sequence[TranscriptItem]) -> View:
+    """A custom strategy's items as a view: known items keep their place in the transcript."""
+    known = {id(e.item): e for e in view.entries}
+    entries: list[Entry] = []
+    for item in items:
+        entry = known.get(id(item))
+        if entry is not None:
+            entries.append(entry)
+        elif isinstance(item, UserMessage | AssistantMessage | ToolCallOutput):
+            entries.append(Entry(item, None))
+        else:  # a summary the function made: sent as the text it stands for
+            entries.append(Entry(UserMessage(text=item.as_user_text()), None))
+    kept = {e.index for e in entries if e.index is not None}
+    dropped = sum(1 for e in view.entries if e.index is not None and e.index not in kept)
+    first = view.entries[0] if view.entries else None
+    pinned = first is not None and first.index is None and bool(entries) and entries[0] is first
+    summary = view.summary if pinned else None
+    return View(reconcile(entries), summary, view.omitted + dropped)

@@ -1,0 +1,600 @@
+"""Context management per agent: what the model sees of a long transcript.
+
+The transcript keeps everything; before every model request the model
+activity builds the *view* the model receives from it, under the agent's
+`ContextPolicy`:
+
+1. The latest `ContextSummary` in the transcript stands for the items it
+   covers (`covers_upto`): they are left out and the summary is sent, as a
+   user message, first.
+2. The view is reconciled (`reconcile`): each tool call is followed by its one
+   output, in the call's order; an output whose call is not in the view is
+   left out, a call with no output in the view gets a `cancelled` output.
+   Whatever a strategy does, the model never sees a call without its output
+   or an output without its call.
+3. The policy's strategies run in order. With a budget (`budget_tokens`),
+   they stop as soon as the estimate fits `budget_tokens * (1 - safety_margin)`;
+   without one, every strategy but `Summarize` runs on every request.
+
+The strategies (one `kind` each, so a policy is plain data that travels in
+workflow input and history):
+
+| strategy | what it does |
+|---|---|
+| `KeepLastTurns(turns=N)` | sends only the last N model turns (fewer when a budget needs it) |
+| `ElideToolOutputs(...)` | replaces old tool outputs by a stub naming the call |
+| `Summarize(...)` | a model call summarizes the older turns; recorded as one `ContextSummary` |
+| `CustomStrategy(name=...)` | a function registered on the worker by that name |
+
+A *turn* is one model turn: an assistant message with its tool outputs, and
+the user messages right before it. User messages after the last turn (the
+ones the model answers now) are always sent.
+
+Tokens are estimated as characters / `chars_per_token` (default 4, about
+right for English prose and JSON with OpenAI's and Anthropic's tokenizers;
+code and non-Latin scripts take more tokens per character), plus 4 per
+item. The `safety_margin` (default 0.2) covers that error: the strategies aim
+at 80% of the budget.
+
+Pure Python, no I/O: the policy types are part of `AgentConfig` and are
+imported by the workflow; the functions run in the model activity
+(`activities/context_window.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from durable_tools.errors import ConfigurationError
+from durable_tools.results import ToolCall, cancelled
+from durable_tools.transcript import (
+    AssistantMessage,
+    ContextSummary,
+    ToolCallOutput,
+    TranscriptItem,
+    UserMessage,
+    to_tool_call_output,
+)
+
+__all__ = [
+    "DEFAULT_SUMMARY_INSTRUCTIONS",
+    "ITEM_OVERHEAD_TOKENS",
+    "ContextPolicy",
+    "ContextRequest",
+    "ContextStrategy",
+    "ContextStrategyFunction",
+    "CustomStrategy",
+    "ElideToolOutputs",
+    "Entry",
+    "KeepLastTurns",
+    "Summarize",
+    "SummaryPlan",
+    "View",
+    "base_view",
+    "check_policy",
+    "elide_tool_outputs",
+    "estimate_tokens",
+    "item_chars",
+    "keep_last_turns",
+    "plan_summary",
+    "reconcile",
+    "summary_input",
+    "with_summary",
+]
+
+ITEM_OVERHEAD_TOKENS: Final[int] = 4
+"""Tokens counted per item on top of its text (role markers, ids)."""
+
+DEFAULT_SUMMARY_INSTRUCTIONS: Final[str] = (
+    "You condense the earlier part of a conversation between a user and an AI assistant "
+    "that calls tools, so the assistant can go on without it. Write a concise summary: "
+    "the user's goals and constraints, decisions made, facts learned from tool results "
+    "(names, numbers, identifiers, errors), what was done and what is still open. "
+    "Keep every detail the assistant may need later; leave out pleasantries. "
+    "Answer with the summary only."
+)
+"""Default system instructions of the summarizing model call."""
+
+_OMITTED = "[{n} earlier item(s) of this conversation are not shown to save context.]"
+_ELIDED = "[output elided to save context: tool {tool}, call {call_id}, {size} characters]"
+_MISSING_OUTPUT = "no output is in the model's context for this call"
+
+
+class KeepLastTurns(BaseModel):
+    """Send only the last model turns.
+
+    Attributes:
+        turns: Most model turns sent (default 20, at least 1). With a budget,
+            fewer are sent when the last `turns` do not fit, down to 1.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["keep_last_turns"] = "keep_last_turns"
+    turns: int = Field(default=20, ge=1)
+
+
+class ElideToolOutputs(BaseModel):
+    """Replace old tool outputs by a stub naming the call (tool, call id, size).
+
+    Attributes:
+        keep_last_turns: The outputs of the last this many model turns are
+            sent whole (default 2).
+        min_chars: Outputs of at most this many characters are sent whole
+            (default 200: a stub saves nothing on them).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["elide_tool_outputs"] = "elide_tool_outputs"
+    keep_last_turns: int = Field(default=2, ge=0)
+    min_chars: int = Field(default=200, ge=0)
+
+
+class Summarize(BaseModel):
+    """Summarize the older turns with a model call, recorded as one `ContextSummary`.
+
+    The summary covers everything before the last `keep_last_turns` turns
+    (an earlier summary included, so summaries build on each other); it is
+    recorded in the transcript and later requests send it instead of the
+    items it covers, without summarizing again until the budget is exceeded
+    again. Without a budget it runs only on a context-length error.
+
+    Attributes:
+        keep_last_turns: Model turns sent as they are after the summary
+            (default 4).
+        model: The model that writes the summary: a model registered on the
+            worker or a model spec (`""`, the default: the agent's model).
+        instructions: Its system instructions (default
+            `DEFAULT_SUMMARY_INSTRUCTIONS`).
+        max_item_chars: Characters of one item given to the summarizer;
+            longer tool outputs and messages are cut in the middle (default
+            4,000).
+        max_input_chars: Characters of the whole text given to the summarizer;
+            beyond it the oldest items are left out (default 200,000).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["summarize"] = "summarize"
+    keep_last_turns: int = Field(default=4, ge=0)
+    model: str = ""
+    instructions: str = DEFAULT_SUMMARY_INSTRUCTIONS
+    max_item_chars: int = Field(default=4_000, ge=100)
+    max_input_chars: int = Field(default=200_000, ge=1_000)
+
+
+class CustomStrategy(BaseModel):
+    """A strategy written as a function and registered on the worker by name.
+
+    Functions cannot travel in workflow input, so the policy names the
+    function (`App(context_strategies={"mine": fn})`); see `ContextRequest`
+    for what it receives and must return.
+
+    Attributes:
+        name: The registered name.
+        options: JSON options passed to the function as `ContextRequest.options`.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["custom"] = "custom"
+    name: str = Field(min_length=1)
+    options: dict[str, Any] = Field(default_factory=dict[str, Any])
+
+
+ContextStrategy = Annotated[
+    KeepLastTurns | ElideToolOutputs | Summarize | CustomStrategy, Field(discriminator="kind")
+]
+"""One strategy of a `ContextPolicy`, discriminated by `kind`."""
+
+
+class ContextPolicy(BaseModel):
+    """How much of the transcript an agent's model sees, and how it is reduced.
+
+    The default sends the whole transcript (as before) and, on a
+    context-length error, summarizes all but the last turn and retries the
+    turn once.
+
+    Attributes:
+        budget_tokens: Estimated tokens a request may take (transcript,
+            instructions and tool descriptors); `None` (default): no budget.
+            Set it below the model's context window less its output tokens.
+        strategies: Applied in order before every model request, each on the
+            result of the previous; with a budget, only until the estimate
+            fits (default none).
+        on_context_error: On the provider's context-length error
+            (`ContextLengthExceeded`): `"summarize"` (default) summarizes all
+            but the last turn (with the policy's first `Summarize`, else
+            `Summarize()`), records it and retries the request once;
+            `"fail"`: the turn fails (state `model_failed`).
+        chars_per_token: Characters per token of the estimate (default 4).
+        safety_margin: Fraction of the budget kept free for the estimate's
+            error (default 0.2): strategies aim at `budget_tokens * 0.8`.
+
+    Raises:
+        pydantic.ValidationError: A field is out of range (e.g. a budget of
+            0 tokens, a margin of 1 or more).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    budget_tokens: int | None = Field(default=None, ge=1)
+    strategies: tuple[ContextStrategy, ...] = ()
+    on_context_error: Literal["summarize", "fail"] = "summarize"
+    chars_per_token: float = Field(default=4.0, gt=0)
+    safety_margin: float = Field(default=0.2, ge=0, lt=1)
+
+    @property
+    def limit_tokens(self) -> int | None:
+        """The budget less the safety margin, or `None` without a budget."""
+        if self.budget_tokens is None:
+            return None
+        return max(1, math.floor(self.budget_tokens * (1 - self.safety_margin)))
+
+    def summarizer(self) -> Summarize:
+        """The policy's first `Summarize` strategy, else `Summarize()`."""
+        for strategy in self.strategies:
+            if isinstance(strategy, Summarize):
+                return strategy
+        return Summarize()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One item of a view and where it comes from.
+
+    Attributes:
+        item: What the model receives.
+        index: The item's position in the transcript; `None` for an item the
+            view made (a summary's message, a note, a synthesized output).
+    """
+
+    item: UserMessage | AssistantMessage | ToolCallOutput
+    index: int | None
+
+
+@dataclass
+class View:
+    """What the model receives, being built.
+
+    Attributes:
+        entries: The items, reconciled.
+        summary: The summary the view starts with (recorded, or made in this
+            request), or `None`.
+        omitted: How many transcript items are not in the view and not
+            covered by the summary (dropped by a strategy).
+    """
+
+    entries: list[Entry]
+    summary: ContextSummary | None = None
+    omitted: int = 0
+
+    def items(self) -> list[TranscriptItem]:
+        """The items in order, with a note first when older items were dropped."""
+        items: list[TranscriptItem] = [e.item for e in self.entries]
+        if self.omitted and not (items and isinstance(items[0], UserMessage)):
+            items.insert(0, UserMessage(text=_OMITTED.format(n=self.omitted)))
+        return items
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextRequest:
+    """What a custom strategy receives.
+
+    Attributes:
+        items: The view so far: reconciled, starting with the summary's
+            message when there is one.
+        limit_tokens: The budget less the safety margin, or `None`.
+        count_tokens: The estimate the policy uses, for a list of items
+            (instructions and tool descriptors not included).
+        overhead_tokens: Tokens the instructions and tool descriptors take.
+        options: `CustomStrategy.options`.
+        agent: The agent's name.
+        model: The model of the turn.
+        turn: The model turn (from 1).
+    """
+
+    items: tuple[TranscriptItem, ...]
+    limit_tokens: int | None
+    count_tokens: Callable[[Sequence[TranscriptItem]], int]
+    overhead_tokens: int
+    options: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    agent: str = ""
+    model: str = ""
+    turn: int = 1
+
+
+ContextStrategyFunction = Callable[
+    [ContextRequest], Sequence[TranscriptItem] | Awaitable[Sequence[TranscriptItem]]
+]
+"""A custom strategy: the items to send, a subsequence of `request.items` or new
+ones (sync or async). What it returns is reconciled again, so a call it keeps
+without its output gets a `cancelled` output, and an output whose call it
+dropped is left out."""
+
+
+def check_policy(policy: ContextPolicy, functions: Mapping[str, object], where: str) -> None:
+    """Fail when a policy names a custom strategy the worker does not register.
+
+    Raises:
+        ConfigurationError: Naming the strategy and the registered ones.
+    """
+    for strategy in policy.strategies:
+        if isinstance(strategy, CustomStrategy) and strategy.name not in functions:
+            known = ", ".join(sorted(functions)) or "none"
+            raise ConfigurationError(
+                f"{where} uses the context strategy {strategy.name!r}, which this worker does "
+                f"not register (App(context_strategies={{...}}); registered: {known})"
+            )
+
+
+def item_chars(item: TranscriptItem) -> int:
+    """Characters of an item's content: text, call names and arguments, output."""
+    if isinstance(item, UserMessage):
+        return len(item.text)
+    if isinstance(item, ContextSummary):
+        return len(item.as_user_text())
+    if isinstance(item, ToolCallOutput):
+        return len(item.content) + len(item.tool) + len(item.call_id)
+    size = len(item.text)
+    for call in item.tool_calls:
+        size += len(call.name) + len(call.arguments) + len(call.call_id)
+    if item.provider_items:
+        size += len(json.dumps(item.provider_items, default=str))
+    return size
+
+
+def estimate_tokens(items: Sequence[TranscriptItem], chars_per_token: float = 4.0) -> int:
+    """Estimated tokens of items: characters / `chars_per_token` + 4 per item."""
+    chars = sum(item_chars(item) for item in items)
+    return math.ceil(chars / chars_per_token) + ITEM_OVERHEAD_TOKENS * len(items)
+
+
+def base_view(transcript: Sequence[TranscriptItem]) -> View:
+    """The view before any strategy: the latest summary in place of what it covers.
+
+    Args:
+        transcript: The whole transcript (any items, any order).
+
+    Returns:
+        A reconciled view.
+    """
+    position, summary = -1, None
+    for i, item in enumerate(transcript):
+        if isinstance(item, ContextSummary):
+            position, summary = i, item
+    start = 0 if summary is None else min(summary.covers_upto, position)
+    entries: list[Entry] = []
+    if summary is not None:
+        entries.append(Entry(UserMessage(text=summary.as_user_text()), None))
+    for i in range(start, len(transcript)):
+        item = transcript[i]
+        if not isinstance(item, ContextSummary):
+            entries.append(Entry(item, i))
+    return View(reconcile(entries), summary)
+
+
+def reconcile(entries: Sequence[Entry]) -> list[Entry]:
+    """Each call followed by its one output, in the call's order.
+
+    The first output of a call that is anywhere in `entries` follows the
+    assistant message; a repeated call id is dropped from its message; a
+    call with no output gets a `cancelled` output; outputs of no call in
+    `entries` are dropped.
+    """
+    outputs: dict[str, Entry] = {}
+    for entry in entries:
+        if isinstance(entry.item, ToolCallOutput):
+            outputs.setdefault(entry.item.call_id, entry)
+    seen: set[str] = set()
+    result: list[Entry] = []
+    for entry in entries:
+        item = entry.item
+        if isinstance(item, ToolCallOutput):
+            continue
+        if not isinstance(item, AssistantMessage):
+            result.append(entry)
+            continue
+        calls: list[ToolCall] = []
+        for call in item.tool_calls:
+            if call.call_id not in seen:
+                seen.add(call.call_id)
+                calls.append(call)
+        if len(calls) != len(item.tool_calls):
+            item = item.model_copy(update={"tool_calls": tuple(calls)})
+            entry = Entry(item, entry.index)
+        result.append(entry)
+        for call in calls:
+            found = outputs.get(call.call_id)
+            if found is None:
+                wire = to_tool_call_output(cancelled(call, _MISSING_OUTPUT))
+                result.append(Entry(wire, None))
+            else:
+                result.append(found)
+    return result
+
+
+def _turn_starts(entries: Sequence[Entry]) -> list[int]:
+    """Where each model turn starts: its assistant message, or the user messages before it."""
+    starts: list[int] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry.item, AssistantMessage):
+            continue
+        start = i
+        while start > 0 and isinstance(entries[start - 1].item, UserMessage):
+            start -= 1
+        starts.append(start)
+    return starts
+
+
+def _pinned(view: View) -> int:
+    """Entries at the start no strategy drops: the summary's message."""
+    return 1 if view.summary is not None and view.entries and view.entries[0].index is None else 0
+
+
+def _cut_for(view: View, turns: int) -> int:
+    """The first entry of the last `turns` model turns (trailing user messages always kept)."""
+    pinned = _pinned(view)
+    starts = [s for s in _turn_starts(view.entries) if s >= pinned]
+    if turns <= 0:
+        # Only the user messages after the last turn's outputs.
+        end = len(view.entries)
+        while end > pinned and isinstance(view.entries[end - 1].item, UserMessage):
+            end -= 1
+        return end
+    if len(starts) <= turns:
+        return pinned
+    return starts[-turns]
+
+
+def _drop(view: View, cut: int) -> View:
+    pinned = _pinned(view)
+    if cut <= pinned:
+        return view
+    dropped = sum(1 for e in view.entries[pinned:cut] if e.index is not None)
+    entries = [*view.entries[:pinned], *view.entries[cut:]]
+    return View(reconcile(entries), view.summary, view.omitted + dropped)
+
+
+def keep_last_turns(
+    view: View,
+    strategy: KeepLastTurns,
+    fits: Callable[[View], bool] | None = None,
+) -> View:
+    """The view with only the last `strategy.turns` model turns (fewer until `fits`).
+
+    Args:
+        view: The view so far.
+        strategy: How many turns.
+        fits: With a budget: whether a view fits it; fewer turns are kept,
+            down to 1, until it does. `None`: keep `strategy.turns`.
+
+    Returns:
+        A new view (or `view` when nothing is dropped).
+    """
+    result = _drop(view, _cut_for(view, strategy.turns))
+    turns = strategy.turns
+    while fits is not None and turns > 1 and not fits(result):
+        turns -= 1
+        result = _drop(view, _cut_for(view, turns))
+    return result
+
+
+def elide_tool_outputs(
+    view: View,
+    strategy: ElideToolOutputs,
+    fits: Callable[[View], bool] | None = None,
+) -> View:
+    """The view with old tool outputs replaced by stubs, oldest first (until `fits`).
+
+    Args:
+        view: The view so far.
+        strategy: Which outputs may be elided.
+        fits: With a budget: stop eliding once the view fits. `None`: elide
+            every output the strategy allows.
+
+    Returns:
+        A new view.
+    """
+    cut = _cut_for(view, strategy.keep_last_turns)
+    entries = list(view.entries)
+    result = View(entries, view.summary, view.omitted)
+    for i in range(cut):
+        item = entries[i].item
+        if not isinstance(item, ToolCallOutput) or len(item.content) <= strategy.min_chars:
+            continue
+        if fits is not None and fits(result):
+            break
+        stub = _ELIDED.format(tool=item.tool, call_id=item.call_id, size=len(item.content))
+        entries[i] = Entry(item.model_copy(update={"content": stub}), entries[i].index)
+    return result
+
+
+@dataclass(frozen=True)
+class SummaryPlan:
+    """What a summary would cover.
+
+    Attributes:
+        cut: Entries `[0, cut)` of the view are summarized.
+        covers_upto: The transcript index of entry `cut` (the summary's
+            `covers_upto`).
+        entries: The entries summarized.
+    """
+
+    cut: int
+    covers_upto: int
+    entries: tuple[Entry, ...]
+
+
+def plan_summary(view: View, keep_last_turns: int) -> SummaryPlan | None:
+    """What to summarize to keep the last `keep_last_turns` turns: `None` if nothing new.
+
+    The summary must cover at least one item besides an earlier summary, and
+    ends at an item of the transcript (not one the view made).
+    """
+    cut = _cut_for(view, keep_last_turns)
+    while cut < len(view.entries) and view.entries[cut].index is None:
+        cut += 1  # a synthesized output belongs to the turn before it
+    if cut >= len(view.entries):
+        return None
+    index = view.entries[cut].index
+    if index is None:
+        return None
+    summarized = view.entries[:cut]
+    if not any(e.index is not None for e in summarized):
+        return None
+    return SummaryPlan(cut, index, tuple(summarized))
+
+
+def with_summary(view: View, plan: SummaryPlan, summary: ContextSummary) -> View:
+    """The view with the planned entries replaced by the new summary's message."""
+    entries = [Entry(UserMessage(text=summary.as_user_text()), None), *view.entries[plan.cut :]]
+    return View(reconcile(entries), summary, 0)
+
+
+def _cut_text(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} [... {len(text) - 2 * half} characters left out ...] {text[-half:]}"
+
+
+def summary_input(entries: Sequence[Entry], strategy: Summarize) -> str:
+    """The text the summarizing model receives: the entries as a readable log.
+
+    Each item is cut to `strategy.max_item_chars` (in the middle); when the
+    whole is over `strategy.max_input_chars`, the oldest items after an
+    earlier summary are left out.
+    """
+    lines: list[str] = []
+    for entry in entries:
+        item = entry.item
+        if isinstance(item, UserMessage):
+            lines.append(f"USER: {_cut_text(item.text, strategy.max_item_chars)}")
+        elif isinstance(item, ToolCallOutput):
+            outcome = f"failed ({item.failure_kind or 'error'})" if item.is_error else "returned"
+            content = _cut_text(item.content, strategy.max_item_chars)
+            lines.append(f"TOOL {item.tool} (call {item.call_id}) {outcome}: {content}")
+        else:
+            if item.text:
+                lines.append(f"ASSISTANT: {_cut_text(item.text, strategy.max_item_chars)}")
+            for call in item.tool_calls:
+                arguments = _cut_text(call.arguments, strategy.max_item_chars)
+                lines.append(f"ASSISTANT called {call.name} (call {call.call_id}): {arguments}")
+    head = 1 if entries and entries[0].index is None else 0  # an earlier summary stays
+    total = sum(len(line) + 1 for line in lines)
+    dropped = 0
+    while total > strategy.max_input_chars and head + dropped < len(lines) - 1:
+        total -= len(lines[head + dropped]) + 1
+        dropped += 1
+    if dropped:
+        note = f"[{dropped} older line(s) left out]"
+        lines = [*lines[:head], note, *lines[head + dropped :]]
+    return _cut_text("\n".join(lines), strategy.max_input_chars)
