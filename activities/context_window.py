@@ -44,6 +44,7 @@ from durable_tools.transcript import (
     ToolCallOutput,
     TranscriptItem,
     UserMessage,
+    is_reconciled,
 )
 
 __all__ = ["SUMMARY_FAILED", "ContextWindow", "Summarizer", "Window"]
@@ -114,7 +115,11 @@ class ContextWindow:
                 (`ConfigurationError`, not retried) or raised; the
                 summarizing model failed or returned no text.
         """
-        if not policy.strategies and not any(isinstance(i, ContextSummary) for i in transcript):
+        if (
+            not policy.strategies
+            and not any(isinstance(i, ContextSummary) for i in transcript)
+            and is_reconciled(transcript)
+        ):
             # The common case: nothing to do, and nothing copied.
             items = transcript if isinstance(transcript, list) else list(transcript)
             return Window(items, None, View([]))

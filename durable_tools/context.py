@@ -421,14 +421,14 @@ def reconcile(entries: Sequence[Entry]) -> list[Entry]:
     return result
 
 
-def _turn_starts(entries: Sequence[Entry]) -> list[int]:
-    """Where each model turn starts: its assistant message, or the user messages before it."""
+def _turn_starts(entries: Sequence[Entry], floor: int) -> list[int]:
+    """Where each model turn from `floor` on starts (its first user message or itself)."""
     starts: list[int] = []
-    for i, entry in enumerate(entries):
-        if not isinstance(entry.item, AssistantMessage):
+    for i in range(floor, len(entries)):
+        if not isinstance(entries[i].item, AssistantMessage):
             continue
         start = i
-        while start > 0 and isinstance(entries[start - 1].item, UserMessage):
+        while start > floor and isinstance(entries[start - 1].item, UserMessage):
             start -= 1
         starts.append(start)
     return starts
@@ -442,7 +442,7 @@ def _pinned(view: View) -> int:
 def _cut_for(view: View, turns: int) -> int:
     """The first entry of the last `turns` model turns (trailing user messages always kept)."""
     pinned = _pinned(view)
-    starts = [s for s in _turn_starts(view.entries) if s >= pinned]
+    starts = _turn_starts(view.entries, pinned)
     if turns <= 0:
         # Only the user messages after the last turn's outputs.
         end = len(view.entries)
@@ -508,8 +508,10 @@ def elide_tool_outputs(
     result = View(entries, view.summary, view.omitted)
     for i in range(cut):
         item = entries[i].item
-        if not isinstance(item, ToolCallOutput) or len(item.content) <= strategy.min_chars:
-            continue
+        if not isinstance(item, ToolCallOutput) or entries[i].index is None:
+            continue  # a synthesized output is short, and names no recorded output
+        if len(item.content) <= strategy.min_chars or item.content.startswith(_ELIDED[:15]):
+            continue  # short, or a stub already
         if fits is not None and fits(result):
             break
         stub = _ELIDED.format(tool=item.tool, call_id=item.call_id, size=len(item.content))
