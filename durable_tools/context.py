@@ -277,9 +277,9 @@ class View:
     omitted: int = 0
 
     def items(self) -> list[TranscriptItem]:
-        """The items in order, with a note first when older items were dropped."""
+        """The items in order; when older items were dropped, a note saying so first."""
         items: list[TranscriptItem] = [e.item for e in self.entries]
-        if self.omitted and not (items and isinstance(items[0], UserMessage)):
+        if self.omitted:
             items.insert(0, UserMessage(text=_OMITTED.format(n=self.omitted)))
         return items
 

@@ -34,7 +34,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from temporalio.testing import WorkflowEnvironment
 
     from durable_tools.client import Conversations
+    from durable_tools.context import ContextStrategyFunction
     from durable_tools.conversation import (
         AgentConfig,
         ConversationOptions,
@@ -249,6 +250,7 @@ class AgentTestEnvironment:
         settings: dict[str, Any] | None = None,
         deps: Callable[[], Any] | None = None,
         env: WorkflowEnvironment | None = None,
+        context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
     ) -> AsyncGenerator[AgentTestEnvironment]:
         """Start a server (unless `env` is given) and a worker for the block.
 
@@ -263,6 +265,8 @@ class AgentTestEnvironment:
                 fixture's), with durable-tools' search attributes registered
                 (`docs/operations.md`); default: a new time-skipping test
                 server with them registered, shut down when the block ends.
+            context_strategies: Custom context strategies by name, as
+                `App(context_strategies=...)` (default none).
 
         Yields:
             The environment. Conversations still running when the block ends
@@ -291,7 +295,10 @@ class AgentTestEnvironment:
             if owned:
                 await _register_search_attributes(env)
             plugin = DurableToolsPlugin(
-                toolkits={"default": toolkit}, models={"model": model}, deps=deps
+                toolkits={"default": toolkit},
+                models={"model": model},
+                deps=deps,
+                context_strategies=context_strategies,
             )
             config = env.client.config()
             config["plugins"] = [plugin]

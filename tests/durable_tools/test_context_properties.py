@@ -224,7 +224,8 @@ def test_every_strategy_sends_a_valid_sequence(
     check_order(transcript, items)
     if window.summary is not None:
         assert 0 < window.summary.covers_upto <= len(transcript)
-        assert items[0] == UserMessage(text=window.summary.as_user_text())
+        # First, or right after the note saying a strategy dropped older items.
+        assert UserMessage(text=window.summary.as_user_text()) in items[:2]
 
 
 @given(transcripts(), st.integers(1, 400), st.integers(0, 100))
