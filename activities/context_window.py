@@ -18,6 +18,7 @@ from typing import Final
 
 from temporalio.exceptions import ApplicationError
 
+from durable_tools.activities.model_output import safe_text
 from durable_tools.context import (
     ContextPolicy,
     ContextRequest,
@@ -188,7 +189,8 @@ class ContextWindow:
         if plan is None:
             return view
         message = await summarize(strategy, summary_input(plan.entries, strategy))
-        text = message.text.strip()
+        # Model text is untrusted: it must encode to be recorded, and stay bounded.
+        text = safe_text(message.text).strip()[: strategy.max_summary_chars]
         if not text:
             raise ApplicationError("the summarizing model returned no text", type=SUMMARY_FAILED)
         summary = ContextSummary(covers_upto=plan.covers_upto, text=text, usage=message.usage)

@@ -65,6 +65,7 @@ from durable_tools.transcript import (
 __all__ = [
     "DEFAULT_SUMMARY_INSTRUCTIONS",
     "ITEM_OVERHEAD_TOKENS",
+    "MAX_STRATEGIES",
     "ContextPolicy",
     "ContextRequest",
     "ContextStrategy",
@@ -87,6 +88,9 @@ __all__ = [
     "summary_input",
     "with_summary",
 ]
+
+MAX_STRATEGIES: Final[int] = 16
+"""Most strategies in one policy (a client's policy in development mode is untrusted)."""
 
 ITEM_OVERHEAD_TOKENS: Final[int] = 4
 """Tokens counted per item on top of its text (role markers, ids)."""
@@ -158,6 +162,8 @@ class Summarize(BaseModel):
             4,000).
         max_input_chars: Characters of the whole text given to the summarizer;
             beyond it the oldest items are left out (default 200,000).
+        max_summary_chars: Characters of the summary kept; a longer one is
+            cut (default 20,000).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -168,6 +174,7 @@ class Summarize(BaseModel):
     instructions: str = DEFAULT_SUMMARY_INSTRUCTIONS
     max_item_chars: int = Field(default=4_000, ge=100)
     max_input_chars: int = Field(default=200_000, ge=1_000)
+    max_summary_chars: int = Field(default=20_000, ge=100)
 
 
 class CustomStrategy(BaseModel):
@@ -208,7 +215,7 @@ class ContextPolicy(BaseModel):
             Set it below the model's context window less its output tokens.
         strategies: Applied in order before every model request, each on the
             result of the previous; with a budget, only until the estimate
-            fits (default none).
+            fits (default none; at most `MAX_STRATEGIES`).
         on_context_error: On the provider's context-length error
             (`ContextLengthExceeded`): `"summarize"` (default) summarizes all
             but the last turn (with the policy's first `Summarize`, else
@@ -226,7 +233,7 @@ class ContextPolicy(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     budget_tokens: int | None = Field(default=None, ge=1)
-    strategies: tuple[ContextStrategy, ...] = ()
+    strategies: tuple[ContextStrategy, ...] = Field(default=(), max_length=MAX_STRATEGIES)
     on_context_error: Literal["summarize", "fail"] = "summarize"
     chars_per_token: float = Field(default=4.0, gt=0)
     safety_margin: float = Field(default=0.2, ge=0, lt=1)

@@ -42,7 +42,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from durable_tools.agents import Agent, check_agents
 from durable_tools.codec import data_converter
-from durable_tools.context import ContextStrategyFunction
+from durable_tools.context import ContextStrategyFunction, check_policy
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
@@ -127,8 +127,9 @@ class App:
         ```
 
     Raises:
-        ConfigurationError: An agent names a toolkit the app lacks, or an
-            offline model while `allow_offline_models` is False.
+        ConfigurationError: An agent names a toolkit the app lacks, an
+            offline model while `allow_offline_models` is False, or a custom
+            context strategy not in `context_strategies`.
     """
 
     toolkits: Mapping[str, Toolkit] = field(default_factory=dict[str, Toolkit])
@@ -153,6 +154,9 @@ class App:
             models=self.models,
             allow_offline_models=self.allow_offline_models,
         )
+        for name, agent in self.agents.items():
+            for policy in (agent.context, *agent.allow.contexts):
+                check_policy(policy, self.context_strategies, f"agent {name!r}")
 
 
 def load_app(spec: str, *, app_dir: str | None = ".") -> App:
