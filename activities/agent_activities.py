@@ -301,6 +301,7 @@ class AgentActivities:
             agent=agent.name,
             model=agent.model,
             turn=request.turn,
+            run=(request.workflow_id, request.run_id),
         )
 
         async def call_model(items: list[TranscriptItem]) -> AssistantMessage:

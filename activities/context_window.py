@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
-import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -33,6 +33,7 @@ from durable_tools.context import (
     elide_tool_outputs,
     estimate_tokens,
     keep_last_turns,
+    latest_summary,
     plan_summary,
     reconcile,
     summary_input,
@@ -45,18 +46,26 @@ from durable_tools.transcript import (
     ToolCallOutput,
     TranscriptItem,
     UserMessage,
-    is_reconciled,
 )
 
 __all__ = ["SUMMARY_FAILED", "ContextWindow", "Summarizer", "Window"]
 
-_log = logging.getLogger(__name__)
+_SEEN_RUNS: Final[int] = 4096
+"""Runs whose latest summary a worker remembers (a few dozen bytes each)."""
+
 
 SUMMARY_FAILED: Final[str] = "ContextSummaryFailed"
 """`ApplicationError.type` when the summarizing model returned no text (retried)."""
 
 Summarizer = Callable[[Summarize, str], Awaitable[AssistantMessage]]
 """Calls the summarizing model with the strategy and the text to summarize."""
+
+
+@dataclass(frozen=True)
+class _Seen:
+    length: int
+    last: TranscriptItem
+    found: int
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,26 @@ class ContextWindow:
 
     def __init__(self, functions: Mapping[str, ContextStrategyFunction] | None = None) -> None:
         self.functions = dict(functions or {})
+        self._summaries: OrderedDict[tuple[str, str], _Seen] = OrderedDict()
+
+    def _summary_at(self, key: tuple[str, str] | None, transcript: Sequence[TranscriptItem]) -> int:
+        """Where the latest summary is, looking only at items not seen for this run before.
+
+        The transcript cache hands out the same item objects for the prefix it
+        holds, so the last item seen is still there when the prefix is the same.
+        """
+        seen = self._summaries.get(key) if key is not None else None
+        start, found = 0, -1
+        if seen is not None and 0 < seen.length <= len(transcript):
+            if transcript[seen.length - 1] is seen.last:
+                start, found = seen.length, seen.found
+        found = latest_summary(transcript, start, found)
+        if key is not None and transcript:
+            self._summaries[key] = _Seen(len(transcript), transcript[-1], found)
+            self._summaries.move_to_end(key)
+            while len(self._summaries) > _SEEN_RUNS:
+                self._summaries.popitem(last=False)
+        return found
 
     async def prepare(
         self,
@@ -95,6 +124,7 @@ class ContextWindow:
         agent: str = "",
         model: str = "",
         turn: int = 1,
+        run: tuple[str, str] | None = None,
     ) -> Window:
         """The view of `transcript` the model receives before a request.
 
@@ -107,6 +137,9 @@ class ContextWindow:
             agent: The agent's name (for custom strategies).
             model: The turn's model (for custom strategies).
             turn: The model turn (for custom strategies).
+            run: The workflow id and run id the transcript belongs to: the
+                items already looked at for a summary are not looked at
+                again (`None`: the whole transcript is).
 
         Returns:
             The items, and the summary made for them, if any.
@@ -116,15 +149,14 @@ class ContextWindow:
                 (`ConfigurationError`, not retried) or raised; the
                 summarizing model failed or returned no text.
         """
-        if (
-            not policy.strategies
-            and not any(isinstance(i, ContextSummary) for i in transcript)
-            and is_reconciled(transcript)
-        ):
-            # The common case: nothing to do, and nothing copied.
+        summary_at = self._summary_at(run, transcript)
+        if not policy.strategies and summary_at < 0:
+            # The common case: the workflow's transcript, reconciled before every
+            # request (DESIGN invariant 1), as it is; nothing copied, nothing
+            # scanned but the items new since the last turn.
             items = transcript if isinstance(transcript, list) else list(transcript)
             return Window(items, None, View([]))
-        view = base_view(transcript)
+        view = base_view(transcript, summary_at)
         recorded = view.summary
         overhead = _overhead(policy, instructions, tools)
         limit = policy.limit_tokens

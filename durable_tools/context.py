@@ -83,6 +83,7 @@ __all__ = [
     "estimate_tokens",
     "item_chars",
     "keep_last_turns",
+    "latest_summary",
     "plan_summary",
     "reconcile",
     "summary_input",
@@ -364,19 +365,37 @@ def estimate_tokens(items: Sequence[TranscriptItem], chars_per_token: float = 4.
     return math.ceil(chars / chars_per_token) + ITEM_OVERHEAD_TOKENS * len(items)
 
 
-def base_view(transcript: Sequence[TranscriptItem]) -> View:
+def latest_summary(transcript: Sequence[TranscriptItem], start: int = 0, found: int = -1) -> int:
+    """The index of the transcript's latest `ContextSummary` (-1: none).
+
+    Args:
+        transcript: The transcript.
+        start: Look from this index on (items before it were looked at).
+        found: What was found before `start` (-1: none).
+    """
+    for i in range(start, len(transcript)):
+        if type(transcript[i]) is ContextSummary:
+            found = i
+    return found
+
+
+def base_view(transcript: Sequence[TranscriptItem], summary_at: int | None = None) -> View:
     """The view before any strategy: the latest summary in place of what it covers.
+
+    Costs the number of items after what the summary covers, plus a scan for
+    the summary unless `summary_at` is given.
 
     Args:
         transcript: The whole transcript (any items, any order).
+        summary_at: The index of its latest summary (-1: none), when known
+            (`latest_summary`); `None`: looked for here.
 
     Returns:
         A reconciled view.
     """
-    position, summary = -1, None
-    for i, item in enumerate(transcript):
-        if isinstance(item, ContextSummary):
-            position, summary = i, item
+    position = latest_summary(transcript) if summary_at is None else summary_at
+    item = transcript[position] if position >= 0 else None
+    summary = item if isinstance(item, ContextSummary) else None
     start = 0 if summary is None else min(summary.covers_upto, position)
     entries: list[Entry] = []
     if summary is not None:

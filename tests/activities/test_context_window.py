@@ -56,3 +56,25 @@ async def test_an_unregistered_custom_strategy_is_a_configuration_error() -> Non
         )
     assert caught.value.type == "ConfigurationError" and caught.value.non_retryable
     assert "registered: other" in str(caught.value)
+
+
+async def test_only_new_items_are_looked_at_for_a_summary() -> None:
+    window = ContextWindow()
+    run = ("wf", "run")
+    grown = list(TRANSCRIPT)
+    seen = window._summary_at(run, grown)  # pyright: ignore[reportPrivateUsage]
+    assert seen == -1
+    grown.append(ContextSummary(covers_upto=2, text="s"))
+    grown.append(AssistantMessage(text="f"))
+    assert window._summary_at(run, grown) == 5  # pyright: ignore[reportPrivateUsage]
+    # A transcript that changed other than by growing is looked at whole.
+    other = [UserMessage(text="x"), ContextSummary(covers_upto=1, text="t")]
+    assert window._summary_at(run, other) == 1  # pyright: ignore[reportPrivateUsage]
+    # Items already seen are not looked at again: a summary put into the
+    # prefix (which the workflow never does: it only appends) stays unseen.
+    grown = [*other, UserMessage(text="y"), UserMessage(text="z")]
+    assert window._summary_at(run, grown) == 1  # pyright: ignore[reportPrivateUsage]
+    grown[2] = ContextSummary(covers_upto=0, text="planted")
+    grown.append(UserMessage(text="w"))
+    assert window._summary_at(run, grown) == 1  # pyright: ignore[reportPrivateUsage]
+    assert ContextWindow()._summary_at(run, grown) == 2  # pyright: ignore[reportPrivateUsage]
