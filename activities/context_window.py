@@ -37,6 +37,7 @@ from durable_tools.context import (
     plan_summary,
     reconcile,
     summary_input,
+    tail_start,
     with_summary,
 )
 from durable_tools.descriptor import ToolDescriptor
@@ -156,7 +157,12 @@ class ContextWindow:
             # scanned but the items new since the last turn.
             items = transcript if isinstance(transcript, list) else list(transcript)
             return Window(items, None, View([]))
-        view = base_view(transcript, summary_at)
+        first = policy.strategies[0] if policy.strategies else None
+        start = 0
+        if isinstance(first, KeepLastTurns) and policy.budget_tokens is None:
+            # A fixed window: only the last turns are looked at, whatever the length.
+            start = tail_start(transcript, first.turns)
+        view = base_view(transcript, summary_at, start)
         recorded = view.summary
         overhead = _overhead(policy, instructions, tools)
         limit = policy.limit_tokens
@@ -165,7 +171,7 @@ class ContextWindow:
             return estimate_tokens(items, policy.chars_per_token)
 
         def fits(candidate: View) -> bool:
-            return limit is None or overhead + count(candidate.items()) <= limit
+            return limit is None or overhead + candidate.tokens(policy.chars_per_token) <= limit
 
         for strategy in policy.strategies:
             if limit is not None and fits(view):

@@ -87,6 +87,7 @@ __all__ = [
     "plan_summary",
     "reconcile",
     "summary_input",
+    "tail_start",
     "with_summary",
 ]
 
@@ -254,41 +255,69 @@ class ContextPolicy(BaseModel):
         return Summarize()
 
 
-@dataclass(frozen=True)
 class Entry:
     """One item of a view and where it comes from.
 
-    Attributes:
+    Args:
         item: What the model receives.
         index: The item's position in the transcript; `None` for an item the
             view made (a summary's message, a note, a synthesized output).
+
+    Attributes:
+        chars: `item_chars(item)`, computed once.
     """
 
-    item: UserMessage | AssistantMessage | ToolCallOutput
-    index: int | None
+    __slots__ = ("chars", "index", "item")
+
+    def __init__(self, item: UserMessage | AssistantMessage | ToolCallOutput, index: int | None):
+        self.item = item
+        self.index = index
+        self.chars = item_chars(item)
 
 
-@dataclass
 class View:
     """What the model receives, being built.
 
-    Attributes:
-        entries: The items, reconciled.
+    Args:
+        entries: The items, reconciled (the view keeps the list).
         summary: The summary the view starts with (recorded, or made in this
             request), or `None`.
         omitted: How many transcript items are not in the view and not
             covered by the summary (dropped by a strategy).
+
+    Attributes:
+        chars: The entries' characters (kept up to date by `replace`).
     """
 
-    entries: list[Entry]
-    summary: ContextSummary | None = None
-    omitted: int = 0
+    def __init__(
+        self, entries: list[Entry], summary: ContextSummary | None = None, omitted: int = 0
+    ) -> None:
+        self.entries = entries
+        self.summary = summary
+        self.omitted = omitted
+        self.chars = sum(e.chars for e in entries)
+
+    def replace(self, position: int, entry: Entry) -> None:
+        """Put `entry` at `position`, keeping `chars` up to date."""
+        self.chars += entry.chars - self.entries[position].chars
+        self.entries[position] = entry
+
+    def _note(self) -> str | None:
+        return _OMITTED.format(n=self.omitted) if self.omitted else None
+
+    def tokens(self, chars_per_token: float) -> int:
+        """`estimate_tokens(self.items(), chars_per_token)`, without building the items."""
+        note = self._note()
+        chars = self.chars + (len(note) if note else 0)
+        count = len(self.entries) + (1 if note else 0)
+        return math.ceil(chars / chars_per_token) + ITEM_OVERHEAD_TOKENS * count
 
     def items(self) -> list[TranscriptItem]:
         """The items in order; when older items were dropped, a note saying so first."""
         items: list[TranscriptItem] = [e.item for e in self.entries]
-        if self.omitted:
-            items.insert(0, UserMessage(text=_OMITTED.format(n=self.omitted)))
+        note = self._note()
+        if note:
+            items.insert(0, UserMessage(text=note))
         return items
 
 
@@ -379,7 +408,9 @@ def latest_summary(transcript: Sequence[TranscriptItem], start: int = 0, found: 
     return found
 
 
-def base_view(transcript: Sequence[TranscriptItem], summary_at: int | None = None) -> View:
+def base_view(
+    transcript: Sequence[TranscriptItem], summary_at: int | None = None, start: int = 0
+) -> View:
     """The view before any strategy: the latest summary in place of what it covers.
 
     Costs the number of items after what the summary covers, plus a scan for
@@ -389,6 +420,8 @@ def base_view(transcript: Sequence[TranscriptItem], summary_at: int | None = Non
         transcript: The whole transcript (any items, any order).
         summary_at: The index of its latest summary (-1: none), when known
             (`latest_summary`); `None`: looked for here.
+        start: Leave out the items before it (`tail_start`), counted as
+            dropped, besides what the summary covers.
 
     Returns:
         A reconciled view.
@@ -396,15 +429,35 @@ def base_view(transcript: Sequence[TranscriptItem], summary_at: int | None = Non
     position = latest_summary(transcript) if summary_at is None else summary_at
     item = transcript[position] if position >= 0 else None
     summary = item if isinstance(item, ContextSummary) else None
-    start = 0 if summary is None else min(summary.covers_upto, position)
+    covered = 0 if summary is None else min(summary.covers_upto, position)
+    first = max(covered, start)
+    # Items left out besides what the summary covers (the summary itself not counted).
+    omitted = first - covered - (1 if covered <= position < first else 0)
     entries: list[Entry] = []
     if summary is not None:
         entries.append(Entry(UserMessage(text=summary.as_user_text()), None))
-    for i in range(start, len(transcript)):
+    for i in range(first, len(transcript)):
         item = transcript[i]
         if not isinstance(item, ContextSummary):
             entries.append(Entry(item, i))
-    return View(reconcile(entries), summary)
+    return View(reconcile(entries), summary, omitted)
+
+
+def tail_start(transcript: Sequence[TranscriptItem], turns: int) -> int:
+    """Where the last `turns` model turns of a transcript start (0: it has no more).
+
+    Looks at the last turns only. The user messages after the last turn stay.
+    """
+    found = 0
+    for i in range(len(transcript) - 1, -1, -1):
+        if not isinstance(transcript[i], AssistantMessage):
+            continue
+        found += 1
+        if found == turns:
+            while i > 0 and isinstance(transcript[i - 1], UserMessage | ContextSummary):
+                i -= 1
+            return i
+    return 0
 
 
 def reconcile(entries: Sequence[Entry]) -> list[Entry]:
@@ -447,37 +500,37 @@ def reconcile(entries: Sequence[Entry]) -> list[Entry]:
     return result
 
 
-def _turn_starts(entries: Sequence[Entry], floor: int) -> list[int]:
-    """Where each model turn from `floor` on starts (its first user message or itself)."""
-    starts: list[int] = []
-    for i in range(floor, len(entries)):
-        if not isinstance(entries[i].item, AssistantMessage):
-            continue
-        start = i
-        while start > floor and isinstance(entries[start - 1].item, UserMessage):
-            start -= 1
-        starts.append(start)
-    return starts
-
-
 def _pinned(view: View) -> int:
     """Entries at the start no strategy drops: the summary's message."""
     return 1 if view.summary is not None and view.entries and view.entries[0].index is None else 0
 
 
 def _cut_for(view: View, turns: int) -> int:
-    """The first entry of the last `turns` model turns (trailing user messages always kept)."""
-    pinned = _pinned(view)
-    starts = _turn_starts(view.entries, pinned)
+    """The first entry of the last `turns` model turns (trailing user messages always kept).
+
+    Looks at the last turns only.
+    """
+    entries, pinned = view.entries, _pinned(view)
+    end = len(entries)
+    while end > pinned and isinstance(entries[end - 1].item, UserMessage):
+        end -= 1
     if turns <= 0:
-        # Only the user messages after the last turn's outputs.
-        end = len(view.entries)
-        while end > pinned and isinstance(view.entries[end - 1].item, UserMessage):
-            end -= 1
         return end
-    if len(starts) <= turns:
-        return pinned
-    return starts[-turns]
+    found = 0
+    for i in range(end - 1, pinned - 1, -1):
+        if not isinstance(entries[i].item, AssistantMessage):
+            continue
+        found += 1
+        if found == turns:
+            start = i
+            while start > pinned and isinstance(entries[start - 1].item, UserMessage):
+                start -= 1
+            # The first turn takes whatever comes before it too.
+            for j in range(start - 1, pinned - 1, -1):
+                if isinstance(entries[j].item, AssistantMessage):
+                    return start
+            return pinned
+    return pinned
 
 
 def _drop(view: View, cut: int) -> View:
@@ -541,7 +594,7 @@ def elide_tool_outputs(
         if fits is not None and fits(result):
             break
         stub = _ELIDED.format(tool=item.tool, call_id=item.call_id, size=len(item.content))
-        entries[i] = Entry(item.model_copy(update={"content": stub}), entries[i].index)
+        result.replace(i, Entry(item.model_copy(update={"content": stub}), entries[i].index))
     return result
 
 
