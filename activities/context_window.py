@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
+from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_tools.activities.model_output import safe_text
 from durable_tools.context import (
+    ITEM_OVERHEAD_TOKENS,
     ContextPolicy,
     ContextRequest,
     ContextStrategyFunction,
@@ -32,6 +35,7 @@ from durable_tools.context import (
     base_view,
     elide_tool_outputs,
     estimate_tokens,
+    item_chars,
     keep_last_turns,
     latest_summary,
     plan_summary,
@@ -51,8 +55,8 @@ from durable_tools.transcript import (
 
 __all__ = ["SUMMARY_FAILED", "ContextWindow", "Summarizer", "Window"]
 
-_SEEN_RUNS: Final[int] = 4096
-"""Runs whose latest summary a worker remembers (a few dozen bytes each)."""
+_SEEN_RUNS: Final[int] = 1024
+"""Runs a worker remembers the latest summary and prefix sizes of (8 bytes per item)."""
 
 
 SUMMARY_FAILED: Final[str] = "ContextSummaryFailed"
@@ -64,9 +68,12 @@ Summarizer = Callable[[Summarize, str], Awaitable[AssistantMessage]]
 
 @dataclass(frozen=True)
 class _Seen:
-    length: int
-    last: TranscriptItem
-    found: int
+    """What a worker looked at of one run's transcript."""
+
+    length: int  # items looked at
+    last: TranscriptItem | None  # the last of them (the same object next turn)
+    found: int  # the latest summary's index, -1: none
+    chars: array[int]  # chars[k]: `item_chars` of items [0, k)
 
 
 @dataclass(frozen=True)
@@ -93,26 +100,37 @@ class ContextWindow:
 
     def __init__(self, functions: Mapping[str, ContextStrategyFunction] | None = None) -> None:
         self.functions = dict(functions or {})
-        self._summaries: OrderedDict[tuple[str, str], _Seen] = OrderedDict()
+        self._runs: OrderedDict[tuple[str, str], _Seen] = OrderedDict()
 
-    def _summary_at(self, key: tuple[str, str] | None, transcript: Sequence[TranscriptItem]) -> int:
-        """Where the latest summary is, looking only at items not seen for this run before.
+    def _seen(self, key: tuple[str, str] | None, transcript: Sequence[TranscriptItem]) -> _Seen:
+        """The latest summary and the characters of every prefix, looking only at new items.
 
         The transcript cache hands out the same item objects for the prefix it
-        holds, so the last item seen is still there when the prefix is the same.
+        holds, so the last item seen is still there when the prefix is the same;
+        otherwise (another run, a transcript sent as input) everything is looked at.
         """
-        seen = self._summaries.get(key) if key is not None else None
-        start, found = 0, -1
+        seen = self._runs.get(key) if key is not None else None
+        start, found, chars = 0, -1, array("q", [0])
         if seen is not None and 0 < seen.length <= len(transcript):
             if transcript[seen.length - 1] is seen.last:
-                start, found = seen.length, seen.found
+                start, found, chars = seen.length, seen.found, seen.chars
         found = latest_summary(transcript, start, found)
+        total = chars[-1]
+        for i in range(start, len(transcript)):
+            total += item_chars(transcript[i])
+            chars.append(total)
+        last = transcript[-1] if transcript else None
+        result = _Seen(len(transcript), last, found, chars)
         if key is not None and transcript:
-            self._summaries[key] = _Seen(len(transcript), transcript[-1], found)
-            self._summaries.move_to_end(key)
-            while len(self._summaries) > _SEEN_RUNS:
-                self._summaries.popitem(last=False)
-        return found
+            self._runs[key] = result
+            self._runs.move_to_end(key)
+            while len(self._runs) > _SEEN_RUNS:
+                self._runs.popitem(last=False)
+        return result
+
+    def _summary_at(self, key: tuple[str, str] | None, transcript: Sequence[TranscriptItem]) -> int:
+        """Where the latest summary is (-1: none), looking only at items new for the run."""
+        return self._seen(key, transcript).found
 
     async def prepare(
         self,
@@ -150,22 +168,23 @@ class ContextWindow:
                 (`ConfigurationError`, not retried) or raised; the
                 summarizing model failed or returned no text.
         """
-        summary_at = self._summary_at(run, transcript)
+        seen = self._seen(run, transcript)
+        summary_at = seen.found
         if not policy.strategies and summary_at < 0:
             # The common case: the workflow's transcript, reconciled before every
             # request (DESIGN invariant 1), as it is; nothing copied, nothing
             # scanned but the items new since the last turn.
             items = transcript if isinstance(transcript, list) else list(transcript)
             return Window(items, None, View([]))
+        overhead = _overhead(policy, instructions, tools)
+        limit = policy.limit_tokens
         first = policy.strategies[0] if policy.strategies else None
         start = 0
-        if isinstance(first, KeepLastTurns) and policy.budget_tokens is None:
-            # A fixed window: only the last turns are looked at, whatever the length.
+        if isinstance(first, KeepLastTurns) and not _fits_whole(policy, transcript, seen, overhead):
+            # Only the last turns are looked at, whatever the transcript's length.
             start = tail_start(transcript, first.turns)
         view = base_view(transcript, summary_at, start)
         recorded = view.summary
-        overhead = _overhead(policy, instructions, tools)
-        limit = policy.limit_tokens
 
         def count(items: Sequence[TranscriptItem]) -> int:
             return estimate_tokens(items, policy.chars_per_token)
@@ -247,6 +266,27 @@ class ContextWindow:
         result = function(request)
         items = await result if inspect.isawaitable(result) else result
         return _rebuilt(view, items)
+
+
+def _fits_whole(
+    policy: ContextPolicy, transcript: Sequence[TranscriptItem], seen: _Seen, overhead: int
+) -> bool:
+    """Whether what the latest summary does not cover fits the budget (False: no budget).
+
+    An estimate from the characters of every prefix, without building the view
+    (the summary item counts as the message it becomes).
+    """
+    limit = policy.limit_tokens
+    if limit is None:
+        return False
+    covered = 0
+    summary = transcript[seen.found] if seen.found >= 0 else None
+    if isinstance(summary, ContextSummary):
+        covered = min(summary.covers_upto, seen.found)
+    count = seen.length - covered
+    chars = seen.chars[-1] - seen.chars[covered]
+    tokens = math.ceil(chars / policy.chars_per_token) + ITEM_OVERHEAD_TOKENS * count
+    return overhead + tokens <= limit
 
 
 def _overhead(policy: ContextPolicy, instructions: str, tools: Sequence[ToolDescriptor]) -> int:

@@ -40,7 +40,10 @@ from durable_tools.context import (
     ElideToolOutputs,
     KeepLastTurns,
     Summarize,
+    View,
+    base_view,
     estimate_tokens,
+    keep_last_turns,
 )
 from durable_tools.providers import anthropic, openai_chat, openai_responses
 from durable_tools.results import ToolCall
@@ -274,3 +277,26 @@ def test_without_a_policy_the_transcript_is_sent_as_it_is() -> None:
         ToolCallOutput(call_id="a", tool="t", content=json.dumps({"x": 1})),
     ]
     assert prepare(ContextPolicy(), transcript).items is transcript
+
+
+@given(transcripts(), st.integers(1, 4), st.one_of(st.none(), st.integers(1, 300)))
+@settings(max_examples=300, deadline=None)
+def test_looking_only_at_the_last_turns_sends_what_looking_at_all_would(
+    transcript: list[TranscriptItem], turns: int, budget: int | None
+) -> None:
+    # The workflow's transcripts: every call answered right after its turn.
+    reconciled = [i for i in base_view(transcript).items() if not isinstance(i, ContextSummary)]
+    strategy = KeepLastTurns(turns=turns)
+    policy = ContextPolicy(budget_tokens=budget, strategies=(strategy,))
+    shortcut = prepare(policy, reconciled).items
+    overhead = int(len("be brief") / 4) + 1
+    view = base_view(reconciled)
+    if budget is None or overhead + view.tokens(policy.chars_per_token) > policy.limit_tokens:  # type: ignore[operator]
+
+        def fits(candidate: View) -> bool:
+            limit = policy.limit_tokens
+            assert limit is not None
+            return overhead + candidate.tokens(policy.chars_per_token) <= limit
+
+        view = keep_last_turns(view, strategy, fits if budget is not None else None)
+    assert shortcut == view.items()
