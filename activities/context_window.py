@@ -250,7 +250,9 @@ class ContextWindow:
         text = safe_text(message.text).strip()[: strategy.max_summary_chars]
         if not text:
             raise ApplicationError("the summarizing model returned no text", type=SUMMARY_FAILED)
-        summary = ContextSummary(covers_upto=plan.covers_upto, text=text, usage=message.usage)
+        summary = ContextSummary(
+            covers_upto=plan.covers_upto, text=text, usage=message.usage, model=strategy.model
+        )
         return with_summary(view, plan, summary)
 
     async def _custom(self, view: View, strategy: CustomStrategy, request: ContextRequest) -> View:

@@ -136,7 +136,10 @@ class ContextSummary(BaseModel):
         covers_upto: The summary stands for items `[0, covers_upto)` of the
             transcript (including any earlier summary among them).
         text: The summary.
-        usage: Tokens the summarizing model call used, when reported.
+        usage: Tokens the summarizing model call used, when reported; they
+            count in the conversation's usage totals.
+        model: The model that wrote it (`""`: the model of the turn it was
+            made for).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -145,6 +148,7 @@ class ContextSummary(BaseModel):
     covers_upto: int = Field(ge=0)
     text: str
     usage: Usage | None = None
+    model: str = ""
 
     def as_user_text(self) -> str:
         """The text a model receives in place of the items it covers (a user message)."""

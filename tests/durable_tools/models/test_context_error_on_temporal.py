@@ -137,6 +137,11 @@ async def test_a_context_length_error_summarizes_and_the_conversation_goes_on(
     assert status.turns == 4 and status.reconciled
     summaries = [i for i in history if isinstance(i, ContextSummary)]
     assert summaries == [ContextSummary(covers_upto=2, text=SUMMARY, usage=summaries[0].usage)]
+    # Every answered request counts in the totals, the summary's too (the same
+    # recorded usage each time).
+    per_request = summaries[0].usage
+    assert per_request is not None and per_request.output_tokens > 0
+    assert status.usage["m"].output_tokens == 5 * per_request.output_tokens
     assert [i.text for i in history if isinstance(i, AssistantMessage)] == [
         "first answer",
         "second answer",
