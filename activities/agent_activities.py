@@ -34,7 +34,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from durable_tools import telemetry
-from durable_tools.activities.context_window import ContextWindow
+from durable_tools.activities.context_window import ContextWindow, SummaryCheckpoint
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.activities.transcript_cache import TranscriptCache
@@ -61,7 +61,12 @@ from durable_tools.results import Failure, Ok, ToolCall, failed
 from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
-from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
+from durable_tools.transcript import (
+    AssistantMessage,
+    ContextSummary,
+    TranscriptItem,
+    UserMessage,
+)
 from durable_tools.transcript_digest import CheckedTranscript
 
 if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
@@ -259,13 +264,14 @@ class AgentActivities:
                 model adapter raised a non-retryable error.
         """
         try:
-            async with _heartbeating():
-                return await self._model_turn(request)
+            details: list[Any] = []  # what each heartbeat records (a summary made)
+            async with _heartbeating(details):
+                return await self._model_turn(request, details)
         except Exception as exc:
             activity.logger.warning("model turn %d failed", request.turn, exc_info=True)
             raise bounded_failure(exc, self.redact) from None
 
-    async def _model_turn(self, request: ModelTurnRequest) -> ModelTurn:
+    async def _model_turn(self, request: ModelTurnRequest, details: list[Any]) -> ModelTurn:
         if self.mcp is not None:
             await self.mcp.refresh()  # between turns only: a turn sees one tool list
         agent = self._resolve(request)  # never trusted from history: checked every turn
@@ -302,7 +308,16 @@ class AgentActivities:
             model=agent.model,
             turn=request.turn,
             run=(request.workflow_id, request.run_id),
+            reuse=SummaryCheckpoint.read(activity.info().heartbeat_details, request.upto),
         )
+
+        def checkpoint(summary: ContextSummary | None) -> None:
+            # A later attempt of this activity (a rate limit, a lost worker) reuses it.
+            if summary is not None:
+                details[:] = [SummaryCheckpoint(upto=request.upto, summary=summary)]
+                activity.heartbeat(*details)
+
+        checkpoint(window.summary)
 
         async def call_model(items: list[TranscriptItem]) -> AssistantMessage:
             return await _traced_model_call(
@@ -335,6 +350,7 @@ class AgentActivities:
                 reduced.summary.covers_upto if reduced.summary is not None else 0,
             )
             window = reduced
+            checkpoint(window.summary)
             message = await call_model(window.items)
         message, problems = safe_turn(message)
         message = _unique_call_ids(message, transcript)
@@ -495,11 +511,13 @@ async def _traced_model_call(model: Model, request: ModelRequest) -> AssistantMe
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncGenerator[None]:
+async def _heartbeating(details: list[Any] | None = None) -> AsyncGenerator[None]:
     """Heartbeat every third of the activity's heartbeat timeout until the block ends.
 
     Without heartbeats, a worker lost during a provider request is noticed
     only when the start-to-close timeout (`model_timeout`, 300 s) passes.
+    Each heartbeat records `details` as they are then (a heartbeat without
+    them would replace what an earlier one recorded).
     """
     timeout = activity.info().heartbeat_timeout
     if not timeout:
@@ -509,7 +527,7 @@ async def _heartbeating() -> AsyncGenerator[None]:
 
     async def beat() -> None:
         while True:
-            activity.heartbeat()
+            activity.heartbeat(*(details or ()))
             await asyncio.sleep(interval)
 
     task = asyncio.create_task(beat())

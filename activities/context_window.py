@@ -16,8 +16,9 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
+from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
 from durable_tools.activities.model_output import safe_text
@@ -53,7 +54,7 @@ from durable_tools.transcript import (
     UserMessage,
 )
 
-__all__ = ["SUMMARY_FAILED", "ContextWindow", "Summarizer", "Window"]
+__all__ = ["SUMMARY_FAILED", "ContextWindow", "Summarizer", "SummaryCheckpoint", "Window"]
 
 _SEEN_RUNS: Final[int] = 1024
 """Runs a worker remembers the latest summary and prefix sizes of (8 bytes per item)."""
@@ -64,6 +65,35 @@ SUMMARY_FAILED: Final[str] = "ContextSummaryFailed"
 
 Summarizer = Callable[[Summarize, str], Awaitable[AssistantMessage]]
 """Calls the summarizing model with the strategy and the text to summarize."""
+
+
+class SummaryCheckpoint(BaseModel):
+    """A summary made by one attempt of `model.turn`, recorded in its heartbeat details.
+
+    A later attempt of the same activity (same run, same `upto`) reuses it
+    instead of asking the model to summarize again.
+
+    Attributes:
+        upto: The transcript length the summary was made for.
+        summary: The summary.
+    """
+
+    upto: int
+    summary: ContextSummary
+
+    @classmethod
+    def read(cls, details: Sequence[Any], upto: int) -> ContextSummary | None:
+        """The summary in an attempt's heartbeat details, if made for `upto` items."""
+        if not details:
+            return None
+        try:
+            checkpoint = cls.model_validate(details[0])
+        except ValidationError:
+            return None
+        summary = checkpoint.summary
+        if checkpoint.upto != upto or summary.covers_upto > upto:
+            return None
+        return summary
 
 
 @dataclass(frozen=True)
@@ -144,6 +174,7 @@ class ContextWindow:
         model: str = "",
         turn: int = 1,
         run: tuple[str, str] | None = None,
+        reuse: ContextSummary | None = None,
     ) -> Window:
         """The view of `transcript` the model receives before a request.
 
@@ -159,6 +190,9 @@ class ContextWindow:
             run: The workflow id and run id the transcript belongs to: the
                 items already looked at for a summary are not looked at
                 again (`None`: the whole transcript is).
+            reuse: A summary an earlier attempt of this request made
+                (`SummaryCheckpoint`): taken as if recorded, and returned as
+                the summary to record.
 
         Returns:
             The items, and the summary made for them, if any.
@@ -168,6 +202,9 @@ class ContextWindow:
                 (`ConfigurationError`, not retried) or raised; the
                 summarizing model failed or returned no text.
         """
+        if reuse is not None:
+            # As if recorded: appended, where the workflow will record it.
+            transcript, run = [*transcript, reuse], None
         seen = self._seen(run, transcript)
         summary_at = seen.found
         if not policy.strategies and summary_at < 0:
@@ -217,8 +254,8 @@ class ContextWindow:
                     turn=turn,
                 )
                 view = await self._custom(view, strategy, request)
-        summary = view.summary if view.summary is not recorded else None
-        return Window(view.items(), summary, view)
+        made = view.summary is not recorded or (reuse is not None and view.summary is reuse)
+        return Window(view.items(), view.summary if made else None, view)
 
     async def after_context_error(
         self, policy: ContextPolicy, window: Window, summarize: Summarizer

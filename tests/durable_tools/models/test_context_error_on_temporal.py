@@ -176,3 +176,52 @@ async def test_a_context_length_error_summarizes_and_the_conversation_goes_on(
         "assistant:third answer",
         "user:four",
     ]
+
+
+async def test_a_retried_attempt_reuses_the_summary_its_earlier_attempt_made(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    error = ERRORS["openai_chat"]
+    rate_limited = {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}
+    replay = (
+        Replay()
+        .answer(200, openai_text("first answer"))
+        .answer(200, openai_text("second answer"))
+        .answer(error["status"], error["body"], headers=error["headers"])
+        .answer(200, openai_text(SUMMARY))
+        .answer(429, rate_limited, headers={"retry-after": "1"})  # the attempt fails here
+        .answer(200, openai_text("third answer"))
+    )
+    plugin = DurableToolsPlugin(
+        toolkits={"kit": Toolkit(noop, label="kit")}, models={"m": openai_model(replay)}
+    )
+    client = Client(**{**dev_env.client.config(), "plugins": [plugin]})
+    conversations = Conversations(client, task_queue=task_queue)
+    chat = f"context-{uuid.uuid4()}"
+
+    async def replies(n: int) -> None:
+        for _ in range(400):  # 20 s
+            history = await conversations.history(chat)
+            if sum(1 for i in history if isinstance(i, AssistantMessage)) >= n:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no reply {n}")
+
+    async with Worker(client, task_queue=task_queue):
+        agent = AgentConfig(name="main", model="m", toolkit="kit")
+        await conversations.start(
+            chat, agent=agent, message="one", options=ConversationOptions(idle_timeout=60)
+        )
+        await replies(1)
+        await conversations.send(chat, "two")
+        await replies(2)
+        await conversations.send(chat, "three")
+        await replies(3)
+        history = await conversations.history(chat)
+
+    assert [i for i in history if isinstance(i, ContextSummary)][0].text == SUMMARY
+    # The second attempt sent the reduced request at once: no second summary,
+    # no second refused request.
+    assert len(replay.sent) == 6
+    assert replay.sent[5].body == replay.sent[4].body
+    assert user_texts(replay.sent[5].body)[0] == f"user:{SUMMARY_HEADING}\n{SUMMARY}"
