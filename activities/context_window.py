@@ -1,6 +1,7 @@
 """The model's view of the transcript, built in the model activity under the agent's policy.
 
-`durable_tools.context` holds the policy and the pure strategies; this module
+`durable_tools.context` holds the policy, `durable_tools.context_view` the
+pure strategies; this module
 runs them for one model turn: the custom strategies registered on the
 worker, and the summarizing model call (`Summarize`), whose result the
 activity returns in `ModelTurn.summary` for the workflow to record as one
@@ -23,15 +24,17 @@ from temporalio.exceptions import ApplicationError
 
 from durable_tools.activities.model_output import safe_text
 from durable_tools.context import (
-    ITEM_OVERHEAD_TOKENS,
     ContextPolicy,
     ContextRequest,
     ContextStrategyFunction,
     CustomStrategy,
     ElideToolOutputs,
-    Entry,
     KeepLastTurns,
     Summarize,
+)
+from durable_tools.context_view import (
+    ITEM_OVERHEAD_TOKENS,
+    Entry,
     View,
     base_view,
     elide_tool_outputs,

@@ -40,11 +40,8 @@ from durable_tools.context import (
     ElideToolOutputs,
     KeepLastTurns,
     Summarize,
-    View,
-    base_view,
-    estimate_tokens,
-    keep_last_turns,
 )
+from durable_tools.context_view import View, base_view, estimate_tokens, keep_last_turns
 from durable_tools.providers import anthropic, openai_chat, openai_responses
 from durable_tools.results import ToolCall
 from durable_tools.transcript import (
