@@ -3,7 +3,9 @@
 * `model.turn` reads the transcript through a query to the workflow (so the
   transcript is never recorded as activity input: history grows linearly),
   only the items this worker has not read yet (`transcript_cache.py`),
-  calls the model adapter, makes its output safe to record
+  builds the model's view of it under the agent's context policy
+  (`context_window.py`; on a context-length error it summarizes and tries
+  once more), calls the model adapter, makes its output safe to record
   (`model_output.py`), and plans the turn's calls (`planning.py`). It
   heartbeats while it runs, so a worker lost during a slow provider request
   is noticed after the heartbeat timeout, not the model timeout; whatever it
@@ -33,11 +35,13 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from durable_tools import telemetry
+from durable_tools.activities.context_window import ContextWindow, SummaryCheckpoint
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
+from durable_tools.context import ContextStrategyFunction, Summarize, check_policy
 from durable_tools.conversation import (
     AgentConfig,
     CallReference,
@@ -55,14 +59,20 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.events import EVENTS_TOPIC, MAX_EVENT_TEXT, ConversationEvent
 from durable_tools.executor import encode_result, prepare_call
 from durable_tools.models.base import Model
-from durable_tools.models.errors import bounded_failure
+from durable_tools.models.errors import CONTEXT_LENGTH_EXCEEDED, bounded_failure
 from durable_tools.models.registry import resolve_model
 from durable_tools.redact import Redactor
 from durable_tools.results import Failure, Ok, ToolCall, failed
 from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
-from durable_tools.transcript import AssistantMessage, TranscriptItem, to_tool_call_output
+from durable_tools.transcript import (
+    AssistantMessage,
+    ContextSummary,
+    TranscriptItem,
+    UserMessage,
+    to_tool_call_output,
+)
 from durable_tools.transcript_digest import CheckedTranscript
 
 if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
@@ -91,6 +101,9 @@ _MAX_PLANNED: Final[int] = 16_384
 _TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
 _AGENT_CONFIG_ANSWER: Any = AgentConfig | None
 _TOOL_CALL_ANSWER: Any = ToolCall | None
+
+# Settings that only make sense with tools or an output format: not sent to the summarizer.
+_NOT_FOR_SUMMARIES: Final = frozenset({"tool_choice", "parallel_tool_calls", "response_format"})
 
 # Temporal rejects payloads over 2 MiB; stay well below for the whole turn.
 _MAX_TURN_ARGUMENT_BYTES: Final[int] = 1_500_000
@@ -128,6 +141,14 @@ class AgentActivities:
             2 MiB payload limit applies: results over
             `ToolActivityInput.max_result_bytes` (1.5 MB), arguments over
             1 MiB per call or 1.5 MB per turn are refused.
+        context_strategies: Custom context strategies by the name a
+            `CustomStrategy` in a context policy gives (default none; see
+            `durable_tools.context`).
+
+    Raises:
+        ConfigurationError: A declared agent is one the worker cannot serve
+            (see `check_agents`), or its context policies name a custom
+            strategy not in `context_strategies`.
 
     Attributes:
         deps: The worker's dependencies, given to every tool run as
@@ -147,6 +168,7 @@ class AgentActivities:
         scripts_dir: str | os.PathLike[str] | None = None,
         transcripts: TranscriptCache | None = None,
         max_payload_bytes: int | None = None,
+        context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
     ) -> None:
         self.max_payload_bytes = max_payload_bytes
         self.redact: Callable[[str], str] = redact or Redactor.from_environment()
@@ -171,6 +193,10 @@ class AgentActivities:
         self._agent_configs: OrderedDict[tuple[str, str, str], AgentConfig] = OrderedDict()
         self._planned: OrderedDict[tuple[str, str], tuple[ToolCall, str]] = OrderedDict()
         self.produced = ProducedItems()
+        self.context = ContextWindow(context_strategies)
+        for name, agent in self.agents.items():
+            for policy in (agent.context, *agent.allow.contexts):
+                check_policy(policy, self.context.functions, f"agent {name!r}")
 
     def _toolkit(self, name: str) -> Toolkit:
         try:
@@ -346,13 +372,14 @@ class AgentActivities:
                 model adapter raised a non-retryable error.
         """
         try:
-            async with _heartbeating():
-                return await self._model_turn(request)
+            details: list[Any] = []  # what each heartbeat records (a summary made)
+            async with _heartbeating(details):
+                return await self._model_turn(request, details)
         except Exception as exc:
             activity.logger.warning("model turn %d failed", request.turn, exc_info=True)
             raise bounded_failure(exc, self.redact) from None
 
-    async def _model_turn(self, request: ModelTurnRequest) -> ModelTurn:
+    async def _model_turn(self, request: ModelTurnRequest, details: list[Any]) -> ModelTurn:
         if self.mcp is not None:
             await self.mcp.refresh()  # between turns only: a turn sees one tool list
         # Never trusted from history: checked against the worker's agents every turn.
@@ -362,18 +389,78 @@ class AgentActivities:
         transcript = await self._transcript(request)
         descriptors = toolkit.descriptors()
         digest = descriptors_digest(descriptors)
-        message = await _traced_model_call(
-            model,
-            ModelRequest(
-                model=agent.model,
-                instructions=agent.instructions,
-                transcript=transcript,
-                tools=descriptors,
-                turn=request.turn,
-                workflow_id=request.workflow_id,
-                settings=agent.settings,
-            ),
+
+        async def summarize(strategy: Summarize, text: str) -> AssistantMessage:
+            name = strategy.model or agent.model
+            settings = agent.settings if name == agent.model else {}
+            return await _traced_model_call(
+                self._model(name),
+                ModelRequest(
+                    model=name,
+                    instructions=strategy.instructions,
+                    transcript=[UserMessage(text=text)],
+                    tools=[],
+                    turn=request.turn,
+                    workflow_id=request.workflow_id,
+                    settings={k: v for k, v in settings.items() if k not in _NOT_FOR_SUMMARIES},
+                    purpose="summary",
+                ),
+            )
+
+        window = await self.context.prepare(
+            agent.context,
+            transcript,
+            instructions=agent.instructions,
+            tools=descriptors,
+            summarize=summarize,
+            agent=agent.name,
+            model=agent.model,
+            turn=request.turn,
+            run=(request.workflow_id, request.run_id),
+            reuse=SummaryCheckpoint.read(activity.info().heartbeat_details, request.upto),
         )
+
+        def checkpoint(summary: ContextSummary | None) -> None:
+            # A later attempt of this activity (a rate limit, a lost worker) reuses it.
+            if summary is not None:
+                details[:] = [SummaryCheckpoint(upto=request.upto, summary=summary)]
+                activity.heartbeat(*details)
+
+        checkpoint(window.summary)
+
+        async def call_model(items: list[TranscriptItem]) -> AssistantMessage:
+            return await _traced_model_call(
+                model,
+                ModelRequest(
+                    model=agent.model,
+                    instructions=agent.instructions,
+                    # Items read or made here were validated already: not again per turn.
+                    transcript=items
+                    if isinstance(items, CheckedTranscript)
+                    else CheckedTranscript(items, frozenset()),
+                    tools=descriptors,
+                    turn=request.turn,
+                    workflow_id=request.workflow_id,
+                    settings=agent.settings,
+                ),
+            )
+
+        try:
+            message = await call_model(window.items)
+        except ApplicationError as exc:
+            if exc.type != CONTEXT_LENGTH_EXCEEDED:
+                raise
+            reduced = await self.context.after_context_error(agent.context, window, summarize)
+            if reduced is None:
+                raise
+            activity.logger.info(
+                "model turn %d: over the context window; summarized items 0-%d, trying once more",
+                request.turn,
+                reduced.summary.covers_upto if reduced.summary is not None else 0,
+            )
+            window = reduced
+            checkpoint(window.summary)
+            message = await call_model(window.items)
         message, problems = safe_turn(message)
         message = _unique_call_ids(message, transcript)
         message = _bound_arguments(message, self.max_payload_bytes or _MAX_TURN_ARGUMENT_BYTES)
@@ -403,6 +490,7 @@ class AgentActivities:
             digest=digest,
             model=agent.model,
             toolkit=agent.toolkit,
+            summary=window.summary,
         )
         try:
             to_json(turn)
@@ -563,13 +651,15 @@ async def _traced_model_call(model: Model, request: ModelRequest) -> AssistantMe
 
 
 @contextlib.asynccontextmanager
-async def _heartbeating() -> AsyncGenerator[None]:
+async def _heartbeating(details: list[Any] | None = None) -> AsyncGenerator[None]:
     """Heartbeat every third of the activity's heartbeat timeout until the block ends.
 
     The first heartbeat is sent a third of the timeout after the start.
 
     Without heartbeats, a worker lost during a provider request is noticed
     only when the start-to-close timeout (`model_timeout`, 300 s) passes.
+    Each heartbeat records `details` as they are then (a heartbeat without
+    them would replace what an earlier one recorded).
     """
     timeout = activity.info().heartbeat_timeout
     if not timeout:
@@ -582,7 +672,7 @@ async def _heartbeating() -> AsyncGenerator[None]:
         # than `interval` (most) then costs the server no heartbeat at all.
         while True:
             await asyncio.sleep(interval)
-            activity.heartbeat()
+            activity.heartbeat(*(details or ()))
 
     task = asyncio.create_task(beat())
     try:

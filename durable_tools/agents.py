@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
+from durable_tools.context import ContextPolicy
 from durable_tools.conversation import AgentConfig
 from durable_tools.errors import ConfigurationError
 
@@ -80,12 +81,16 @@ class AgentOverrides:
             (`variables={"customer_name": "Ana"}`). Default none.
         instructions: Whether a client may replace the instructions
             altogether (default False).
+        contexts: Context policies a client may pick instead of the
+            agent's own (`AgentConfig(context=...)`, compared by value);
+            the agent's policy is always allowed. Default none.
     """
 
     models: Sequence[str] = ()
     settings: Sequence[str] = ()
     variables: Sequence[str] = ()
     instructions: bool = False
+    contexts: Sequence[ContextPolicy] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +110,9 @@ class Agent:
             `finish_tool(output_type=output_type)` (and added if the toolkit
             has none). Default `None`: the toolkit as it is.
         variables: Default values of template variables.
+        context: What the model sees of a long transcript and how it is
+            reduced (`durable_tools.context`; default `ContextPolicy()`: the
+            whole transcript, summarized once on a context-length error).
         allow: What a client may override (default: nothing).
 
     Raises:
@@ -118,6 +126,7 @@ class Agent:
     settings: Mapping[str, Any] = field(default_factory=dict[str, Any])
     output_type: type[BaseModel] | None = None
     variables: Mapping[str, str] = field(default_factory=dict[str, str])
+    context: ContextPolicy = field(default_factory=ContextPolicy)
     allow: AgentOverrides = field(default_factory=AgentOverrides)
 
     def __post_init__(self) -> None:
@@ -144,6 +153,7 @@ class ResolvedAgent:
         instructions: The instructions, variables filled.
         settings: The provider settings.
         output_type: The final output's type, or `None`.
+        context: The context policy.
     """
 
     name: str
@@ -152,6 +162,7 @@ class ResolvedAgent:
     instructions: str
     settings: dict[str, Any]
     output_type: type[BaseModel] | None = None
+    context: ContextPolicy = field(default_factory=ContextPolicy)
 
 
 def template_variables(template: str) -> list[str]:
@@ -197,8 +208,8 @@ def resolve_agent(config: AgentConfig, agents: Mapping[str, Agent]) -> ResolvedA
 
     Raises:
         ConfigurationError: One line saying what is not allowed: an
-            undeclared agent, a model, toolkit, setting or variable the agent
-            does not allow, instructions it does not let a client replace, a
+            undeclared agent, a model, toolkit, setting, variable or context
+            policy the agent does not allow, instructions it does not let a client replace, a
             missing template variable; in development mode, a configuration
             without a model or toolkit, or with variables.
     """
@@ -238,6 +249,12 @@ def resolve_agent(config: AgentConfig, agents: Mapping[str, Agent]) -> ResolvedA
                 f"{prefix}: variable {key!r} has {len(value)} characters, over the limit "
                 f"of {MAX_VARIABLE_CHARS}"
             )
+    context = config.context or agent.context
+    if context != agent.context and context not in agent.allow.contexts:
+        raise ConfigurationError(
+            f"{prefix} does not allow this context policy (AgentOverrides(contexts=[...]) "
+            f"lists {len(agent.allow.contexts)})"
+        )
     if config.instructions and config.instructions != agent.instructions:
         if not agent.allow.instructions:
             raise ConfigurationError(f"{prefix} does not let a client replace its instructions")
@@ -251,6 +268,7 @@ def resolve_agent(config: AgentConfig, agents: Mapping[str, Agent]) -> ResolvedA
         instructions=instructions,
         settings=settings,
         output_type=agent.output_type,
+        context=context,
     )
 
 
@@ -281,6 +299,7 @@ def _development(config: AgentConfig) -> ResolvedAgent:
         toolkit=config.toolkit,
         instructions=config.instructions,
         settings=dict(config.settings),
+        context=config.context or ContextPolicy(),
     )
 
 

@@ -27,11 +27,12 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from durable_tools.approvals import Decision
 from durable_tools.arguments import summarize_call
+from durable_tools.context import ContextPolicy
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
-from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage
+from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
 from durable_tools.transcript_digest import CheckedTranscript
 
 __all__ = [
@@ -168,6 +169,12 @@ class AgentConfig(BaseModel):
             (`{"customer_name": "Ana"}`); default none.
         model_retry: How this agent's model turns are retried; `None` (the
             default): `ConversationOptions.model_retry`.
+        context: What the model sees of a long transcript
+            (`durable_tools.context`); `None` (the default): the agent's
+            policy, in development mode `ContextPolicy()` (the whole
+            transcript; summarize and retry once on a context-length error).
+            On a worker that declares agents, it must be the agent's policy
+            or one of its `AgentOverrides.contexts`.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -179,6 +186,7 @@ class AgentConfig(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict[str, Any])
     variables: dict[str, str] = Field(default_factory=dict[str, str])
     model_retry: ModelRetry | None = None
+    context: ContextPolicy | None = None
 
 
 class ConversationOptions(BaseModel):
@@ -620,6 +628,9 @@ class ModelTurn(BaseModel):
             then `AgentConfig.model`).
         toolkit: The toolkit the worker resolved; the turn's tool calls run
             in it (`""`: `AgentConfig.toolkit`).
+        summary: A summary of the transcript's first items made for this
+            turn by the agent's context policy (`durable_tools.context`);
+            the workflow records it right before `message`. `None`: none made.
     """
 
     message: AssistantMessage
@@ -628,6 +639,7 @@ class ModelTurn(BaseModel):
     digest: str = ""
     model: str = ""
     toolkit: str = ""
+    summary: ContextSummary | None = None
 
     # Each call's arguments are recorded once (issue 12, "slim per-turn
     # records"): a plan whose call is the message's call of the same id is
@@ -707,6 +719,10 @@ class ModelRequest(BaseModel):
         workflow_id: The conversation's workflow id.
         settings: Provider settings from the agent configuration
             (`AgentConfig.settings`: temperature, max_tokens, ...).
+        purpose: `"turn"` (default): the conversation's model turn;
+            `"summary"`: the context policy's summarizing call (its
+            transcript is one user message holding the text to summarize,
+            and no tools are offered).
     """
 
     model: str
@@ -716,6 +732,7 @@ class ModelRequest(BaseModel):
     turn: int = 1
     workflow_id: str = ""
     settings: dict[str, Any] = Field(default_factory=dict[str, Any])
+    purpose: Literal["turn", "summary"] = "turn"
 
     @field_validator("transcript", mode="wrap")
     @classmethod

@@ -34,7 +34,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from temporalio.testing import WorkflowEnvironment
 
     from durable_tools.client import Conversations
+    from durable_tools.context import ContextStrategyFunction
     from durable_tools.conversation import (
         AgentConfig,
         ConversationOptions,
@@ -251,6 +252,7 @@ class AgentTestEnvironment:
         deps: Callable[[], Any] | None = None,
         env: WorkflowEnvironment | None = None,
         storage: PayloadStorage | None = None,
+        context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
     ) -> AsyncGenerator[AgentTestEnvironment]:
         """Start a server (unless `env` is given) and a worker for the block.
 
@@ -269,6 +271,8 @@ class AgentTestEnvironment:
                 the environment's client (`durable_tools.storage`), so tool
                 results and arguments up to its `max_payload_bytes` can be
                 tested; default none (Temporal's 2 MiB payload limit).
+            context_strategies: Custom context strategies by name, as
+                `App(context_strategies=...)` (default none).
 
         Yields:
             The environment. Conversations still running when the block ends
@@ -297,7 +301,11 @@ class AgentTestEnvironment:
             if owned:
                 await _register_search_attributes(env)
             plugin = DurableToolsPlugin(
-                toolkits={"default": toolkit}, models={"model": model}, deps=deps, storage=storage
+                toolkits={"default": toolkit},
+                models={"model": model},
+                deps=deps,
+                storage=storage,
+                context_strategies=context_strategies,
             )
             config = env.client.config()
             config["plugins"] = [plugin]

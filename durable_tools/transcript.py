@@ -18,7 +18,9 @@ from pydantic_core import to_jsonable_python
 from durable_tools.results import Failure, Ok, ToolCall, cancelled
 
 __all__ = [
+    "SUMMARY_HEADING",
     "AssistantMessage",
+    "ContextSummary",
     "ToolCallOutput",
     "TranscriptItem",
     "Usage",
@@ -116,10 +118,47 @@ class ToolCallOutput(BaseModel):
     failure_kind: str | None = None
 
 
+SUMMARY_HEADING = "Summary of the earlier conversation (written for you; not shown to the user):"
+"""The line a `ContextSummary` starts with when a model receives it."""
+
+
+class ContextSummary(BaseModel):
+    """A summary of the transcript's first items, written by a model for the model.
+
+    Made by the `summarize` context strategy (`durable_tools.context`) and
+    recorded once, as one item appended where the model turn that needed it
+    starts; later turns send the summary in place of the items it covers
+    instead of summarizing again. It is not part of the conversation's
+    order of calls and outputs: it comes only after every earlier call was
+    answered.
+
+    Attributes:
+        covers_upto: The summary stands for items `[0, covers_upto)` of the
+            transcript (including any earlier summary among them).
+        text: The summary.
+        usage: Tokens the summarizing model call used, when reported; they
+            count in the conversation's usage totals.
+        model: The model that wrote it (`""`: the model of the turn it was
+            made for).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["summary"] = "summary"
+    covers_upto: int = Field(ge=0)
+    text: str
+    usage: Usage | None = None
+    model: str = ""
+
+    def as_user_text(self) -> str:
+        """The text a model receives in place of the items it covers (a user message)."""
+        return f"{SUMMARY_HEADING}\n{self.text}"
+
+
 TranscriptItem = Annotated[
-    UserMessage | AssistantMessage | ToolCallOutput, Field(discriminator="role")
+    UserMessage | AssistantMessage | ToolCallOutput | ContextSummary, Field(discriminator="role")
 ]
-"""One transcript entry, discriminated by `role` (`user`, `assistant`, `tool`)."""
+"""One transcript entry, discriminated by `role` (`user`, `assistant`, `tool`, `summary`)."""
 
 
 def to_tool_call_output(result: Ok | Failure) -> ToolCallOutput:

@@ -211,7 +211,11 @@ def directed(request: ModelRequest) -> AssistantMessage:
       the message makes the k-th list of calls; then it answers "done".
     * `{"loop": n, "size": bytes}`: n turns each calling `echo`, then "done".
     * anything else: answers "echo: <text>".
+
+    Asked for a summary (a context policy's), it answers how much it read.
     """
+    if request.purpose == "summary":
+        return AssistantMessage(text=f"summary of {len(_last_user(request)[1])} characters")
     index, text = _last_user(request)
     k = sum(1 for item in request.transcript[index + 1 :] if isinstance(item, AssistantMessage))
     try:

@@ -704,6 +704,7 @@ def worker_command(
             max_concurrent_activities=max_concurrent_activities,
             deployment=version,
             agents=served.agents,
+            context_strategies=served.context_strategies,
             allow_offline_models=offline,
             scripts_dir=scripts_dir or served.scripts_dir,
             on_ready=ready,
@@ -801,6 +802,7 @@ def dev_command(
                         handle_signals=False,
                         stop=stop,
                         agents=served.agents,
+                        context_strategies=served.context_strategies,
                         allow_offline_models=True,
                         scripts_dir=scripts_dir or served.scripts_dir,
                     )

@@ -49,6 +49,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.transcript import (
     AssistantMessage,
+    ContextSummary,
     ToolCallOutput,
     TranscriptItem,
     UserMessage,
@@ -425,6 +426,8 @@ class Follower:
                     f"[yellow]→ {escape(call.name)}[/] {escape(_cut(call.arguments))} "
                     f"[dim]({escape(call.call_id)})[/] started"
                 )
+        elif isinstance(item, ContextSummary):
+            self._emit(f"[dim]context summarized (items 1-{item.covers_upto})[/]")
         else:
             self._seen.open_calls.pop(item.call_id, None)
             self._report_output(item)

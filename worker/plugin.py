@@ -33,6 +33,7 @@ from durable_tools.activities.decision_activities import (
 )
 from durable_tools.agents import Agent
 from durable_tools.codec import with_pydantic_payloads
+from durable_tools.context import ContextStrategyFunction
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.redact import Redactor, secret_env_values
@@ -137,6 +138,9 @@ class DurableToolsPlugin(SimplePlugin):
             (`durable_tools.storage`). `None` (default): the client's data
             converter as it is (its own `external_storage`, if any, is kept),
             and Temporal's 2 MiB payload limit applies.
+        context_strategies: Custom context strategies by the name a context
+            policy's `CustomStrategy` gives (`App.context_strategies`;
+            default none).
 
     Raises:
         ConfigurationError: Two MCP servers share a name, or an agent names a
@@ -164,6 +168,7 @@ class DurableToolsPlugin(SimplePlugin):
         decision_keys: Mapping[str, bytes] | None = None,
         tracing: bool | None = None,
         storage: PayloadStorage | None = None,
+        context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
     ) -> None:
         self.storage = storage
         self.search_attributes = search_attributes
@@ -182,6 +187,7 @@ class DurableToolsPlugin(SimplePlugin):
             allow_offline_models=allow_offline_models,
             scripts_dir=scripts_dir,
             max_payload_bytes=storage.max_payload_bytes if storage is not None else None,
+            context_strategies=context_strategies,
         )
         self.verifier = DecisionVerifier(
             decision_keys if decision_keys is not None else decision_keys_from_environment()

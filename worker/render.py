@@ -23,7 +23,7 @@ from durable_tools.conversation import (
     PendingState,
     SendMessage,
 )
-from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
+from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, UserMessage
 
 __all__ = [
     "PendingConversation",
@@ -200,6 +200,12 @@ def render_transcript(items: Sequence[TranscriptItem], *, skipped: int = 0) -> T
                 for c in item.tool_calls
             ]
             table.add_row(str(index), "[bold green]assistant[/]", "\n".join(lines))
+        elif isinstance(item, ContextSummary):
+            table.add_row(
+                str(index),
+                "[dim]summary[/]",
+                f"[dim]of items 1-{item.covers_upto} (for the model):[/] {escape(item.text)}",
+            )
         else:
             if item.is_error:
                 who = f"[bold red]{escape(item.tool)}[/] ✗ {escape(item.failure_kind or 'error')}"

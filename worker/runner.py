@@ -42,6 +42,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from durable_tools.agents import Agent, check_agents
 from durable_tools.codec import data_converter
+from durable_tools.context import ContextStrategyFunction, check_policy
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
@@ -111,6 +112,9 @@ class App:
             64 MiB; `durable_tools.storage`). Every worker and client of the
             conversations needs the same storage. `None` (default): payloads
             stay in history, limited by Temporal's 2 MiB.
+        context_strategies: Custom context strategies by the name an agent's
+            context policy gives (`CustomStrategy(name=...)`; see
+            docs/context.md). Default none.
 
     Example:
         ```python
@@ -129,8 +133,9 @@ class App:
         ```
 
     Raises:
-        ConfigurationError: An agent names a toolkit the app lacks, or an
-            offline model while `allow_offline_models` is False.
+        ConfigurationError: An agent names a toolkit the app lacks, an
+            offline model while `allow_offline_models` is False, or a custom
+            context strategy not in `context_strategies`.
     """
 
     toolkits: Mapping[str, Toolkit] = field(default_factory=dict[str, Toolkit])
@@ -144,6 +149,9 @@ class App:
 
     decision_keys: Mapping[str, bytes] | None = None
     storage: PayloadStorage | None = None
+    context_strategies: Mapping[str, ContextStrategyFunction] = field(
+        default_factory=dict[str, ContextStrategyFunction]
+    )
 
     def __post_init__(self) -> None:
         """Check the agents against the toolkits and models (see `check_agents`)."""
@@ -153,6 +161,9 @@ class App:
             models=self.models,
             allow_offline_models=self.allow_offline_models,
         )
+        for name, agent in self.agents.items():
+            for policy in (agent.context, *agent.allow.contexts):
+                check_policy(policy, self.context_strategies, f"agent {name!r}")
 
 
 def load_app(spec: str, *, app_dir: str | None = ".") -> App:
@@ -259,7 +270,20 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         scripts_dir=cast(str | None, scripts_dir),
         decision_keys=cast(Mapping[str, bytes] | None, keys),
         storage=storage,
+        context_strategies=_context_strategies(spec, getattr(found, "context_strategies", None)),
     )
+
+
+def _context_strategies(spec: str, value: object) -> dict[str, ContextStrategyFunction]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        callable(f) for f in cast(Mapping[object, object], value).values()
+    ):
+        raise ConfigurationError(
+            f"context_strategies of {spec!r} is not a mapping of name to function"
+        )
+    return {str(k): v for k, v in cast(Mapping[object, ContextStrategyFunction], value).items()}
 
 
 async def run_worker(
@@ -285,6 +309,7 @@ async def run_worker(
     health_file: Path | None = None,
     search_attributes: bool = True,
     storage: PayloadStorage | None = None,
+    context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
 ) -> None:
     """Connect to Temporal and run a durable-tools worker until told to stop.
 
@@ -330,6 +355,8 @@ async def run_worker(
             (`DurableToolsPlugin(search_attributes=False)`).
         storage: External storage for large payloads (see `App.storage`);
             default none.
+        context_strategies: Custom context strategies by name (see
+            `App.context_strategies`); default none.
 
     With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the worker exports its spans, its
     metrics and Temporal's SDK metrics over OTLP (`configure_telemetry`,
@@ -357,6 +384,7 @@ async def run_worker(
         scripts_dir=scripts_dir,
         decision_keys=decision_keys,
         storage=storage,
+        context_strategies=context_strategies,
     )
     client = await Client.connect(
         client_target,

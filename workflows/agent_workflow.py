@@ -336,6 +336,11 @@ class AgentWorkflow:
                     "turn_started", turn=self._turns + 1, agent=agent.name, model=agent.model
                 )
                 turn = await self._model_turn()
+                if turn.summary is not None:  # the context policy's, for later turns too
+                    self._transcript.append(turn.summary)
+                    if turn.summary.usage is not None:
+                        model = turn.summary.model or turn.model or agent.model
+                        self._usage[model] = self._usage.get(model, Usage()) + turn.summary.usage
                 self._transcript.append(turn.message)
                 self._sources[len(self._transcript) - 1] = DeltaEntry(turn=self._turns)
                 self._event(

@@ -48,7 +48,13 @@ from durable_tools.providers._wire import (
     require_str,
 )
 from durable_tools.results import ToolCall
-from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage, UserMessage
+from durable_tools.transcript import (
+    AssistantMessage,
+    ContextSummary,
+    TranscriptItem,
+    Usage,
+    UserMessage,
+)
 
 __all__ = ["PROVIDER", "parse_response", "render_tools", "render_transcript"]
 
@@ -142,7 +148,9 @@ def render_transcript(
         return fresh
 
     for item in transcript:
-        if isinstance(item, UserMessage):
+        if isinstance(item, ContextSummary):
+            user_blocks().append({"type": "text", "text": item.as_user_text()})
+        elif isinstance(item, UserMessage):
             user_blocks().append({"type": "text", "text": item.text})
         elif isinstance(item, AssistantMessage):
             blocks = _assistant_blocks(item)

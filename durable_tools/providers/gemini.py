@@ -63,7 +63,13 @@ from durable_tools.providers._wire import (
     require_str,
 )
 from durable_tools.results import ToolCall
-from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem, UserMessage
+from durable_tools.transcript import (
+    AssistantMessage,
+    ContextSummary,
+    ToolCallOutput,
+    TranscriptItem,
+    UserMessage,
+)
 
 __all__ = ["PROVIDER", "parse_response", "render_tools", "render_transcript"]
 
@@ -177,7 +183,9 @@ def render_transcript(
         return fresh
 
     for item in transcript:
-        if isinstance(item, UserMessage):
+        if isinstance(item, ContextSummary):
+            user_parts().append({"text": item.as_user_text()})
+        elif isinstance(item, UserMessage):
             user_parts().append({"text": item.text})
         elif isinstance(item, AssistantMessage):
             parts = _model_parts(item)

@@ -46,7 +46,13 @@ from durable_tools.providers._wire import (
     require_str,
 )
 from durable_tools.results import ToolCall
-from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage, UserMessage
+from durable_tools.transcript import (
+    AssistantMessage,
+    ContextSummary,
+    TranscriptItem,
+    Usage,
+    UserMessage,
+)
 
 __all__ = ["parse_response", "render_tools", "render_transcript"]
 
@@ -105,7 +111,9 @@ def render_transcript(
     if instructions:
         messages.append({"role": "system", "content": instructions})
     for item in transcript:
-        if isinstance(item, UserMessage):
+        if isinstance(item, ContextSummary):
+            messages.append({"role": "user", "content": item.as_user_text()})
+        elif isinstance(item, UserMessage):
             messages.append({"role": "user", "content": item.text})
         elif isinstance(item, AssistantMessage):
             if not (item.text or item.tool_calls):

@@ -49,7 +49,13 @@ from durable_tools.providers._wire import (
     require_str,
 )
 from durable_tools.results import ToolCall
-from durable_tools.transcript import AssistantMessage, TranscriptItem, Usage, UserMessage
+from durable_tools.transcript import (
+    AssistantMessage,
+    ContextSummary,
+    TranscriptItem,
+    Usage,
+    UserMessage,
+)
 
 __all__ = ["PROVIDER", "parse_response", "render_tools", "render_transcript"]
 
@@ -146,7 +152,9 @@ def render_transcript(
     """
     items: list[dict[str, Any]] = []
     for item in transcript:
-        if isinstance(item, UserMessage):
+        if isinstance(item, ContextSummary):
+            items.append({"type": "message", "role": "user", "content": item.as_user_text()})
+        elif isinstance(item, UserMessage):
             items.append({"type": "message", "role": "user", "content": item.text})
         elif isinstance(item, AssistantMessage):
             items.extend(_assistant_items(item))

@@ -36,8 +36,14 @@ from temporalio.client import Client, WorkflowFailureError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from durable_tools.client import Conversations  # noqa: E402
+from durable_tools.context import ContextPolicy, Summarize  # noqa: E402
 from durable_tools.conversation import ConversationOptions  # noqa: E402
-from durable_tools.transcript import ToolCallOutput, is_reconciled  # noqa: E402
+from durable_tools.transcript import (  # noqa: E402
+    AssistantMessage,
+    ContextSummary,
+    ToolCallOutput,
+    is_reconciled,
+)
 from durable_tools.worker.dev_server import DevServer  # noqa: E402
 from durable_tools.worker.plugin import DurableToolsPlugin  # noqa: E402
 
@@ -318,6 +324,25 @@ async def events_followed(c: Conversations, wid: str) -> None:
     assert "tool_attempt_failed" in seen and seen[-1] == "conversation_finished", seen
 
 
+async def context_summarized(c: Conversations, wid: str) -> None:
+    """An agent's context policy summarizes older turns (a `ContextSummary` in the transcript)."""
+    policy = ContextPolicy(budget_tokens=600, strategies=(Summarize(keep_last_turns=1),))
+    agent = AGENT.model_copy(update={"context": policy})
+    long = "x" * 1200
+    await c.start(wid, agent=agent, message=f"first {long}", options=OPTIONS)
+    script = turns([("w1", "get_weather", {"city": "Oslo"})])
+    for sent, message in enumerate([f"second {long}", script, "fourth"], start=1):
+
+        async def answered(n: int = sent) -> bool:
+            replies = [
+                i for i in await c.history(wid) if isinstance(i, AssistantMessage) and i.text
+            ]
+            return len(replies) >= n
+
+        await _until(answered, f"reply {sent}")
+        await c.send(wid, message)
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -344,6 +369,7 @@ SCENARIOS: dict[str, Scenario] = {
         model_failed_retry,
         start_and_wait,
         events_followed,
+        context_summarized,
     )
 }
 
@@ -361,7 +387,11 @@ async def _record(client: Client, c: Conversations, name: str, scenario: Scenari
     outputs = [
         f"{o.call_id}={o.failure_kind or 'ok'}" for o in transcript if isinstance(o, ToolCallOutput)
     ]
-    print(f"{name}: {len(transcript)} items; outputs: {', '.join(outputs) or '-'}")
+    summaries = sum(1 for i in transcript if isinstance(i, ContextSummary))
+    print(
+        f"{name}: {len(transcript)} items; outputs: {', '.join(outputs) or '-'}; "
+        f"summaries: {summaries}"
+    )
     histories: list[Any] = []
     run_id: str | None = await _first_run_id(client, name)
     while run_id:
