@@ -38,6 +38,7 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
+    RetryState,
     TimeoutError,
     TimeoutType,
 )
@@ -200,6 +201,7 @@ class AgentWorkflow:
         self._answers: dict[str, Answer] = {}
         self._open: dict[str, ToolCall] = {}
         self._started: set[str] = set()
+        self._attempts: dict[str, dict[str, Any]] = {}  # call id -> attempt, duration
         self._paused: str | None = None
         self._resume: Resume | None = None
         self._early_resume: Resume | None = state.early_resume
@@ -546,7 +548,14 @@ class AgentWorkflow:
         self._transcript.append(to_tool_call_output(result))
         outcome = "ok" if isinstance(result, Ok) else result.kind
         telemetry.record_tool_call(result.tool, outcome)
-        self._event("tool_call_finished", call_id=result.call_id, tool=result.tool, outcome=outcome)
+        facts = self._attempts.pop(result.call_id, {})
+        self._event(
+            "tool_call_finished",
+            call_id=result.call_id,
+            tool=result.tool,
+            outcome=outcome,
+            **facts,
+        )
 
     def _close(self, call: ToolCall) -> None:
         if call.call_id in self._started:
@@ -564,6 +573,8 @@ class AgentWorkflow:
         self._started.add(call.call_id)
         self._running += 1
         self._event("tool_call_scheduled", call_id=call.call_id, tool=call.name, turn=self._turns)
+        scheduled = workflow.now()
+        attempt: int | None = None
         try:
             out = await workflow.execute_activity(
                 TOOL_ACTIVITY_PREFIX + call.name,
@@ -593,11 +604,17 @@ class AgentWorkflow:
                 ),
                 summary=plan.summary,
             )
+            attempt = out.attempt
             return out.result
         except ActivityError as exc:
+            if exc.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+                attempt = plan.max_attempts
             return self._activity_failure(plan, exc)
         finally:
             self._running -= 1
+            # For `tool_call_finished` (events only: no command depends on it).
+            seconds = (workflow.now() - scheduled).total_seconds()
+            self._attempts[call.call_id] = {"attempt": attempt, "duration": round(seconds, 3)}
 
     def _activity_failure(self, plan: PlannedCall, exc: ActivityError) -> Failure:
         call, cause = plan.call, exc.cause
