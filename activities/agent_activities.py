@@ -246,20 +246,33 @@ class AgentActivities:
                 registered nor a model spec `resolve_model` builds, or the
                 model adapter raised a non-retryable error.
         """
-        fields = {"turn": request.turn, "attempt": activity.info().attempt}
-        try:
-            async with (
-                _heartbeating(),
-                ActivityEvents(interval=TEXT_DELTA_INTERVAL) as events,
-            ):
-                with text_sink(lambda piece: events.text(piece, **fields)):
-                    try:
-                        return await self._model_turn(request)
-                    finally:
-                        await events.flush()  # every delta lands before `turn_finished`
-        except Exception as exc:
-            activity.logger.warning("model turn %d failed", request.turn, exc_info=True)
-            raise bounded_failure(exc, self.redact) from None
+        info = activity.info()
+        fields = {"turn": request.turn, "attempt": info.attempt}
+        async with ActivityEvents(interval=TEXT_DELTA_INTERVAL) as events:
+            try:
+                async with _heartbeating():
+                    with text_sink(lambda piece: events.text(piece, **fields)):
+                        try:
+                            return await self._model_turn(request)
+                        finally:
+                            await events.flush()  # every delta lands before `turn_finished`
+            except Exception as exc:
+                activity.logger.warning("model turn %d failed", request.turn, exc_info=True)
+                failure = bounded_failure(exc, self.redact)
+                policy = info.retry_policy
+                limit = policy.maximum_attempts if policy is not None else 0
+                never = policy.non_retryable_error_types or () if policy is not None else ()
+                retried = not failure.non_retryable and failure.type not in never
+                if retried and (not limit or info.attempt < limit):
+                    # Only when a retry follows: otherwise the workflow's `model_failed` says it.
+                    events.publish(
+                        "model_attempt_failed",
+                        **fields,
+                        max_attempts=limit,
+                        reason=failure.message[:MAX_EVENT_TEXT],
+                    )
+                    await events.flush()
+                raise failure from None
 
     async def _model_turn(self, request: ModelTurnRequest) -> ModelTurn:
         if self.mcp is not None:

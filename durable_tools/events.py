@@ -73,6 +73,8 @@ EventKind = Literal[
     "turn_finished",
     "model_failed",
     "model_text_delta",
+    "model_attempt_failed",
+    "conversation_paused",
     "tool_call_scheduled",
     "tool_attempt_started",
     "tool_progress",
@@ -95,7 +97,7 @@ class ConversationEvent(BaseModel):
         kind: What happened.
         at: When (the workflow's clock; the activity's for the events
             activities publish: `tool_attempt_started`, `tool_progress`,
-            `tool_attempt_failed`, `model_text_delta`).
+            `tool_attempt_failed`, `model_text_delta`, `model_attempt_failed`).
         offset: Position in the conversation's stream (set when read).
         turn: The model turn (1-based) the event belongs to, when known.
         call_id: The tool call's id.

@@ -993,6 +993,7 @@ class AgentWorkflow:
             self._resume, self._early_resume = self._early_resume, None
             self._state = "paused"
             self._publish()
+            self._event("conversation_paused", call_id=call.call_id, reason=self._paused)
             try:
                 await workflow.wait_condition(lambda: self._resume is not None or self._superseded)
             finally:

@@ -20,6 +20,7 @@ from durable_tools import AssistantMessage, RetryPolicy, ToolContext, Toolkit, t
 from durable_tools.agents import Agent, AgentOverrides
 from durable_tools.conversation import ModelRequest
 from durable_tools.testing import ScriptedModel
+from durable_tools.tools import Emit
 from durable_tools.worker import App
 
 
@@ -45,7 +46,20 @@ async def fetch(key: str, ctx: ToolContext) -> str:
     return f"got {key}"
 
 
-kit = Toolkit(unsteady, slow_heartbeat, fetch, label="cli")
+@tool
+async def count(to: int, emit: Emit, ctx: ToolContext) -> str:
+    """Count to `to`, one step each 0.25 s, emitting `{"call": ..., "at": i}` progress.
+
+    Args:
+        to: Where to stop.
+    """
+    for i in range(1, to + 1):
+        emit({"call": ctx.call_id, "at": i})
+        await asyncio.sleep(0.25)
+    return f"counted to {to}"
+
+
+kit = Toolkit(unsteady, slow_heartbeat, fetch, count, label="cli")
 weather = Toolkit(get_weather, label="weather")
 
 

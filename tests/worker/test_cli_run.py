@@ -128,6 +128,21 @@ async def test_run_shows_a_retry_on_the_call_that_was_retried(served: Served) ->
     assert "✓ fetch (c1) ok: got slow" in out and "✓ fetch (c2) ok: got bad" in out, out
 
 
+async def test_run_shows_progress_on_the_call_that_sent_it(served: Served) -> None:
+    # Two calls to one tool, both running for longer than STARTED_DELAY, each with progress.
+    prompt = directed([("c1", "count", {"to": 12}), ("c2", "count", {"to": 8})])
+    done = await cli("run", "--model", "directed", "--toolkit", "cli", *served.opts(), prompt)
+    assert done.code == 0, done.stdout + done.stderr
+    out = done.stdout
+    for call_id in ("c1", "c2"):
+        lines = [line for line in out.splitlines() if f"… count [{call_id}] progress" in line]
+        assert lines, out
+        # Each progress line shows that call's own value (the tool echoes its call id).
+        assert all(f'"call": "{call_id}"' in line for line in lines), lines
+        assert out.index(f"… count [{call_id}]") < out.index(f"✓ count ({call_id}) ok")
+    assert "✓ count (c1) ok: counted to 12" in out and "✓ count (c2) ok: counted to 8" in out
+
+
 async def test_run_detach_returns_at_once_with_the_id(served: Served) -> None:
     wf = _id()
     began = time.monotonic()

@@ -18,11 +18,13 @@ from agent_support import turns
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import running
 
-from durable_tools import RetryPolicy, Toolkit, tool
+from durable_tools import AssistantMessage, RetryPolicy, Toolkit, tool
 from durable_tools.client import Conversations
-from durable_tools.conversation import AgentConfig, ConversationOptions
+from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest, ModelRetry
 from durable_tools.events import STARTED_DELAY, ConversationEvent
+from durable_tools.models.streaming import text_delta
 from durable_tools.tools import Emit, ToolContext
+from durable_tools.worker.follow import Commands, Follower
 
 
 @tool(retry=RetryPolicy(max_attempts=3, initial_interval=0.05, maximum_interval=0.1))
@@ -233,3 +235,55 @@ async def test_quick_tool_calls_publish_nothing_from_their_activities(
         assert [e.attempt for e in events if e.kind == "tool_call_finished"] == [1, 1]
         history = await h.client.get_workflow_handle(workflow_id).fetch_history()
         assert publish_signals(history) == 0
+
+
+class FlakyModel:
+    """Fails its first call with a connection error, streams its answer after."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, request: ModelRequest) -> AssistantMessage:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("provider reset the connection")
+        for piece in ("all ", "good ", "now"):
+            text_delta(piece)
+            await asyncio.sleep(0.05)
+        return AssistantMessage(text="all good now")
+
+
+async def test_a_retried_model_turn_is_reported_by_run_from_its_event(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    retry = ModelRetry(max_attempts=3, initial_interval=0.1, maximum_interval=0.2)
+    agent = AgentConfig(name="main", model="flaky", toolkit="events", model_retry=retry)
+    lines: list[str] = []
+    async with running(
+        dev_env,
+        task_queue,
+        tmp_path / "ledger",
+        toolkits={"events": KIT},
+        models={"flaky": FlakyModel()},
+    ) as h:
+        workflow_id = await h.start("hello", agent=agent)
+        follower = Follower(
+            h.conversations,
+            workflow_id,
+            emit=lines.append,
+            commands=Commands(address="localhost:7233", namespace="default"),
+        )
+        async with asyncio.timeout(30):
+            followed = await follower.follow(asyncio.Event())
+        events = await collect(h.conversations, workflow_id, turn_finished(1))
+
+    assert followed.outcome == "idle" and followed.answer == "all good now"
+    failed = [e for e in events if e.kind == "model_attempt_failed"]
+    assert [(e.turn, e.attempt, e.max_attempts) for e in failed] == [(1, 1, 3)]
+    assert "provider reset the connection" in (failed[0].reason or "")
+    deltas = [e for e in events if e.kind == "model_text_delta"]
+    assert {e.attempt for e in deltas} == {2}
+    assert "".join(e.text or "" for e in deltas) == "all good now"
+    retried = [line for line in lines if "↻" in line]
+    assert len(retried) == 1 and "model turn 1[/] attempt 2 of 3" in retried[0], lines
+    assert "provider reset the connection" in retried[0]
