@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from agent_support import MODELS, TOOLKIT, get_weather, slow_heartbeat
 
 from durable_tools import AssistantMessage, RetryPolicy, ToolContext, Toolkit, tool
 from durable_tools.agents import Agent, AgentOverrides
 from durable_tools.conversation import ModelRequest
-from durable_tools.testing import ScriptedModel
+from durable_tools.models.streaming import text_delta
+from durable_tools.testing import ScriptedModel, last_user_text
 from durable_tools.tools import Emit
 from durable_tools.worker import App
 
@@ -63,13 +65,31 @@ kit = Toolkit(unsteady, slow_heartbeat, fetch, count, label="cli")
 weather = Toolkit(get_weather, label="weather")
 
 
+class GatedStreamer:
+    """Streams half its answer, waits (up to 30 s) for the file the message names, then the rest."""
+
+    async def __call__(self, request: ModelRequest) -> AssistantMessage:
+        gate = Path(last_user_text(request))
+        text_delta("before the gate;")
+        for _ in range(300):
+            if gate.exists():
+                break
+            await asyncio.sleep(0.1)
+        text_delta(" after it")
+        return AssistantMessage(text="before the gate; after it")
+
+
 def settings_echo(request: ModelRequest) -> AssistantMessage:
     return AssistantMessage(text=json.dumps(request.settings, sort_keys=True))
 
 
 app = App(
     toolkits={"tests": TOOLKIT, "cli": kit, "weather": weather},
-    models={**MODELS, "settings-echo": ScriptedModel(settings_echo)},
+    models={
+        **MODELS,
+        "settings-echo": ScriptedModel(settings_echo),
+        "gated": GatedStreamer(),
+    },
 )
 agents_app = App(
     toolkits={"weather": weather},
