@@ -16,7 +16,12 @@ passed:
   call's output says more); a failure is sent before the activity raises.
 - model turns: text deltas are joined and sent at most every
   `TEXT_DELTA_INTERVAL` (the first at once), the rest before the activity
-  returns, so every delta precedes the turn's `turn_finished`.
+  returns, so every delta precedes the turn's `turn_finished`. Text goes
+  out only while someone follows the conversation (`gate`: the workflow's
+  `followed` query, asked when text first arrives and every
+  `FOLLOW_CHECK_INTERVAL` seconds while the answer is no); the text of the
+  attempt is kept meanwhile, so a reader who arrives mid-turn gets it from
+  its first character, and it is dropped if nobody came.
 
 Publishing is best effort: a signal that fails or takes longer than
 `SEND_TIMEOUT` is logged and dropped; the activity's own work and result
@@ -27,13 +32,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from durable_tools.events import EVENTS_TOPIC, MAX_DELTA_TEXT, ConversationEvent, EventKind
+from durable_tools.events import (
+    EVENTS_TOPIC,
+    FOLLOW_CHECK_INTERVAL,
+    MAX_DELTA_TEXT,
+    ConversationEvent,
+    EventKind,
+)
 
 __all__ = ["SEND_TIMEOUT", "ActivityEvents"]
 
@@ -53,6 +66,12 @@ class ActivityEvents:
         send: Publishes one batch; default: a signal to the activity's
             workflow through `WorkflowStreamClient.from_within_activity()`.
             Tests pass their own.
+        gate: Async callable answering whether text should be published
+            now (someone follows); `None` (default): always. A gate that
+            raises or takes longer than `SEND_TIMEOUT` counts as no (e.g. a
+            workflow without the `followed` query).
+        recheck: Seconds before a gate that said no is asked again
+            (default `FOLLOW_CHECK_INTERVAL`).
     """
 
     def __init__(
@@ -61,6 +80,8 @@ class ActivityEvents:
         hold: float = 0.0,
         interval: float = 0.2,
         send: Any = None,
+        gate: Callable[[], Awaitable[bool]] | None = None,
+        recheck: float = FOLLOW_CHECK_INTERVAL,
     ) -> None:
         self._hold = hold
         self._interval = interval
@@ -70,6 +91,10 @@ class ActivityEvents:
         self._latest: dict[str, ConversationEvent] = {}  # replaced, not queued (progress)
         self._text: list[str] = []
         self._text_fields: dict[str, Any] = {}
+        self._gate = gate
+        self._recheck = recheck
+        self._text_on: bool | None = None  # the gate's last answer; None: not asked
+        self._asked_at = 0.0
         self._wake = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
         self._sending: asyncio.Task[None] | None = None
@@ -112,10 +137,15 @@ class ActivityEvents:
         self._wake.set()
 
     async def flush(self) -> None:
-        """Send what is collected now, after a signal under way (bounded by `SEND_TIMEOUT`)."""
+        """Send what is collected now, after a signal under way (bounded by `SEND_TIMEOUT`).
+
+        Text the gate does not let out is dropped.
+        """
         if self._sending is not None:
             with contextlib.suppress(Exception):
                 await self._sending
+        if self._text and not await self._text_allowed():
+            self._text.clear()
         batch = self._take()
         if batch:
             await self._send(batch)
@@ -128,31 +158,50 @@ class ActivityEvents:
 
     # --------------------------------------------------------------- sending
 
-    def _take(self) -> list[ConversationEvent]:
+    def _take(self, *, text: bool = True) -> list[ConversationEvent]:
         batch = [*self._queued, *self._latest.values()]
         self._queued.clear()
         self._latest.clear()
-        if self._text:
-            text, fields = "".join(self._text), self._text_fields
+        if self._text and text:
+            joined, fields = "".join(self._text), self._text_fields
             self._text.clear()
-            for start in range(0, len(text), MAX_DELTA_TEXT):
-                piece = text[start : start + MAX_DELTA_TEXT]
+            for start in range(0, len(joined), MAX_DELTA_TEXT):
+                piece = joined[start : start + MAX_DELTA_TEXT]
                 batch.append(_event("model_text_delta", {**fields, "text": piece}))
         return batch
+
+    async def _text_allowed(self) -> bool:
+        if self._gate is None or self._text_on:
+            return True
+        now = time.monotonic()
+        if self._text_on is None or now - self._asked_at >= self._recheck:
+            self._asked_at = now
+            try:
+                async with asyncio.timeout(SEND_TIMEOUT):
+                    self._text_on = await self._gate()
+            except Exception:
+                activity.logger.debug("could not ask whether anyone follows", exc_info=True)
+                self._text_on = False
+        return bool(self._text_on)
 
     async def _run(self) -> None:
         if self._hold > 0:
             await asyncio.sleep(self._hold)
         while True:
-            await self._wake.wait()
+            # Text held back by the gate wakes the sender to ask again.
+            held = bool(self._text) and self._text_on is False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._recheck if held else None):
+                    await self._wake.wait()
             self._wake.clear()
-            batch = self._take()
+            text = not self._text or await self._text_allowed()
+            batch = self._take(text=text)
             if batch:
                 # Shielded: cancelling the sender must not abandon a signal half sent.
                 self._sending = asyncio.ensure_future(self._send(batch))
                 await asyncio.shield(self._sending)
                 self._sending = None
-                await asyncio.sleep(self._interval)
+            await asyncio.sleep(self._interval)
 
     async def _send(self, batch: list[ConversationEvent]) -> None:
         try:

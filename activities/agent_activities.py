@@ -232,8 +232,9 @@ class AgentActivities:
 
         Heartbeats every third of the heartbeat timeout while it runs. A
         streaming adapter's text goes to the event stream as it arrives
-        (`model_text_delta`, see `activity_events.py`); the result is still
-        the whole turn. A model
+        (`model_text_delta`, see `activity_events.py`) while someone follows
+        the conversation (the workflow's `followed` query); the result is
+        still the whole turn. A model
         output that cannot be recorded as it is (an unpaired surrogate, a
         control character or a 10 KB name in a call) is made safe and the call
         answered `input_validation_error` (see `model_output.py`).
@@ -248,7 +249,13 @@ class AgentActivities:
         """
         info = activity.info()
         fields = {"turn": request.turn, "attempt": info.attempt}
-        async with ActivityEvents(interval=TEXT_DELTA_INTERVAL) as events:
+        handle = activity.client().get_workflow_handle(request.workflow_id, run_id=request.run_id)
+
+        async def followed() -> bool:
+            answer: bool = await handle.query("followed", result_type=bool)
+            return answer
+
+        async with ActivityEvents(interval=TEXT_DELTA_INTERVAL, gate=followed) as events:
             try:
                 async with _heartbeating():
                     with text_sink(lambda piece: events.text(piece, **fields)):

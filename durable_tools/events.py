@@ -32,6 +32,8 @@ from durable_tools.transcript import Usage
 
 __all__ = [
     "EVENTS_TOPIC",
+    "FOLLOW_CHECK_INTERVAL",
+    "FOLLOW_WINDOW",
     "MAX_DELTA_TEXT",
     "MAX_EVENT_TEXT",
     "PROGRESS_INTERVAL",
@@ -66,6 +68,16 @@ PROGRESS_INTERVAL: Final[float] = 1.0
 
 TEXT_DELTA_INTERVAL: Final[float] = 0.2
 """Most often, in seconds, a model turn's text deltas are published (joined)."""
+
+FOLLOW_WINDOW: Final[float] = 30.0
+"""Seconds after a reader's last poll that a conversation still counts as followed.
+
+Text deltas are published only while the conversation is followed (the
+workflow's `followed` query): a reader's long poll is waiting, or one ended
+within this window. Nobody following, streamed text costs no signal."""
+
+FOLLOW_CHECK_INTERVAL: Final[float] = 2.0
+"""Seconds between two `followed` queries of a model turn that nobody followed yet."""
 
 EventKind = Literal[
     "message_received",

@@ -33,7 +33,7 @@ from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
-from temporalio.contrib.workflow_streams import WorkflowStream
+from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStream
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -80,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.events import (
         EVENTS_TOPIC,
+        FOLLOW_WINDOW,
         MAX_EVENT_TEXT,
         RETAINED_EVENTS,
         ConversationEvent,
@@ -138,6 +139,7 @@ _MAX_ID_CHARS = 200
 # The page an undecodable `transcript_slice` argument gets; the client pages by
 # the same size (Temporal's query results are limited to about 2 MB).
 _DEFAULT_PAGE_BYTES = 1_000_000
+_STREAM_POLL = "__temporal_workflow_stream_poll"  # Workflow Streams' poll update
 _SIGNAL_INPUTS: dict[str, tuple[type[Decision | Answer | SendMessage | Resume], Any]] = {
     "decide": (Decision, None),
     "answer": (Answer, None),
@@ -230,6 +232,11 @@ class AgentWorkflow:
         self._events = (
             self._stream.topic(EVENTS_TOPIC, type=ConversationEvent) if self._stream else None
         )
+        # Readers of the stream, for the `followed` query (see `_count_polls`).
+        self._polls = 0
+        self._last_poll: datetime | None = None
+        if self._stream is not None:
+            self._count_polls(self._stream)
 
     # ------------------------------------------------------------------ run
 
@@ -1138,7 +1145,7 @@ class AgentWorkflow:
         if name != "transcript_slice":
             raise ApplicationError(
                 f"no query named {clean_text(name, 100)!r}; known queries: "
-                "history, pending, status, transcript_slice",
+                "followed, history, pending, status, transcript_slice",
                 type="UnknownQuery",
             )
         request = decode_input(args, TranscriptSlice, workflow.payload_converter())
@@ -1259,6 +1266,39 @@ class AgentWorkflow:
         if self._events is None or not (workflow.in_workflow() and workflow.instance() is self):
             return  # a dropped instance's `finally` blocks (see `_publish`)
         self._events.publish(ConversationEvent(kind=kind, at=workflow.now(), **fields))
+
+    def _count_polls(self, stream: WorkflowStream) -> None:
+        """Wrap the stream's poll update so the `followed` query knows about readers.
+
+        Only state the `followed` query reads changes: no command, so
+        recorded histories replay unchanged.
+        """
+        poll = stream._on_poll  # pyright: ignore[reportPrivateUsage]
+        validate = stream._validate_poll  # pyright: ignore[reportPrivateUsage]
+
+        async def counted(payload: PollInput) -> PollResult:
+            self._polls += 1
+            try:
+                return await poll(payload)
+            finally:
+                self._polls -= 1
+                if workflow.in_workflow() and workflow.instance() is self:
+                    self._last_poll = workflow.now()
+
+        workflow.set_update_handler(_STREAM_POLL, counted, validator=validate)  # pyright: ignore[reportUnknownMemberType]
+
+    @workflow.query(name="followed")
+    def followed(self) -> bool:
+        """Whether a reader follows the event stream: a poll waits, or one ended lately.
+
+        "Lately" is within `FOLLOW_WINDOW` seconds of the workflow's clock.
+        The model activity asks before it publishes text deltas (see
+        `activities/activity_events.py`).
+        """
+        if self._polls:
+            return True
+        last = self._last_poll
+        return last is not None and (workflow.now() - last).total_seconds() <= FOLLOW_WINDOW
 
     def _stream_end(self) -> int:
         stream = self._stream

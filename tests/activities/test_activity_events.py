@@ -90,3 +90,49 @@ def test_any_text_splits_into_bounded_deltas_that_join_back(pieces: list[str]) -
     assert all(e.model_dump_json() for e in deltas)  # lone surrogates included
     expected = "".join(p.encode("utf-8", "replace").decode("utf-8") for p in pieces)
     assert "".join(e.text or "" for e in deltas) == expected
+
+
+class Gate:
+    def __init__(self, *answers: bool) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+
+    async def __call__(self) -> bool:
+        self.asked += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+async def test_text_nobody_follows_is_never_sent() -> None:
+    sent, gate = Recorder(), Gate(False)
+    async with ActivityEvents(interval=0.05, send=sent, gate=gate, recheck=10) as events:
+        for i in range(20):
+            events.text(f"w{i} ", turn=1, attempt=1)
+            await asyncio.sleep(0.01)
+        await events.flush()
+    assert sent.batches == [] and gate.asked == 1  # asked once, not per piece
+
+
+async def test_a_reader_arriving_mid_turn_gets_the_text_from_its_first_character() -> None:
+    sent, gate = Recorder(), Gate(False, True)
+    async with ActivityEvents(interval=0.05, send=sent, gate=gate, recheck=0.2) as events:
+        events.text("It is ", turn=1, attempt=1)
+        await asyncio.sleep(0.1)  # nobody follows yet: held back
+        assert sent.batches == []
+        await asyncio.sleep(0.3)  # asked again without new text: now followed
+        assert "".join(e.text or "" for b in sent.batches for e in b) == "It is "
+        events.text("21 °C.", turn=1, attempt=1)
+        await events.flush()
+    assert "".join(e.text or "" for b in sent.batches for e in b) == "It is 21 °C."
+    assert gate.asked == 2
+
+
+async def test_a_gate_that_fails_counts_as_nobody_following() -> None:
+    async def broken() -> bool:
+        raise RuntimeError("no such query")
+
+    sent = Recorder()
+    async with ActivityEvents(interval=0.05, send=sent, gate=broken, recheck=10) as events:
+        events.text("hidden", turn=1, attempt=1)
+        events.publish("model_attempt_failed", turn=1, attempt=1, reason="x")
+        await events.flush()
+    assert [[e.kind for e in b] for b in sent.batches] == [["model_attempt_failed"]]

@@ -238,15 +238,17 @@ async def test_quick_tool_calls_publish_nothing_from_their_activities(
 
 
 class FlakyModel:
-    """Fails its first call with a connection error, streams its answer after."""
+    """Fails its first call with a connection error; streams its answer once `followed` is set."""
 
     def __init__(self) -> None:
         self.calls = 0
+        self.followed = asyncio.Event()
 
     async def __call__(self, request: ModelRequest) -> AssistantMessage:
         self.calls += 1
         if self.calls == 1:
             raise ConnectionError("provider reset the connection")
+        await self.followed.wait()
         for piece in ("all ", "good ", "now"):
             text_delta(piece)
             await asyncio.sleep(0.05)
@@ -259,14 +261,17 @@ async def test_a_retried_model_turn_is_reported_by_run_from_its_event(
     retry = ModelRetry(max_attempts=3, initial_interval=0.1, maximum_interval=0.2)
     agent = AgentConfig(name="main", model="flaky", toolkit="events", model_retry=retry)
     lines: list[str] = []
+    model = FlakyModel()
     async with running(
         dev_env,
         task_queue,
         tmp_path / "ledger",
         toolkits={"events": KIT},
-        models={"flaky": FlakyModel()},
+        models={"flaky": model},
     ) as h:
         workflow_id = await h.start("hello", agent=agent)
+        await collect(h.conversations, workflow_id, lambda seen: bool(seen))
+        model.followed.set()  # a poll was answered: text deltas are published from now on
         follower = Follower(
             h.conversations,
             workflow_id,
