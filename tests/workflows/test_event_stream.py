@@ -15,13 +15,15 @@ from pathlib import Path
 
 import pytest
 from agent_support import turns
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import running
 
 from durable_tools import AssistantMessage, RetryPolicy, Toolkit, tool
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest, ModelRetry
-from durable_tools.events import STARTED_DELAY, ConversationEvent
+from durable_tools.events import EVENTS_TOPIC, STARTED_DELAY, ConversationEvent
 from durable_tools.models.streaming import text_delta
 from durable_tools.tools import Emit, ToolContext
 from durable_tools.worker.follow import Commands, Follower
@@ -292,3 +294,37 @@ async def test_a_retried_model_turn_is_reported_by_run_from_its_event(
     retried = [line for line in lines if "↻" in line]
     assert len(retried) == 1 and "model turn 1[/] attempt 2 of 3" in retried[0], lines
     assert "provider reset the connection" in retried[0]
+
+
+async def test_items_a_client_publishes_that_are_not_events_are_skipped(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    # Anyone who may signal the workflow can publish to its stream.
+    garbage: list[object] = [
+        None,
+        42,
+        "text",
+        {"kind": "no_such_kind", "at": "2026-01-01T00:00:00Z"},
+        {"kind": "turn_started"},  # no `at`
+        {"kind": "turn_started", "at": "yesterday"},
+        Payload(metadata={"encoding": b"binary/plain"}, data=b"\xff\xfe"),
+        Payload(metadata={"encoding": b"json/plain"}, data=b"{not json"),
+    ]
+    async with running(dev_env, task_queue, tmp_path / "ledger", toolkits={"events": KIT}) as h:
+        workflow_id = await h.start("hello", agent=AGENT)
+        first = await collect(h.conversations, workflow_id, turn_finished(1))
+        hostile = WorkflowStreamClient.create(h.client, workflow_id)
+        topic = hostile.topic(EVENTS_TOPIC)
+        for value in garbage:
+            topic.publish(value)
+        await hostile.flush()
+        await h.conversations.send(workflow_id, "again")
+        events = await collect(
+            h.conversations,
+            workflow_id,
+            lambda seen: any(e.kind == "turn_finished" and e.text == "echo: again" for e in seen),
+        )
+    assert events[: len(first)] == first
+    later = events[len(first) :]
+    assert [e.kind for e in later][:1] == ["message_received"]
+    assert later[0].offset == first[-1].offset + 1 + len(garbage)  # skipped, never yielded
