@@ -249,9 +249,10 @@ class AgentActivities:
         """
         info = activity.info()
         fields = {"turn": request.turn, "attempt": info.attempt}
-        handle = activity.client().get_workflow_handle(request.workflow_id, run_id=request.run_id)
 
         async def followed() -> bool:
+            client = activity.client()
+            handle = client.get_workflow_handle(request.workflow_id, run_id=request.run_id)
             answer: bool = await handle.query("followed", result_type=bool)
             return answer
 
