@@ -142,7 +142,7 @@ class Follower:
         emit: Called with each line (rich markup; user text is escaped).
         commands: Builds the commands shown for approvals and questions.
         step_timeout: Most seconds one query may take, and seconds without
-            any event before the `status` query checks that a worker
+            a first event before the `status` query checks that a worker
             answers (default 5); a query that gets no answer (no worker
             polls the task queue) is reported once and tried again.
         give_up_after: Seconds without any answer from Temporal itself
@@ -220,8 +220,12 @@ class Follower:
                         return done
                 # The stream ended: so did the conversation.
                 return await self._ended()
-            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
-                if isinstance(exc, RPCError) and exc.status not in _TRANSIENT:
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                # Temporal answered, no worker took the poll: say so if the status query agrees.
+                await self._status()
+                continue
+            except RPCError as exc:
+                if exc.status not in _TRANSIENT:
                     raise
                 since = unanswered_since = unanswered_since or loop.time()
                 if loop.time() - since > self._give_up_after:
@@ -232,11 +236,10 @@ class Follower:
                 await asyncio.sleep(min(1.0, self._step_timeout))
 
     async def _watch_worker(self) -> None:
-        """While no event came, check every `step_timeout` s that a worker answers queries."""
-        while True:
-            seen = self._events_seen
+        """Until the first event, check every `step_timeout` s that a worker answers queries."""
+        while not self._events_seen:
             await asyncio.sleep(self._step_timeout)
-            if self._events_seen == seen:
+            if not self._events_seen:
                 await self._status()  # reports "is a worker polling ...?" when unanswered
 
     async def _on_event(self, event: ConversationEvent) -> Followed | None:

@@ -328,3 +328,34 @@ async def test_items_a_client_publishes_that_are_not_events_are_skipped(
     later = events[len(first) :]
     assert [e.kind for e in later][:1] == ["message_received"]
     assert later[0].offset == first[-1].offset + 1 + len(garbage)  # skipped, never yielded
+
+
+async def test_run_says_when_no_worker_answers_and_detaches_on_stop(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    async with running(dev_env, task_queue, tmp_path / "ledger", toolkits={"events": KIT}) as h:
+        nobody = Conversations(h.client, task_queue=f"{task_queue}-nobody-polls")
+        workflow_id = f"no-worker-{task_queue}"
+        await nobody.start(workflow_id, agent=AGENT, message="hello")
+        lines: list[str] = []
+        stop = asyncio.Event()
+        follower = Follower(
+            nobody,
+            workflow_id,
+            emit=lines.append,
+            commands=Commands(address="localhost:7233", namespace="default"),
+            step_timeout=0.5,
+        )
+        following = asyncio.create_task(follower.follow(stop))
+        try:
+            async with asyncio.timeout(20):
+                while not any("is a worker polling task queue" in line for line in lines):
+                    await asyncio.sleep(0.1)
+            stop.set()
+            async with asyncio.timeout(10):
+                followed = await following
+        finally:
+            following.cancel()
+            await h.client.get_workflow_handle(workflow_id).terminate("test over")
+    assert followed.outcome == "detached"
+    assert sum("is a worker polling" in line for line in lines) == 1, lines  # said once
