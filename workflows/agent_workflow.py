@@ -581,7 +581,6 @@ class AgentWorkflow:
         self._running += 1
         self._event("tool_call_scheduled", call_id=call.call_id, tool=call.name, turn=self._turns)
         scheduled = workflow.now()
-        attempt: int | None = None
         try:
             out = await workflow.execute_activity(
                 TOOL_ACTIVITY_PREFIX + call.name,
@@ -611,17 +610,19 @@ class AgentWorkflow:
                 ),
                 summary=plan.summary,
             )
-            attempt = out.attempt
+            self._note_attempts(call, out.attempt, scheduled)
             return out.result
         except ActivityError as exc:
-            if exc.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
-                attempt = plan.max_attempts
+            exhausted = exc.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
+            self._note_attempts(call, plan.max_attempts if exhausted else None, scheduled)
             return self._activity_failure(plan, exc)
         finally:
             self._running -= 1
-            # For `tool_call_finished` (events only: no command depends on it).
-            seconds = (workflow.now() - scheduled).total_seconds()
-            self._attempts[call.call_id] = {"attempt": attempt, "duration": round(seconds, 3)}
+
+    def _note_attempts(self, call: ToolCall, attempt: int | None, scheduled: datetime) -> None:
+        """Keep the attempt and duration for the call's `tool_call_finished` (events only)."""
+        seconds = (workflow.now() - scheduled).total_seconds()
+        self._attempts[call.call_id] = {"attempt": attempt, "duration": round(seconds, 3)}
 
     def _activity_failure(self, plan: PlannedCall, exc: ActivityError) -> Failure:
         call, cause = plan.call, exc.cause
