@@ -1,7 +1,7 @@
 """Streamed model turns in a real conversation: text deltas reach `Conversations.events`.
 
 The provider is a recorded SSE exchange replayed through the SDK's transport
-(OpenAI Chat Completions, Anthropic Messages): turn 1 streams text and a
+(OpenAI Chat Completions and Responses, Anthropic Messages): turn 1 streams text and a
 `log_note` call, turn 2 streams the answer. The provider answers only once
 the test reads the event stream (deltas are published while someone
 follows). The `model_text_delta` events of each turn arrive in order before
@@ -29,7 +29,7 @@ from durable_tools import Toolkit, tool
 from durable_tools.conversation import AgentConfig
 from durable_tools.events import ConversationEvent
 from durable_tools.models.anthropic import AnthropicModel
-from durable_tools.models.openai import OpenAIChatModel
+from durable_tools.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from durable_tools.transcript import AssistantMessage
 
 NOTES: list[str] = []
@@ -64,12 +64,16 @@ def model(kind: str, replay: Replay) -> Any:
             api_key="k", max_retries=0, http_client=replay.http_client()
         )
         return AnthropicModel(model="claude-sonnet-4-6", client=client)
-    replay.answer_sse("openai_chat_stream.sse").answer_sse("openai_chat_stream_text.sse")
     oa = openai.AsyncOpenAI(api_key="k", max_retries=0, http_client=replay.http_client())
+    if kind == "responses":
+        replay.answer_sse("openai_responses_stream.sse")
+        replay.answer_sse("openai_responses_stream_text.sse")
+        return OpenAIResponsesModel(model="gpt-5.4", client=oa)
+    replay.answer_sse("openai_chat_stream.sse").answer_sse("openai_chat_stream_text.sse")
     return OpenAIChatModel(model="gpt-5.4", client=oa)
 
 
-@pytest.mark.parametrize("kind", ["chat", "anthropic"])
+@pytest.mark.parametrize("kind", ["chat", "responses", "anthropic"])
 async def test_text_deltas_arrive_in_order_and_join_into_the_recorded_turn(
     kind: str, dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
