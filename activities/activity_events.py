@@ -131,8 +131,7 @@ class ActivityEvents:
 
     def text(self, piece: str, **fields: Any) -> None:
         """Add a piece of model text (joined into `model_text_delta` events with `fields`)."""
-        # A lone surrogate would fail the batch's serialization: replace it.
-        self._text.append(piece.encode("utf-8", "replace").decode("utf-8"))
+        self._text.append(_valid_utf8(piece))  # a lone surrogate would fail the batch
         self._text_fields = fields
         self._wake.set()
 
@@ -221,4 +220,12 @@ class ActivityEvents:
 
 
 def _event(kind: EventKind, fields: dict[str, Any]) -> ConversationEvent:
-    return ConversationEvent(kind=kind, at=datetime.now(UTC), **fields)
+    # A lone surrogate (from a model or a tool) would fail the batch's serialization.
+    clean: dict[str, Any] = {
+        k: _valid_utf8(v) if isinstance(v, str) else v for k, v in fields.items()
+    }
+    return ConversationEvent(kind=kind, at=datetime.now(UTC), **clean)
+
+
+def _valid_utf8(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")

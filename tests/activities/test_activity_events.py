@@ -136,3 +136,20 @@ async def test_a_gate_that_fails_counts_as_nobody_following() -> None:
         events.publish("model_attempt_failed", turn=1, attempt=1, reason="x")
         await events.flush()
     assert [[e.kind for e in b] for b in sent.batches] == [["model_attempt_failed"]]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.text(st.characters(exclude_categories=())), st.text(st.characters(exclude_categories=())))
+def test_any_progress_or_reason_text_reaches_the_stream(text: str, reason: str) -> None:
+    sent = Recorder()
+
+    async def go() -> None:
+        async with ActivityEvents(interval=0, send=sent) as events:
+            events.replace("progress", "tool_progress", call_id=text, tool="t", text=text)
+            events.publish("tool_attempt_failed", call_id="c", tool=text, attempt=1, reason=reason)
+            await events.flush()
+
+    asyncio.run(go())
+    sent_events = [e for b in sent.batches for e in b]
+    assert {e.kind for e in sent_events} == {"tool_progress", "tool_attempt_failed"}
+    assert all(e.model_dump_json() for e in sent_events)
