@@ -6,10 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install format lint typecheck test test-local-model demo bench chromium
 
-$(STAMP): pyproject.toml
+# constraints.txt pins what the dev extras resolve to (see its header).
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 NODE_STAMP := node_modules/.installed

@@ -24,17 +24,16 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic_core import to_json
 from temporalio import activity
 from temporalio.common import RawValue
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
 from durable_tools import telemetry
+from durable_tools.activities.activity_events import ActivityEvents
 from durable_tools.activities.context_window import ContextWindow, SummaryCheckpoint
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
@@ -56,11 +55,17 @@ from durable_tools.conversation import (
 )
 from durable_tools.descriptor import descriptors_digest
 from durable_tools.errors import ConfigurationError
-from durable_tools.events import EVENTS_TOPIC, MAX_EVENT_TEXT, ConversationEvent
+from durable_tools.events import (
+    MAX_EVENT_TEXT,
+    PROGRESS_INTERVAL,
+    STARTED_DELAY,
+    TEXT_DELTA_INTERVAL,
+)
 from durable_tools.executor import encode_result, prepare_call
 from durable_tools.models.base import Model
 from durable_tools.models.errors import CONTEXT_LENGTH_EXCEEDED, bounded_failure
 from durable_tools.models.registry import resolve_model
+from durable_tools.models.streaming import text_sink
 from durable_tools.redact import Redactor
 from durable_tools.results import Failure, Ok, ToolCall, failed
 from durable_tools.signals import finish_tool
@@ -358,7 +363,11 @@ class AgentActivities:
     async def model_turn(self, request: ModelTurnRequest) -> ModelTurn:
         """Call the model for one turn and plan its tool calls.
 
-        Heartbeats every third of the heartbeat timeout while it runs. A model
+        Heartbeats every third of the heartbeat timeout while it runs. A
+        streaming adapter's text goes to the event stream as it arrives
+        (`model_text_delta`, see `activity_events.py`) while someone follows
+        the conversation (the workflow's `followed` query); the result is
+        still the whole turn. A model
         output that cannot be recorded as it is (an unpaired surrogate, a
         control character or a 10 KB name in a call) is made safe and the call
         answered `input_validation_error` (see `model_output.py`).
@@ -371,13 +380,41 @@ class AgentActivities:
                 registered nor a model spec `resolve_model` builds, or the
                 model adapter raised a non-retryable error.
         """
-        try:
-            details: list[Any] = []  # what each heartbeat records (a summary made)
-            async with _heartbeating(details):
-                return await self._model_turn(request, details)
-        except Exception as exc:
-            activity.logger.warning("model turn %d failed", request.turn, exc_info=True)
-            raise bounded_failure(exc, self.redact) from None
+        info = activity.info()
+        fields = {"turn": request.turn, "attempt": info.attempt}
+
+        async def followed() -> bool:
+            client = activity.client()
+            handle = client.get_workflow_handle(request.workflow_id, run_id=request.run_id)
+            answer: bool = await handle.query("followed", result_type=bool)
+            return answer
+
+        async with ActivityEvents(interval=TEXT_DELTA_INTERVAL, gate=followed) as events:
+            try:
+                details: list[Any] = []  # what each heartbeat records (a summary made)
+                async with _heartbeating(details):
+                    with text_sink(lambda piece: events.text(piece, **fields)):
+                        try:
+                            return await self._model_turn(request, details)
+                        finally:
+                            await events.flush()  # every delta lands before `turn_finished`
+            except Exception as exc:
+                activity.logger.warning("model turn %d failed", request.turn, exc_info=True)
+                failure = bounded_failure(exc, self.redact)
+                policy = info.retry_policy
+                limit = policy.maximum_attempts if policy is not None else 0
+                never = policy.non_retryable_error_types or () if policy is not None else ()
+                retried = not failure.non_retryable and failure.type not in never
+                if retried and (not limit or info.attempt < limit):
+                    # Only when a retry follows: otherwise the workflow's `model_failed` says it.
+                    events.publish(
+                        "model_attempt_failed",
+                        **fields,
+                        max_attempts=limit,
+                        reason=failure.message[:MAX_EVENT_TEXT],
+                    )
+                    await events.flush()
+                raise failure from None
 
     async def _model_turn(self, request: ModelTurnRequest, details: list[Any]) -> ModelTurn:
         if self.mcp is not None:
@@ -523,23 +560,45 @@ class AgentActivities:
         if request.call is None:
             request = request.model_copy(update={"call": call})
         started = time.monotonic()
+        policy = info.retry_policy
+        identity: dict[str, Any] = {
+            "call_id": call.call_id,
+            "tool": call.name,
+            "attempt": info.attempt,
+        }
+        # A quick first attempt publishes nothing (see activity_events.py).
+        hold = 0.0 if info.attempt > 1 else STARTED_DELAY
         with telemetry.tool_span(
             call.name, call.call_id, info.attempt, request.workflow_id
         ) as span:
-            try:
-                out = await self._tool_call(request, info.attempt)
-            except Exception as exc:
-                error = exc.type if isinstance(exc, ApplicationError) and exc.type else None
-                telemetry.finish_tool_span(
-                    span,
-                    call.name,
-                    "attempt_failed",
-                    time.monotonic() - started,
-                    error or type(exc).__name__,
+            async with ActivityEvents(hold=hold, interval=PROGRESS_INTERVAL) as events:
+                events.publish(
+                    "tool_attempt_started",
+                    **identity,
+                    max_attempts=policy.maximum_attempts if policy is not None else None,
                 )
-                reason = f"{error}: {exc}" if error else f"{type(exc).__name__}: {exc}"
-                await _publish_attempt_failure(call, info.attempt, reason)
-                raise
+                try:
+                    out = await self._tool_call(request, info.attempt, events, identity)
+                except Exception as exc:
+                    error = exc.type if isinstance(exc, ApplicationError) and exc.type else None
+                    telemetry.finish_tool_span(
+                        span,
+                        call.name,
+                        "attempt_failed",
+                        time.monotonic() - started,
+                        error or type(exc).__name__,
+                    )
+                    reason = f"{error}: {exc}" if error else f"{type(exc).__name__}: {exc}"
+                    events.drop()
+                    events.publish(
+                        "tool_attempt_failed",
+                        **identity,
+                        max_attempts=policy.maximum_attempts if policy is not None else None,
+                        reason=reason[:MAX_EVENT_TEXT],
+                    )
+                    await events.flush()
+                    raise
+                events.drop()  # the call's output, published by the workflow, says more
             result = out.result
             # The output the workflow appends: the next model turn on this
             # worker reads it from here (`TranscriptDelta`), not by query.
@@ -556,7 +615,13 @@ class AgentActivities:
             )
             return out
 
-    async def _tool_call(self, request: ToolActivityInput, attempt: int) -> ToolActivityResult:
+    async def _tool_call(
+        self,
+        request: ToolActivityInput,
+        attempt: int,
+        events: ActivityEvents,
+        identity: dict[str, Any],
+    ) -> ToolActivityResult:
         call = request.call
         assert call is not None  # resolved by `tool_call`
         prepared = prepare_call(
@@ -576,7 +641,8 @@ class AgentActivities:
             deps=self.deps,
         )
         try:
-            value = await prepared.tool.run(prepared.input, _heartbeat_emitter(), context)
+            emit = _progress_emitter(events, identity)
+            value = await prepared.tool.run(prepared.input, emit, context)
         except ToolFailure as exc:
             reason = self.redact(exc.reason)
             if exc.retryable:
@@ -603,31 +669,7 @@ class AgentActivities:
                 f"the result is {size} bytes, over the limit of {limit} bytes ({why}); "
                 "ask for less data, e.g. a page or a summary",
             )
-        return ToolActivityResult(result=result)
-
-
-async def _publish_attempt_failure(call: ToolCall, attempt: int, reason: str) -> None:
-    """Publish `tool_attempt_failed` to the conversation's event stream (a signal).
-
-    Best effort, bounded to 5 s: the attempt's own failure is what Temporal
-    records and retries, whatever happens here.
-    """
-    policy = activity.info().retry_policy
-    try:
-        async with asyncio.timeout(5), WorkflowStreamClient.from_within_activity() as stream:
-            stream.topic(EVENTS_TOPIC, type=ConversationEvent).publish(
-                ConversationEvent(
-                    kind="tool_attempt_failed",
-                    at=datetime.now(UTC),
-                    call_id=call.call_id,
-                    tool=call.name,
-                    attempt=attempt,
-                    max_attempts=policy.maximum_attempts if policy is not None else None,
-                    reason=reason[:MAX_EVENT_TEXT],
-                )
-            )
-    except Exception:
-        activity.logger.warning("could not publish the attempt failure", exc_info=True)
+        return ToolActivityResult(result=result, attempt=attempt)
 
 
 async def _traced_model_call(model: Model, request: ModelRequest) -> AssistantMessage:
@@ -683,18 +725,35 @@ async def _heartbeating(details: list[Any] | None = None) -> AsyncGenerator[None
             await task
 
 
-def _heartbeat_emitter() -> Any:
-    """Progress events become activity heartbeats (visible in `describe`)."""
+def _progress_emitter(events: ActivityEvents, identity: dict[str, Any]) -> Any:
+    """Progress becomes an activity heartbeat and a throttled `tool_progress` event.
+
+    Tools may emit from another thread (a sync tool runs in one): both go
+    through the activity's event loop then.
+    """
     loop = asyncio.get_running_loop()
     loop_thread = threading.get_ident()
 
-    def emit(event: Any) -> None:
+    def record(value: Any) -> None:
+        activity.heartbeat(value)
+        events.replace("progress", "tool_progress", **identity, text=_progress_text(value))
+
+    def emit(value: Any) -> None:
         if threading.get_ident() == loop_thread:
-            activity.heartbeat(event)
+            record(value)
         else:
-            loop.call_soon_threadsafe(activity.heartbeat, event)
+            loop.call_soon_threadsafe(record, value)
 
     return emit
+
+
+def _progress_text(value: Any) -> str:
+    """A progress value as JSON (anything else as its `str`), bounded by `MAX_EVENT_TEXT`."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except ValueError:  # circular, NaN-strict...: show something rather than fail the tool
+        text = str(value)
+    return text[:MAX_EVENT_TEXT]
 
 
 def _unique_call_ids(

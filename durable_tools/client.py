@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -31,7 +31,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import RawValue, WorkflowIDConflictPolicy
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
@@ -504,16 +504,24 @@ class Conversations:
             poll_cooldown: Seconds between polls when caught up (default 0.1).
 
         Yields:
-            `ConversationEvent`s in order, with `offset` set.
+            `ConversationEvent`s in order, with `offset` set. Anyone who may
+            signal the workflow can publish to its stream: an item that is
+            not a `ConversationEvent` is skipped (its offset is not yielded).
         """
         stream = WorkflowStreamClient.create(self.client, workflow_id)
+        converter = self.client.data_converter.payload_converter
         async for item in stream.subscribe(
             [EVENTS_TOPIC],
             from_offset=after + 1,
-            result_type=ConversationEvent,
+            result_type=RawValue,
             poll_cooldown=timedelta(seconds=poll_cooldown),
         ):
-            yield item.data.model_copy(update={"offset": item.offset})
+            try:
+                event = cast(object, converter.from_payload(item.data.payload, ConversationEvent))
+            except Exception:  # untrusted: garbage must not end a reader's iteration
+                continue
+            if isinstance(event, ConversationEvent):  # e.g. a `binary/null` payload is None
+                yield event.model_copy(update={"offset": item.offset})
 
     async def status(self, workflow_id: str) -> ConversationStatus:
         """What the loop is doing (query; needs a running worker)."""

@@ -932,9 +932,12 @@ class ToolActivityResult(BaseModel):
 
     Attributes:
         result: `Ok` or `Failure`.
+        attempt: The activity attempt that produced it (1-based; 1 in
+            histories recorded before the field existed).
     """
 
     result: ToolResult
+    attempt: int = 1
 
 
 class TurnOutcome(BaseModel):

@@ -3,8 +3,9 @@
 Each conversation workflow hosts a Temporal Workflow Stream
 (`temporalio.contrib.workflow_streams`, experimental in temporalio 1.35): an
 append-only log in the workflow, published to deterministically by workflow
-code (and by tool activities, through a signal, for attempt failures), read
-by long-polling updates and, once the conversation ended, by queries. Every
+code, and by activities through a signal (`activity_events.py`: tool
+attempts, progress and model text deltas, batched and throttled), read by
+long-polling updates and, once the conversation ended, by queries. Every
 event is a `ConversationEvent` on the topic `EVENTS_TOPIC`; its `offset` is
 its position in the conversation's log, stable across continue-as-new.
 
@@ -15,8 +16,9 @@ oldest retained one).
 
 The kinds (`EventKind`) and their fields are listed in docs/observability.md:
 messages, turns (with usage), model failures, tool calls (scheduled, attempt
-failed, finished with the outcome kind), approvals (requested, decided,
-expired, rejected), questions (asked, answered), the conversation's end.
+started, progress, failed, finished with the outcome kind, attempts and
+duration), model text deltas, approvals (requested, decided, expired,
+rejected), questions (asked, answered), the conversation's end.
 """
 
 from __future__ import annotations
@@ -28,7 +30,19 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 from durable_tools.transcript import Usage
 
-__all__ = ["EVENTS_TOPIC", "RETAINED_EVENTS", "ConversationEvent", "EventKind"]
+__all__ = [
+    "EVENTS_TOPIC",
+    "FOLLOW_CHECK_INTERVAL",
+    "FOLLOW_WINDOW",
+    "MAX_DELTA_TEXT",
+    "MAX_EVENT_TEXT",
+    "PROGRESS_INTERVAL",
+    "RETAINED_EVENTS",
+    "STARTED_DELAY",
+    "TEXT_DELTA_INTERVAL",
+    "ConversationEvent",
+    "EventKind",
+]
 
 EVENTS_TOPIC: Final[str] = "conversation"
 """The Workflow Streams topic of conversation events."""
@@ -37,14 +51,45 @@ RETAINED_EVENTS: Final[int] = 200
 """Events a new run keeps at continue-as-new (the latest ones)."""
 
 MAX_EVENT_TEXT: Final[int] = 500
-"""Characters of a message or model text an event carries."""
+"""Characters of a message, model text, reason or progress an event carries."""
+
+MAX_DELTA_TEXT: Final[int] = 4000
+"""Characters of model text one `model_text_delta` event carries (longer batches split)."""
+
+STARTED_DELAY: Final[float] = 1.0
+"""Seconds a first tool attempt runs before `tool_attempt_started` is published.
+
+A quicker call publishes nothing from its activity (each publish is a
+signal: history bytes and a workflow task); its `tool_call_finished` says
+how long it took. Retries (attempt 2 on) publish at once."""
+
+PROGRESS_INTERVAL: Final[float] = 1.0
+"""Most often, in seconds, a tool call's progress is published (the latest wins)."""
+
+TEXT_DELTA_INTERVAL: Final[float] = 0.2
+"""Most often, in seconds, a model turn's text deltas are published (joined)."""
+
+FOLLOW_WINDOW: Final[float] = 30.0
+"""Seconds after a reader's last poll that a conversation still counts as followed.
+
+Text deltas are published only while the conversation is followed (the
+workflow's `followed` query): a reader's long poll is waiting, or one ended
+within this window. Nobody following, streamed text costs no signal."""
+
+FOLLOW_CHECK_INTERVAL: Final[float] = 2.0
+"""Seconds between two `followed` queries of a model turn that nobody followed yet."""
 
 EventKind = Literal[
     "message_received",
     "turn_started",
     "turn_finished",
     "model_failed",
+    "model_text_delta",
+    "model_attempt_failed",
+    "conversation_paused",
     "tool_call_scheduled",
+    "tool_attempt_started",
+    "tool_progress",
     "tool_attempt_failed",
     "tool_call_finished",
     "approval_requested",
@@ -62,22 +107,31 @@ class ConversationEvent(BaseModel):
 
     Attributes:
         kind: What happened.
-        at: When (the workflow's clock; the activity's for `tool_attempt_failed`).
+        at: When (the workflow's clock; the activity's for the events
+            activities publish: `tool_attempt_started`, `tool_progress`,
+            `tool_attempt_failed`, `model_text_delta`, `model_attempt_failed`).
         offset: Position in the conversation's stream (set when read).
         turn: The model turn (1-based) the event belongs to, when known.
         call_id: The tool call's id.
         tool: The tool's name.
         outcome: `ok` or the Failure kind of a call; `approved`/`denied`;
             how a conversation finished.
-        attempt: The activity attempt that failed (1-based).
+        attempt: The activity attempt (1-based): the one that started, sent
+            progress or failed; the one that answered a finished call; the
+            model attempt a text delta comes from (a new attempt restarts
+            the text).
         max_attempts: The tool's most attempts (0: unlimited), with `attempt`.
+        duration: Seconds from scheduling a tool call to its output
+            (`tool_call_finished` of an executed call; the workflow's clock).
         reason: A failure's or rejection's one-line reason.
         decided_by: Who decided an approval (or sent a rejected decision).
         agent: The agent configuration's name.
         model: The model name or spec.
         usage: Tokens of the turn.
         calls: Tool calls the model made in the turn.
-        text: A user message, or the model's text (bounded by `MAX_EVENT_TEXT`).
+        text: A user message, the model's text (bounded by `MAX_EVENT_TEXT`),
+            a tool's progress as JSON (bounded the same), or the next piece of
+            the model's text (`model_text_delta`, up to `MAX_DELTA_TEXT`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -91,6 +145,7 @@ class ConversationEvent(BaseModel):
     outcome: str | None = None
     attempt: int | None = None
     max_attempts: int | None = None
+    duration: float | None = None
     reason: str | None = None
     decided_by: str | None = None
     agent: str | None = None

@@ -32,6 +32,7 @@ from durable_tools import (
     tool,
 )
 from durable_tools.conversation import AgentConfig, ModelRequest
+from durable_tools.models.streaming import text_delta
 from durable_tools.testing import ScriptedModel
 
 LEDGER_ENV = "DT_TEST_LEDGER"
@@ -270,8 +271,19 @@ def fails_once(request: ModelRequest) -> AssistantMessage:
     return AssistantMessage(text="back")
 
 
+async def streamed_directed(request: ModelRequest) -> AssistantMessage:
+    """`directed`, its text streamed word by word (`text_delta`) as provider adapters do."""
+    message = directed(request)
+    words = message.text.split(" ")
+    for i, word in enumerate(words):
+        text_delta(word if i == len(words) - 1 else word + " ")
+        await asyncio.sleep(0.05)
+    return message
+
+
 MODELS = {
     "directed": ScriptedModel(directed),
+    "streamed-directed": ScriptedModel(streamed_directed),
     "fails-once": ScriptedModel(fails_once),
     "specialist-model": ScriptedModel(directed),
     "slow-model": ScriptedModel(slow_model),

@@ -139,10 +139,13 @@ async def weather_conversation(
     max_model_turns: int = 4,
     timeout: float = 30,
     offer_once: bool = False,
+    stream: bool = False,
 ) -> Outcome:
     """Run `MESSAGE` on `env` with an `OpenAIChatModel` over `http_client`.
 
     The agent is `AGENT`, or `FINISHING_AGENT` with `weather_toolkit(offer_once=True)`.
+    The model does not stream unless `stream` (the recorded exchanges are
+    plain JSON requests and answers).
     """
     agent = FINISHING_AGENT if offer_once else AGENT
     model = OpenAIChatModel(
@@ -150,6 +153,7 @@ async def weather_conversation(
         client=openai.AsyncOpenAI(
             api_key="not-needed", base_url=base_url, max_retries=0, http_client=http_client
         ),
+        stream=stream,
     )
     plugin = DurableToolsPlugin(
         toolkits={"weather": weather_toolkit(offer_once=offer_once)}, models={"local": model}

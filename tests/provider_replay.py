@@ -3,7 +3,9 @@
 A `Replay` is an `httpx.MockTransport` handler (the SDKs use `httpx2`): each
 request the SDK sends is recorded (method, path, headers, JSON body) and
 answered with the next queued answer: a status with a JSON body and
-headers, or a transport error (e.g. connection refused). Nothing leaves the
+headers, a server-sent event stream (`answer_sse`, from a `.sse` fixture in
+the provider's documented format), or a transport error (e.g. connection
+refused). Nothing leaves the
 process. The shared transcript, tools and settings below are what the
 adapter tests render into each provider's request.
 """
@@ -55,6 +57,13 @@ class Replay:
 
     def answer(self, status: int, body: Any, headers: dict[str, str] | None = None) -> Replay:
         self.answers.append(httpx2.Response(status, json=body, headers=headers))
+        return self
+
+    def answer_sse(self, name: str) -> Replay:
+        """Answer with the `text/event-stream` body of fixture `name` (a `.sse` file)."""
+        body = (FIXTURES / name).read_bytes()
+        headers = {"content-type": "text/event-stream; charset=utf-8"}
+        self.answers.append(httpx2.Response(200, content=body, headers=headers))
         return self
 
     def fail(self, error: Exception) -> Replay:

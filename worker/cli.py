@@ -1754,12 +1754,18 @@ def follow_command(
     """Print the conversation's events as they happen, until it ends (durable_tools.events).
 
     Each line starts with the event's offset: `--after OFFSET` resumes after it.
+    The model's text deltas continue one line as they arrive.
     """
-    from durable_tools.worker.events_view import event_line
+    from durable_tools.worker.events_view import EventPrinter
 
     async def follow(conversations: Conversations) -> None:
-        async for event in conversations.events(workflow_id, after=after):
-            print(event.model_dump_json() if as_json else event_line(event), flush=True)
+        printer = EventPrinter()
+        try:
+            async for event in conversations.events(workflow_id, after=after):
+                shown = event.model_dump_json() + "\n" if as_json else printer.feed(event)
+                print(shown, end="", flush=True)
+        finally:
+            print(printer.close(), end="", flush=True)
 
     _on_conversation(
         workflow_id,

@@ -1,17 +1,24 @@
 """Following a conversation as it happens: what `durable-tools run` prints.
 
-A `Follower` polls three sources, each poll bounded by `step_timeout` seconds,
-with a pause between polls that starts at `min_interval` seconds and grows
-by half up to `max_interval` while nothing changes (no busy loop):
+A `Follower` reads the conversation's event stream (`Conversations.events`,
+Temporal's Workflow Streams; see docs/observability.md) and reports each
+event, queried for more only when an event says there is more to show:
 
-- the workflow's description (`describe`, no worker needed): whether it has
-  ended, and its pending activities, whose attempt, last failure and
-  heartbeat details show a tool's retries and progress;
-- the `status` query, then the new transcript items
-  (`Conversations.history_pages`, across continue-as-new): model text,
-  tool calls and their outputs (ok, or the failure kind);
-- the `pending` query while something waits for a person: approvals and
-  questions, each with the exact command that decides it.
+- `message_received`, `turn_finished`, `tool_call_finished`: the new
+  transcript items (`Conversations.history_pages`, pages of about 1 MB,
+  across continue-as-new): user text, model text, tool calls with
+  their arguments, their outputs (ok, or the failure kind);
+- `tool_attempt_failed`, `tool_progress`, `model_attempt_failed`: a retry
+  or progress line naming the exact call (`fetch [c2]`), so two calls to
+  one tool are never confused;
+- `approval_requested`, `question_asked`, `conversation_paused`: the
+  `pending` query, for the exact commands that decide or resume;
+- `model_failed`, a text answer (`turn_finished` with no calls), the end
+  (`conversation_finished`): the `status` query or the result.
+
+Nothing is polled: the stream's long poll (a workflow update) waits for the
+next event. A query or a read that gets no answer within `step_timeout`
+seconds is reported once and tried again.
 
 It returns when the conversation ends (`ended`), when the model answered in
 text and the conversation waits for the next user message (`idle`), when a
@@ -31,11 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rich.markup import escape
-from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import (
-    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -47,6 +53,7 @@ from durable_tools.conversation import (
     PendingApproval,
     PendingInteraction,
 )
+from durable_tools.events import ConversationEvent
 from durable_tools.transcript import (
     AssistantMessage,
     ContextSummary,
@@ -57,8 +64,6 @@ from durable_tools.transcript import (
 
 __all__ = ["Commands", "Followed", "Follower", "LostServer"]
 
-_TOOL_PREFIX = "tool."  # durable_tools.activities.agent_activities.TOOL_ACTIVITY_PREFIX
-_MODEL_ACTIVITY = "model.turn"  # durable_tools.activities.agent_activities.MODEL_TURN_ACTIVITY
 _TRANSIENT = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
 _SHOWN_CHARS = 300  # tool outputs and progress longer than this are cut in the live view
 
@@ -113,34 +118,32 @@ class Followed:
 
 
 class LostServer(Exception):
-    """Temporal gave no answer to `describe` for `give_up_after` seconds."""
+    """Temporal gave no answer to the event stream's reads for `give_up_after` seconds."""
 
 
 @dataclass
 class _Seen:
     items: int = 0
     last: TranscriptItem | None = None
-    open_calls: dict[str, str] = field(default_factory=dict[str, str])  # call id -> tool
     decisions: set[str] = field(default_factory=set[str])
-    attempts: dict[str, int] = field(default_factory=dict[str, int])  # activity id -> attempt
-    progress: dict[str, str] = field(default_factory=dict[str, str])  # activity id -> details
+    progress: dict[str, str] = field(default_factory=dict[str, str])  # call id -> details
+    offset: int = -1  # the last event handled
     notes: set[str] = field(default_factory=set[str])
     paused: str | None = None
 
 
 class Follower:
-    """Polls one conversation and reports what happens, as rich markup lines.
+    """Reads one conversation's event stream and reports what happens, as rich markup lines.
 
     Args:
         conversations: Connected conversations (pydantic data converter).
         workflow_id: The conversation.
         emit: Called with each line (rich markup; user text is escaped).
         commands: Builds the commands shown for approvals and questions.
-        min_interval: Seconds between polls after a change (default 0.2).
-        max_interval: Most seconds between polls (default 2).
-        step_timeout: Most seconds one query or describe may take (default
-            5); a query that gets no answer (no worker polls the task queue)
-            is reported once and tried again on the next poll.
+        step_timeout: Most seconds one query may take, and seconds without
+            a first event before the `status` query checks that a worker
+            answers (default 5); a query that gets no answer (no worker
+            polls the task queue) is reported once and tried again.
         give_up_after: Seconds without any answer from Temporal itself
             before `follow` raises `LostServer` (default 60).
     """
@@ -152,8 +155,6 @@ class Follower:
         *,
         emit: Callable[[str], None],
         commands: Commands,
-        min_interval: float = 0.2,
-        max_interval: float = 2.0,
         step_timeout: float = 5.0,
         give_up_after: float = 60.0,
     ) -> None:
@@ -161,15 +162,13 @@ class Follower:
         self._workflow_id = workflow_id
         self._emit = emit
         self._commands = commands
-        self._min_interval = min_interval
-        self._max_interval = max_interval
         self._step_timeout = step_timeout
         self._give_up_after = give_up_after
-        self._unanswered_since: float | None = None
         self._seen = _Seen()
         self._handle: WorkflowHandle[Any, Any] = conversations.client.get_workflow_handle(
             workflow_id
         )
+        self._events_seen = 0
 
     async def follow(self, stop: asyncio.Event) -> Followed:
         """Report until the conversation ends or idles, or `stop` is set.
@@ -186,104 +185,133 @@ class Follower:
             temporalio.client.WorkflowFailureError: The conversation failed,
                 was terminated or was cancelled.
         """
-        interval = self._min_interval
         stopping = asyncio.create_task(stop.wait())
-        events = asyncio.create_task(self._follow_events())
+        reading = asyncio.create_task(self._read_events())
+        watching = asyncio.create_task(self._watch_worker())
         try:
-            while True:
-                poll = asyncio.create_task(self._poll())
-                await asyncio.wait({poll, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if stop.is_set():
-                    poll.cancel()
-                    with contextlib.suppress(BaseException):
-                        await poll
-                    return Followed(outcome="detached")
-                changed, done = poll.result()
-                if done is not None:
-                    return done
-                interval = (
-                    self._min_interval if changed else min(interval * 1.5, self._max_interval)
-                )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(stopping), interval)
-                if stop.is_set():
-                    return Followed(outcome="detached")
+            await asyncio.wait({stopping, reading}, return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():
+                return reading.result()
+            return Followed(outcome="detached")
         finally:
-            stopping.cancel()
-            events.cancel()
-            with contextlib.suppress(BaseException):
-                await events
+            for task in (stopping, reading, watching):
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
-    async def _follow_events(self) -> None:
-        """Report tool retries from the event stream: exact per call id, even for one tool twice."""
-        try:
-            async for event in self._conversations.events(self._workflow_id):
-                if event.kind != "tool_attempt_failed" or event.attempt is None:
-                    continue
-                limit = event.max_attempts or 0
-                if limit and event.attempt >= limit:
-                    continue  # no retry follows: the call's failure is reported
-                of = f" of {limit}" if limit else ""
-                label = escape(f"{event.tool} [{event.call_id}]")
-                why = escape(f"; last failure: {event.reason}") if event.reason else ""
-                self._emit(f"[yellow]↻ {label}[/] attempt {event.attempt + 1}{of}{why}")
-        except Exception:  # the stream adds detail; describe still reports the rest
-            return
+    # -------------------------------------------------------------- events
 
-    # ------------------------------------------------------------- polling
-
-    async def _poll(self) -> tuple[bool, Followed | None]:
+    async def _read_events(self) -> Followed:
+        """Handle events in order; resume after the last one when a read fails."""
         loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self._step_timeout):
-                description = await self._handle.describe()
-        except (TimeoutError, RPCError) as exc:
-            if isinstance(exc, RPCError) and exc.status not in _TRANSIENT:
-                raise
-            since = self._unanswered_since = self._unanswered_since or loop.time()
-            if loop.time() - since > self._give_up_after:
-                raise LostServer(f"no answer from Temporal for {self._give_up_after:g} s") from exc
-            self._note("no-server", "[dim]no answer from Temporal (still trying)[/]")
-            return False, None
-        self._unanswered_since = None
-        self._seen.notes.discard("no-server")
-        running = description.status in (None, WorkflowExecutionStatus.RUNNING)
-        before = self._seen.items
-        status = await self._status()
-        changed = False
-        if status is not None:
-            changed = await self._read_transcript(status.transcript_items)
-            waits = status.pending_approvals or status.pending_interactions
-            if running and (waits or status.state == "paused"):
-                changed = await self._read_pending() or changed
-        if running:
-            activities = description.raw_description.pending_activities
-            changed = await self._report_activities(activities) or changed
-        if not running:
-            result: ConversationResult = await self._conversations.result(self._workflow_id)
-            return True, Followed(outcome="ended", result=result)
-        if status is not None and status.state == "model_failed" and status.model_failed:
-            failure = status.model_failed
-            self._emit(
-                f"[bold red]✗ model turn {failure.turn} failed[/] ({escape(failure.type)}): "
-                f"{escape(failure.message)}"
-            )
-            return True, Followed(outcome="model_failed", failure=failure)
-        if status is not None and self._is_idle(status):
-            last = self._seen.last
-            text = last.text if isinstance(last, AssistantMessage) else ""
-            return True, Followed(outcome="idle", answer=text)
-        return changed or self._seen.items != before, None
+        unanswered_since: float | None = None
+        while True:
+            try:
+                async for event in self._conversations.events(
+                    self._workflow_id, after=self._seen.offset
+                ):
+                    unanswered_since = None
+                    self._seen.notes.discard("no-server")
+                    self._events_seen += 1
+                    self._seen.offset = event.offset
+                    done = await self._on_event(event)
+                    if done is not None:
+                        return done
+                # The stream ended: so did the conversation.
+                return await self._ended()
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                # Temporal answered, no worker took the poll: say so if the status query agrees.
+                await self._status()
+                continue
+            except RPCError as exc:
+                if exc.status not in _TRANSIENT:
+                    raise
+                since = unanswered_since = unanswered_since or loop.time()
+                if loop.time() - since > self._give_up_after:
+                    raise LostServer(
+                        f"no answer from Temporal for {self._give_up_after:g} s"
+                    ) from exc
+                self._note("no-server", "[dim]no answer from Temporal (still trying)[/]")
+                await asyncio.sleep(min(1.0, self._step_timeout))
+
+    async def _watch_worker(self) -> None:
+        """Until the first event, check every `step_timeout` s that a worker answers queries."""
+        while not self._events_seen:
+            await asyncio.sleep(self._step_timeout)
+            if not self._events_seen:
+                await self._status()  # reports "is a worker polling ...?" when unanswered
+
+    async def _on_event(self, event: ConversationEvent) -> Followed | None:
+        kind = event.kind
+        if kind in ("message_received", "turn_finished", "tool_call_finished"):
+            await self._read_transcript()
+        if kind == "tool_call_finished":
+            self._seen.progress.pop(event.call_id or "", None)
+        elif kind == "tool_attempt_failed":
+            self._report_retry(event)
+        elif kind == "model_attempt_failed":
+            self._report_retry(event)
+        elif kind == "tool_progress":
+            self._report_progress(event)
+        elif kind in ("approval_requested", "question_asked", "conversation_paused"):
+            await self._read_pending()
+        elif kind == "model_failed":
+            status = await self._status_retrying()
+            if status.state == "model_failed" and status.model_failed:
+                failure = status.model_failed
+                self._emit(
+                    f"[bold red]✗ model turn {failure.turn} failed[/] ({escape(failure.type)}): "
+                    f"{escape(failure.message)}"
+                )
+                return Followed(outcome="model_failed", failure=failure)
+        elif kind == "turn_finished" and not event.calls:
+            status = await self._status_retrying()
+            if self._is_idle(status):
+                last = self._seen.last
+                text = last.text if isinstance(last, AssistantMessage) else ""
+                return Followed(outcome="idle", answer=text)
+        elif kind == "conversation_finished":
+            return await self._ended()
+        return None
+
+    async def _ended(self) -> Followed:
+        await self._read_transcript()
+        result: ConversationResult = await self._conversations.result(self._workflow_id)
+        return Followed(outcome="ended", result=result)
+
+    def _report_retry(self, event: ConversationEvent) -> None:
+        if event.attempt is None:
+            return
+        limit = event.max_attempts or 0
+        if limit and event.attempt >= limit:
+            return  # no retry follows: the call's (or turn's) failure is reported
+        of = f" of {limit}" if limit else ""
+        if event.kind == "model_attempt_failed":
+            label = f"model turn {event.turn}"
+        else:
+            label = f"{event.tool} [{event.call_id}]"
+        why = escape(f"; last failure: {event.reason}") if event.reason else ""
+        self._emit(f"[yellow]↻ {escape(label)}[/] attempt {event.attempt + 1}{of}{why}")
+
+    def _report_progress(self, event: ConversationEvent) -> None:
+        call_id, details = event.call_id or "", event.text or ""
+        if not details or self._seen.progress.get(call_id) == details:
+            return
+        self._seen.progress[call_id] = details
+        label = escape(f"{event.tool} [{call_id}]")
+        self._emit(f"[blue]… {label}[/] progress: {escape(_cut(details))}")
 
     def _is_idle(self, status: ConversationStatus) -> bool:
         last = self._seen.last
         return (
             status.state == "idle"
             and status.reconciled
-            and self._seen.items == status.transcript_items
+            and self._seen.items >= status.transcript_items
             and isinstance(last, AssistantMessage)
             and not last.tool_calls
         )
+
+    # ------------------------------------------------------------- queries
 
     async def _bounded_query(self, name: str, call: Callable[[], Any]) -> Any:
         """Run a query; `None` (reported once) when it gets no answer in time."""
@@ -313,35 +341,35 @@ class Follower:
         )
         return status
 
-    async def _read_transcript(self, upto: int) -> bool:
-        if self._seen.items >= upto:
-            return False
-        changed = False
-        pages = self._conversations.history_pages(
-            self._workflow_id, start=self._seen.items, limit=upto - self._seen.items
-        )
+    async def _status_retrying(self) -> ConversationStatus:
+        while (status := await self._status()) is None:
+            await asyncio.sleep(1)
+        return status
+
+    async def _read_transcript(self) -> None:
+        """Report the transcript items not reported yet (pages of about 1 MB, across runs)."""
+        pages = self._conversations.history_pages(self._workflow_id, start=self._seen.items)
         try:
             while True:
                 page: list[TranscriptItem] | None = await self._bounded_query(
                     "transcript_slice", lambda: anext(pages, None)
                 )
                 if not page:
-                    break
+                    return
                 for item in page:
                     self._report_item(item)
                 self._seen.items += len(page)
                 self._seen.last = page[-1]
-                changed = True
         finally:
             await pages.aclose()
-        return changed
 
     async def _read_pending(self) -> bool:
-        state = await self._bounded_query(
-            "pending", lambda: self._conversations.pending(self._workflow_id)
-        )
-        if state is None:
-            return False
+        while (
+            state := await self._bounded_query(
+                "pending", lambda: self._conversations.pending(self._workflow_id)
+            )
+        ) is None:
+            await asyncio.sleep(1)
         changed = False
         for approval in state.approvals:
             if approval.call_id not in self._seen.decisions:
@@ -364,49 +392,6 @@ class Follower:
                 changed = True
         return changed
 
-    async def _report_activities(self, pending: Any) -> bool:
-        changed = False
-        infos: list[PendingActivityInfo] = list(pending)
-        for info in infos:
-            name = info.activity_type.name
-            label = self._activity_label(name)
-            key = info.activity_id
-            # Tool retries come from the event stream (`_follow_events`), by call id.
-            retried = info.attempt > 1 and not name.startswith(_TOOL_PREFIX)
-            if retried and self._seen.attempts.get(key) != info.attempt:
-                self._seen.attempts[key] = info.attempt
-                of = f" of {info.maximum_attempts}" if info.maximum_attempts else ""
-                failure = info.last_failure.message if info.HasField("last_failure") else ""
-                kind = info.last_failure.application_failure_info.type if failure else ""
-                why = f"; last failure: {kind + ': ' if kind else ''}{failure}" if failure else ""
-                self._emit(f"[yellow]↻ {label}[/] attempt {info.attempt}{of}{escape(why)}")
-                changed = True
-            if info.heartbeat_details.payloads:
-                details = await self._decode(info)
-                if details and self._seen.progress.get(key) != details:
-                    self._seen.progress[key] = details
-                    self._emit(f"[blue]… {label}[/] progress: {escape(_cut(details))}")
-                    changed = True
-        return changed
-
-    async def _decode(self, info: PendingActivityInfo) -> str:
-        converter = self._conversations.client.data_converter
-        try:
-            values = await converter.decode(list(info.heartbeat_details.payloads))
-        except Exception:  # details written by some other converter: show nothing
-            return ""
-        shown = values[0] if len(values) == 1 else values
-        return json.dumps(shown, ensure_ascii=False, default=str)
-
-    def _activity_label(self, activity_type: str) -> str:
-        if activity_type == _MODEL_ACTIVITY:
-            return "model turn"
-        if not activity_type.startswith(_TOOL_PREFIX):
-            return escape(activity_type)
-        tool = activity_type.removeprefix(_TOOL_PREFIX)
-        calls = [c for c, t in self._seen.open_calls.items() if t == tool]
-        return escape(f"{tool} [{calls[0]}]" if len(calls) == 1 else tool)
-
     # ----------------------------------------------------------- reporting
 
     def _note(self, key: str, line: str) -> None:
@@ -421,7 +406,6 @@ class Follower:
             if item.text:
                 self._emit(f"[bold green]assistant[/]: {escape(item.text)}")
             for call in item.tool_calls:
-                self._seen.open_calls[call.call_id] = call.name
                 self._emit(
                     f"[yellow]→ {escape(call.name)}[/] {escape(_cut(call.arguments))} "
                     f"[dim]({escape(call.call_id)})[/] started"
@@ -429,7 +413,6 @@ class Follower:
         elif isinstance(item, ContextSummary):
             self._emit(f"[dim]context summarized (items 1-{item.covers_upto})[/]")
         else:
-            self._seen.open_calls.pop(item.call_id, None)
             self._report_output(item)
 
     def _report_output(self, output: ToolCallOutput) -> None:

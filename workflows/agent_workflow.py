@@ -33,11 +33,12 @@ from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
-from temporalio.contrib.workflow_streams import WorkflowStream
+from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStream
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
+    RetryState,
     TimeoutError,
     TimeoutType,
 )
@@ -85,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.events import (
         EVENTS_TOPIC,
+        FOLLOW_WINDOW,
         MAX_EVENT_TEXT,
         RETAINED_EVENTS,
         ConversationEvent,
@@ -151,6 +153,7 @@ _MAX_ID_CHARS = 200
 # The page an undecodable `transcript_slice` argument gets; the client pages by
 # the same size (Temporal's query results are limited to about 2 MB).
 _DEFAULT_PAGE_BYTES = 1_000_000
+_STREAM_POLL = "__temporal_workflow_stream_poll"  # Workflow Streams' poll update
 _SIGNAL_INPUTS: dict[str, tuple[type[Decision | Answer | SendMessage | Resume], Any]] = {
     "decide": (Decision, None),
     "answer": (Answer, None),
@@ -225,6 +228,7 @@ class AgentWorkflow:
         self._answers: dict[str, Answer] = {}
         self._open: dict[str, ToolCall] = {}
         self._started: set[str] = set()
+        self._attempts: dict[str, dict[str, Any]] = {}  # call id -> attempt, duration
         self._paused: str | None = None
         self._resume: Resume | None = None
         self._early_resume: Resume | None = state.early_resume
@@ -263,6 +267,11 @@ class AgentWorkflow:
         self._events = (
             self._stream.topic(EVENTS_TOPIC, type=ConversationEvent) if self._stream else None
         )
+        # Readers of the stream, for the `followed` query (see `_count_polls`).
+        self._polls = 0
+        self._last_poll: datetime | None = None
+        if self._stream is not None:
+            self._count_polls(self._stream)
 
     # ------------------------------------------------------------------ run
 
@@ -666,7 +675,14 @@ class AgentWorkflow:
             self._sources[len(self._transcript) - 1] = DeltaEntry(call_id=result.call_id)
         outcome = "ok" if isinstance(result, Ok) else result.kind
         telemetry.record_tool_call(result.tool, outcome)
-        self._event("tool_call_finished", call_id=result.call_id, tool=result.tool, outcome=outcome)
+        facts = self._attempts.pop(result.call_id, {})
+        self._event(
+            "tool_call_finished",
+            call_id=result.call_id,
+            tool=result.tool,
+            outcome=outcome,
+            **facts,
+        )
 
     def _close(self, call: ToolCall) -> None:
         if call.call_id in self._started:
@@ -684,6 +700,7 @@ class AgentWorkflow:
         self._started.add(call.call_id)
         self._running += 1
         self._event("tool_call_scheduled", call_id=call.call_id, tool=call.name, turn=self._turns)
+        scheduled = workflow.now()
         try:
             out = await workflow.execute_activity(
                 TOOL_ACTIVITY_PREFIX + call.name,
@@ -722,11 +739,19 @@ class AgentWorkflow:
                 summary=plan.summary,
             )
             self._produced_calls.add(call.call_id)
+            self._note_attempts(call, out.attempt, scheduled)
             return out.result
         except ActivityError as exc:
+            exhausted = exc.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
+            self._note_attempts(call, plan.max_attempts if exhausted else None, scheduled)
             return self._activity_failure(plan, exc)
         finally:
             self._running -= 1
+
+    def _note_attempts(self, call: ToolCall, attempt: int | None, scheduled: datetime) -> None:
+        """Keep the attempt and duration for the call's `tool_call_finished` (events only)."""
+        seconds = (workflow.now() - scheduled).total_seconds()
+        self._attempts[call.call_id] = {"attempt": attempt, "duration": round(seconds, 3)}
 
     def _activity_failure(self, plan: PlannedCall, exc: ActivityError) -> Failure:
         call, cause = plan.call, exc.cause
@@ -1105,6 +1130,7 @@ class AgentWorkflow:
             self._resume, self._early_resume = self._early_resume, None
             self._state = "paused"
             self._publish()
+            self._event("conversation_paused", call_id=call.call_id, reason=self._paused)
             try:
                 await workflow.wait_condition(lambda: self._resume is not None or self._superseded)
             finally:
@@ -1259,7 +1285,7 @@ class AgentWorkflow:
         if name != "transcript_slice":
             raise ApplicationError(
                 f"no query named {clean_text(name, 100)!r}; known queries: "
-                "agent_config, history, pending, status, tool_call, transcript_slice",
+                "agent_config, followed, history, pending, status, tool_call, transcript_slice",
                 type="UnknownQuery",
             )
         request = decode_input(args, TranscriptSlice, workflow.payload_converter())
@@ -1398,6 +1424,39 @@ class AgentWorkflow:
         if self._events is None or not (workflow.in_workflow() and workflow.instance() is self):
             return  # a dropped instance's `finally` blocks (see `_publish`)
         self._events.publish(ConversationEvent(kind=kind, at=workflow.now(), **fields))
+
+    def _count_polls(self, stream: WorkflowStream) -> None:
+        """Wrap the stream's poll update so the `followed` query knows about readers.
+
+        Only state the `followed` query reads changes: no command, so
+        recorded histories replay unchanged.
+        """
+        poll = stream._on_poll  # pyright: ignore[reportPrivateUsage]
+        validate = stream._validate_poll  # pyright: ignore[reportPrivateUsage]
+
+        async def counted(payload: PollInput) -> PollResult:
+            self._polls += 1
+            try:
+                return await poll(payload)
+            finally:
+                self._polls -= 1
+                if workflow.in_workflow() and workflow.instance() is self:
+                    self._last_poll = workflow.now()
+
+        workflow.set_update_handler(_STREAM_POLL, counted, validator=validate)  # pyright: ignore[reportUnknownMemberType]
+
+    @workflow.query(name="followed")
+    def followed(self) -> bool:
+        """Whether a reader follows the event stream: a poll waits, or one ended lately.
+
+        "Lately" is within `FOLLOW_WINDOW` seconds of the workflow's clock.
+        The model activity asks before it publishes text deltas (see
+        `activities/activity_events.py`).
+        """
+        if self._polls:
+            return True
+        last = self._last_poll
+        return last is not None and (workflow.now() - last).total_seconds() <= FOLLOW_WINDOW
 
     def _stream_end(self) -> int:
         stream = self._stream

@@ -13,8 +13,16 @@ Settings (`AgentConfig.settings`, merged over the adapter's `settings`) are
 sent as request body fields as they are (`temperature`, `top_p`, `top_k`,
 `thinking`, `tool_choice`, `metadata`, ...). `max_tokens` is required by
 Anthropic: the adapter sends its `max_tokens` (default 4096) unless the
-settings set one. A neutral `stop` is sent as `stop_sequences`. Streaming is
-not used: one turn is one request.
+settings set one. A neutral `stop` is sent as `stop_sequences`.
+
+**Streaming.** Inside the `model.turn` activity the adapter streams
+(`stream: true`) and reports each text delta with
+`durable_tools.models.streaming.text_delta` (published as
+`model_text_delta` events); the SDK's `AsyncMessageStream` accumulates the
+final `Message`, read exactly as a plain answer (text, tool calls, usage,
+stop reason). A server that answers with plain JSON is read as a plain
+answer; `stream=False` never streams. Outside the activity one plain
+request is sent.
 
 Errors become `ApplicationError`s that Temporal retries or not (see
 `durable_tools.models.errors`); Anthropic's 529 `overloaded_error` is
@@ -33,7 +41,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from temporalio.exceptions import ApplicationError
 
@@ -45,13 +53,16 @@ from durable_tools.models.errors import (
     connection_error,
     invalid_response,
     status_error,
+    stream_broken,
 )
+from durable_tools.models.streaming import streaming_wanted, text_delta
 from durable_tools.providers import anthropic as wire
 from durable_tools.providers._wire import as_object
 from durable_tools.transcript import AssistantMessage
 
 try:
     import anthropic
+    from anthropic.lib.streaming import AsyncMessageStream
 except ImportError as exc:
     raise ConfigurationError(
         "durable_tools.models.anthropic needs the Anthropic SDK, an optional extra: "
@@ -92,6 +103,8 @@ class AnthropicModel:
             set no `max_tokens` (default 4096).
         timeout: Seconds one HTTP request may take (default 600).
         max_retries: The SDK's own retries (default 0: Temporal retries).
+        stream: Stream inside the `model.turn` activity, publishing text
+            deltas (default True); False: always one plain JSON answer.
 
     Raises:
         ConfigurationError: No model name; both `client` and `base_url` /
@@ -112,6 +125,7 @@ class AnthropicModel:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         timeout: float = DEFAULT_TIMEOUT,
         max_retries: int = 0,
+        stream: bool = True,
     ) -> None:
         if not model:
             raise ConfigurationError(
@@ -129,6 +143,7 @@ class AnthropicModel:
         )
         self.max_tokens = max_tokens
         self.timeout = timeout
+        self.stream = stream
         if client is None:
             try:
                 client = anthropic.AsyncAnthropic(
@@ -178,13 +193,16 @@ class AnthropicModel:
         max_tokens = settings.pop("max_tokens", self.max_tokens)
         body = wire.render_transcript(request.transcript, instructions=request.instructions or None)
         tools = wire.render_tools(request.tools)
+        streamed = self.stream and streaming_wanted()
         try:
-            raw = await self.client.messages.with_raw_response.create(
+            create: Any = self.client.messages.with_raw_response.create
+            raw: Any = await create(
                 model=self.model,
                 max_tokens=max_tokens,
                 messages=body["messages"],
                 system=body.get("system", anthropic.omit),
-                tools=cast(Any, tools) if tools else anthropic.omit,
+                tools=tools or anthropic.omit,
+                stream=True if streamed else anthropic.omit,
                 extra_body=settings,
                 timeout=self.timeout,
             )
@@ -212,8 +230,35 @@ class AnthropicModel:
                 type="ProviderAuthentication",
                 non_retryable=True,
             ) from exc
+        content_type = raw.http_response.headers.get("content-type", "")
+        if streamed and "text/event-stream" in content_type:
+            data = await self._consume(raw.parse())
+        else:  # not streamed, or the server answered a streamed request with JSON
+            try:
+                await raw.http_response.aread()
+                data = raw.http_response.json()
+            except ValueError as exc:
+                raise invalid_response(self._context, exc) from exc
         try:
-            data: Any = raw.http_response.json()
             return wire.parse_response(as_object(data, "response body"))
         except ValueError as exc:
             raise invalid_response(self._context, exc) from exc
+
+    async def _consume(self, events: Any) -> Any:
+        """Read the stream: text deltas out, the SDK's accumulated `Message` back as JSON."""
+        try:
+            stream = AsyncMessageStream(await events, anthropic.NOT_GIVEN)
+            try:
+                stopped = False
+                async for event in stream:
+                    if event.type == "text":
+                        text_delta(event.text)
+                    stopped = stopped or event.type == "message_stop"
+                if not stopped:
+                    raise ValueError("the stream ended before message_stop")
+                message = await stream.get_final_message()
+            finally:
+                await stream.close()
+        except Exception as exc:  # an `error` event (e.g. overloaded), a reset, a bad event
+            raise stream_broken(self._context, exc) from exc
+        return message.model_dump(mode="json", exclude_unset=True)

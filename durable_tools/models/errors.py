@@ -22,6 +22,7 @@ timeout. Each provider failure is raised as a
 | HTTP 404 | `ProviderNotFound` | no |
 | any other 4xx | `ProviderRequestRejected` | no |
 | a 2xx body that is not the API's shape | `ProviderResponseInvalid` | no |
+| a stream broken off midway (error event, reset) | `ProviderStreamBroken` | yes |
 
 A retryable error carries the server's `retry-after` as `next_retry_delay`,
 which replaces the retry policy's backoff for that one attempt. A
@@ -70,9 +71,15 @@ __all__ = [
     "is_context_length_error",
     "retry_after",
     "status_error",
+    "stream_broken",
 ]
 
-RETRYABLE_TYPES: Final = ("ProviderRateLimited", "ProviderUnavailable", "ProviderTimeout")
+RETRYABLE_TYPES: Final = (
+    "ProviderRateLimited",
+    "ProviderUnavailable",
+    "ProviderTimeout",
+    "ProviderStreamBroken",
+)
 """`ApplicationError.type`s raised retryable."""
 
 CONTEXT_LENGTH_EXCEEDED: Final = "ContextLengthExceeded"
@@ -422,4 +429,38 @@ def invalid_response(context: ProviderContext, error: ValueError) -> Application
         details,
         type="ProviderResponseInvalid",
         non_retryable=True,
+    )
+
+
+def stream_broken(context: ProviderContext, error: BaseException | str) -> ApplicationError:
+    """Map a streamed answer that broke off midway to a retryable error.
+
+    The provider accepted the request and started streaming, then sent an
+    `error` event (e.g. Anthropic's `overloaded_error`), the connection
+    dropped, or the stream ended without its final event. A new attempt
+    streams the turn again from the start (its text deltas carry the new
+    attempt number).
+
+    Args:
+        context: Who was called.
+        error: What the stream raised, or a description.
+
+    Returns:
+        The error to raise (`ProviderStreamBroken`, retryable).
+    """
+    what = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    details: dict[str, Any] = {
+        "provider": context.provider,
+        "status": None,
+        "code": None,
+        "request_id": None,
+        "retry_after": None,
+    }
+    return ApplicationError(
+        _one_line(
+            f"{context.provider} at {context.base_url} broke off its streamed answer "
+            f"({what}); Temporal retries the model turn"
+        ),
+        details,
+        type="ProviderStreamBroken",
     )

@@ -24,7 +24,19 @@ sent as request body fields as they are (`temperature`, `top_p`, `seed`,
 Chat Completions sends `max_tokens` as `max_completion_tokens` to
 api.openai.com (which deprecated `max_tokens` and refuses it for reasoning
 models) and unchanged to other servers; Responses sends it as
-`max_output_tokens`. Streaming is not used: one turn is one request.
+`max_output_tokens`.
+
+**Streaming.** Inside the `model.turn` activity both adapters stream
+(`stream: true`; Chat Completions also asks for `stream_options:
+{"include_usage": true}` so the usage still arrives) and report each text
+delta with `durable_tools.models.streaming.text_delta`: the activity
+publishes them to the conversation's event stream (`model_text_delta`).
+The turn returned is the same `AssistantMessage` a plain request gives
+(text, tool calls, usage, stop reason), read from the SDK's accumulated
+final object. A server that answers a streamed request with plain JSON is
+read as a plain answer; `stream=False` never streams (for servers that
+refuse `stream`). Outside the activity (no one listens) one plain request
+is sent.
 
 Chat Completions sends `tool_choice: "auto"` whenever it offers tools (a
 `tool_choice` setting wins): that is OpenAI's default already, but some
@@ -56,6 +68,8 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Final, cast
 
+from temporalio.exceptions import ApplicationError
+
 from durable_tools.conversation import ModelRequest
 from durable_tools.errors import ConfigurationError
 from durable_tools.models._settings import merge_settings, rename
@@ -64,13 +78,16 @@ from durable_tools.models.errors import (
     connection_error,
     invalid_response,
     status_error,
+    stream_broken,
 )
+from durable_tools.models.streaming import streaming_wanted, text_delta
 from durable_tools.providers import openai_chat, openai_responses
 from durable_tools.providers._wire import as_object
 from durable_tools.transcript import AssistantMessage
 
 try:
     import openai
+    from openai.lib.streaming.chat import ChatCompletionStreamState
 except ImportError as exc:
     raise ConfigurationError(
         "durable_tools.models.openai needs the OpenAI SDK, an optional extra: "
@@ -116,6 +133,7 @@ class _OpenAIModel:
         settings: Mapping[str, Any] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         max_retries: int = 0,
+        stream: bool = True,
     ) -> None:
         name = type(self).__name__
         if not model:
@@ -130,6 +148,7 @@ class _OpenAIModel:
             settings or {}, {}, reserved=self._reserved, adapter=name
         )
         self.timeout = timeout
+        self.stream = stream
         self.client = client if client is not None else _make_client(base_url, api_key, max_retries)
         self._context = ProviderContext(
             provider="OpenAI",
@@ -147,14 +166,13 @@ class _OpenAIModel:
             self.settings, request.settings, reserved=self._reserved, adapter=type(self).__name__
         )
 
-    async def _send(
-        self,
-        call: Callable[[], Awaitable[Any]],
-        parse: Callable[[Mapping[str, Any]], AssistantMessage],
-    ) -> AssistantMessage:
-        """Send one request and read the answer, translating SDK errors at this one boundary."""
+    def _streams(self) -> bool:
+        return self.stream and streaming_wanted()
+
+    async def _request(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Send one request, translating SDK errors at this one boundary."""
         try:
-            raw = await call()
+            return await call()
         except openai.APIStatusError as exc:
             raise status_error(
                 self._context,
@@ -167,9 +185,45 @@ class _OpenAIModel:
         except openai.APIConnectionError as exc:
             timed_out = isinstance(exc, openai.APITimeoutError)
             raise connection_error(self._context, exc, timed_out=timed_out) from exc
+
+    async def _send(
+        self,
+        call: Callable[[], Awaitable[Any]],
+        parse: Callable[[Mapping[str, Any]], AssistantMessage],
+    ) -> AssistantMessage:
+        """Send one plain request and read the answer."""
+        raw = await self._request(call)
+        return await self._read_json(raw, parse)
+
+    async def _read_json(
+        self, raw: Any, parse: Callable[[Mapping[str, Any]], AssistantMessage]
+    ) -> AssistantMessage:
         try:
+            await raw.http_response.aread()
             body: Any = raw.http_response.json()
             return parse(as_object(body, "response body"))
+        except ValueError as exc:
+            raise invalid_response(self._context, exc) from exc
+
+    async def _send_streamed(
+        self,
+        call: Callable[[], Awaitable[Any]],
+        parse: Callable[[Mapping[str, Any]], AssistantMessage],
+        consume: Callable[[Any], Awaitable[Mapping[str, Any]]],
+    ) -> AssistantMessage:
+        """Send one streamed request; `consume` reads the events into the final body."""
+        raw = await self._request(call)
+        content_type = raw.http_response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type:  # the server ignored `stream`
+            return await self._read_json(raw, parse)
+        try:
+            body = await consume(raw.parse())
+        except ApplicationError:
+            raise
+        except Exception as exc:  # an `error` event, a dropped connection, a bad chunk
+            raise stream_broken(self._context, exc) from exc
+        try:
+            return parse(body)
         except ValueError as exc:
             raise invalid_response(self._context, exc) from exc
 
@@ -189,6 +243,8 @@ class OpenAIChatModel(_OpenAIModel):
             `AgentConfig.settings` win key by key.
         timeout: Seconds one HTTP request may take (default 600).
         max_retries: The SDK's own retries (default 0: Temporal retries).
+        stream: Stream inside the `model.turn` activity, publishing text
+            deltas (default True); False: always one plain JSON answer.
 
     Raises:
         ConfigurationError: No model name; both `client` and `base_url` /
@@ -225,15 +281,29 @@ class OpenAIChatModel(_OpenAIModel):
         if tools and "tool_choice" not in settings:
             settings["tool_choice"] = "auto"  # some servers show tools only with it
         create = self.client.chat.completions.with_raw_response.create
-        return await self._send(
+        if not self._streams():
+            return await self._send(
+                lambda: create(
+                    model=self.model,
+                    messages=body["messages"],
+                    tools=cast(Any, tools) if tools else openai.omit,
+                    extra_body=settings,
+                    timeout=self.timeout,
+                ),
+                openai_chat.parse_response,
+            )
+        return await self._send_streamed(
             lambda: create(
                 model=self.model,
                 messages=body["messages"],
                 tools=cast(Any, tools) if tools else openai.omit,
+                stream=True,
+                stream_options={"include_usage": True},
                 extra_body=settings,
                 timeout=self.timeout,
             ),
             openai_chat.parse_response,
+            _consume_chat,
         )
 
 
@@ -257,6 +327,8 @@ class OpenAIResponsesModel(_OpenAIModel):
             sent as `max_output_tokens`.
         timeout: Seconds one HTTP request may take (default 600).
         max_retries: The SDK's own retries (default 0: Temporal retries).
+        stream: Stream inside the `model.turn` activity, publishing text
+            deltas (default True); False: always one plain JSON answer.
 
     Raises:
         ConfigurationError: No model name; both `client` and `base_url` /
@@ -291,14 +363,68 @@ class OpenAIResponsesModel(_OpenAIModel):
         )
         tools = openai_responses.render_tools(request.tools)
         create = self.client.responses.with_raw_response.create
-        return await self._send(
+        if not self._streams():
+            return await self._send(
+                lambda: create(
+                    model=self.model,
+                    input=body["input"],
+                    instructions=body.get("instructions", openai.omit),
+                    tools=cast(Any, tools) if tools else openai.omit,
+                    extra_body=settings,
+                    timeout=self.timeout,
+                ),
+                openai_responses.parse_response,
+            )
+        return await self._send_streamed(
             lambda: create(
                 model=self.model,
                 input=body["input"],
                 instructions=body.get("instructions", openai.omit),
                 tools=cast(Any, tools) if tools else openai.omit,
+                stream=True,
                 extra_body=settings,
                 timeout=self.timeout,
             ),
             openai_responses.parse_response,
+            _consume_responses,
         )
+
+
+async def _consume_chat(stream: Any) -> Mapping[str, Any]:
+    """Read Chat Completions chunks: text deltas out, the accumulated completion back.
+
+    Raises:
+        ValueError: The stream ended before the first choice's `finish_reason`.
+    """
+    state = ChatCompletionStreamState()
+    finished = False
+    async for chunk in stream:
+        state.handle_chunk(chunk)
+        for choice in chunk.choices:
+            if choice.index == 0 and choice.delta.content:
+                text_delta(choice.delta.content)
+            finished = finished or (choice.index == 0 and choice.finish_reason is not None)
+    if not finished:
+        raise ValueError("the stream ended before a finish_reason")
+    completion = state.get_final_completion()
+    body: dict[str, Any] = completion.model_dump(mode="json", exclude_unset=True)
+    return body
+
+
+async def _consume_responses(stream: Any) -> Mapping[str, Any]:
+    """Read Responses events: text deltas out, the final `response` object back.
+
+    Raises:
+        ValueError: The stream ended without `response.completed`,
+            `response.incomplete` or `response.failed`.
+    """
+    final: Any = None
+    async for event in stream:
+        if event.type == "response.output_text.delta":
+            text_delta(event.delta)
+        elif event.type in ("response.completed", "response.incomplete", "response.failed"):
+            final = event.response
+    if final is None:
+        raise ValueError("the stream ended without its final response event")
+    body: dict[str, Any] = final.model_dump(mode="json", exclude_unset=True)
+    return body

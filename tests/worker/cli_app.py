@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from agent_support import MODELS, TOOLKIT, get_weather, slow_heartbeat
 
 from durable_tools import AssistantMessage, RetryPolicy, ToolContext, Toolkit, tool
 from durable_tools.agents import Agent, AgentOverrides
 from durable_tools.conversation import ModelRequest
-from durable_tools.testing import ScriptedModel
+from durable_tools.models.streaming import text_delta
+from durable_tools.testing import ScriptedModel, last_user_text
+from durable_tools.tools import Emit
 from durable_tools.worker import App
 
 
@@ -45,8 +48,35 @@ async def fetch(key: str, ctx: ToolContext) -> str:
     return f"got {key}"
 
 
-kit = Toolkit(unsteady, slow_heartbeat, fetch, label="cli")
+@tool
+async def count(to: int, emit: Emit, ctx: ToolContext) -> str:
+    """Count to `to`, one step each 0.25 s, emitting `{"call": ..., "at": i}` progress.
+
+    Args:
+        to: Where to stop.
+    """
+    for i in range(1, to + 1):
+        emit({"call": ctx.call_id, "at": i})
+        await asyncio.sleep(0.25)
+    return f"counted to {to}"
+
+
+kit = Toolkit(unsteady, slow_heartbeat, fetch, count, label="cli")
 weather = Toolkit(get_weather, label="weather")
+
+
+class GatedStreamer:
+    """Streams half its answer, waits (up to 30 s) for the file the message names, then the rest."""
+
+    async def __call__(self, request: ModelRequest) -> AssistantMessage:
+        gate = Path(last_user_text(request))
+        text_delta("before the gate;")
+        for _ in range(300):
+            if gate.exists():
+                break
+            await asyncio.sleep(0.1)
+        text_delta(" after it")
+        return AssistantMessage(text="before the gate; after it")
 
 
 def settings_echo(request: ModelRequest) -> AssistantMessage:
@@ -55,7 +85,11 @@ def settings_echo(request: ModelRequest) -> AssistantMessage:
 
 app = App(
     toolkits={"tests": TOOLKIT, "cli": kit, "weather": weather},
-    models={**MODELS, "settings-echo": ScriptedModel(settings_echo)},
+    models={
+        **MODELS,
+        "settings-echo": ScriptedModel(settings_echo),
+        "gated": GatedStreamer(),
+    },
 )
 agents_app = App(
     toolkits={"weather": weather},

@@ -128,6 +128,55 @@ async def test_run_shows_a_retry_on_the_call_that_was_retried(served: Served) ->
     assert "✓ fetch (c1) ok: got slow" in out and "✓ fetch (c2) ok: got bad" in out, out
 
 
+async def test_run_shows_progress_on_the_call_that_sent_it(served: Served) -> None:
+    # Two calls to one tool, both running for longer than STARTED_DELAY, each with progress.
+    prompt = directed([("c1", "count", {"to": 12}), ("c2", "count", {"to": 8})])
+    done = await cli("run", "--model", "directed", "--toolkit", "cli", *served.opts(), prompt)
+    assert done.code == 0, done.stdout + done.stderr
+    out = done.stdout
+    for call_id in ("c1", "c2"):
+        lines = [line for line in out.splitlines() if f"… count [{call_id}] progress" in line]
+        assert lines, out
+        # Each progress line shows that call's own value (the tool echoes its call id).
+        assert all(f'"call": "{call_id}"' in line for line in lines), lines
+        assert out.index(f"… count [{call_id}]") < out.index(f"✓ count ({call_id}) ok")
+    assert "✓ count (c1) ok: counted to 12" in out and "✓ count (c2) ok: counted to 8" in out
+
+
+async def read_until(process: Running, needle: str, seen: str = "", timeout: float = 30) -> str:
+    """Raw stdout (not lines: streamed text ends no line) until `needle` shows."""
+    assert process.process.stdout is not None
+    async with asyncio.timeout(timeout):
+        while needle not in seen:
+            chunk = await process.process.stdout.read(4096)
+            assert chunk, f"exited before {needle!r}:\n{seen}"
+            seen += chunk.decode()
+    return seen
+
+
+async def test_follow_prints_text_deltas_as_they_arrive(served: Served, tmp_path: Path) -> None:
+    # The model streams "before the gate;" then waits for the gate file: seeing
+    # that half printed before the file exists shows the text as it arrives.
+    gate, wf = tmp_path / "gate", _id()
+    started = await cli(
+        "run", "--detach", "--id", wf, "--model", "gated", *served.opts(), str(gate)
+    )
+    assert started.code == 0, started.stdout + started.stderr
+    follow = await Running.start("follow", wf, "--address", served.address)
+    try:
+        out = await read_until(follow, "before the gate;")
+        assert "after it" not in out and "turn_finished" not in out
+        gate.touch()
+        out = await read_until(follow, "turn_finished", out)
+    finally:
+        await follow.kill()
+        await cli("cancel", wf, "--address", served.address)
+    assert re.search(
+        r"\d+ \S+ model_text_delta turn 1 attempt 1: before the gate; after it\n", out
+    ), out
+    assert out.count("model_text_delta") == 1, out  # the second delta continued the line
+
+
 async def test_run_detach_returns_at_once_with_the_id(served: Served) -> None:
     wf = _id()
     began = time.monotonic()

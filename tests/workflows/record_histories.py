@@ -343,6 +343,24 @@ async def context_summarized(c: Conversations, wid: str) -> None:
         await c.send(wid, message)
 
 
+async def activity_events(c: Conversations, wid: str) -> None:
+    """Activities publish to the stream (signals): a long call's start and progress,
+    a flaky call's failures and retries' starts, the model's streamed text deltas."""
+    agent = AGENT.model_copy(update={"model": "streamed-directed"})
+    script = turns([("s1", "slow_heartbeat", {"seconds": 1.6}), ("f1", "flaky", {})])
+    await c.start(wid, agent=agent, message=script, options=OPTIONS)
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for event in c.events(wid):
+            seen.append(event.kind)
+
+    await asyncio.wait_for(follow(), 60)  # ends with the conversation (idle timeout)
+    for kind in ("tool_attempt_started", "tool_progress", "tool_attempt_failed"):
+        assert kind in seen, seen
+    assert "model_text_delta" in seen and seen[-1] == "conversation_finished", seen
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -370,6 +388,7 @@ SCENARIOS: dict[str, Scenario] = {
         start_and_wait,
         events_followed,
         context_summarized,
+        activity_events,
     )
 }
 

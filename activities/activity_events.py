@@ -1,0 +1,231 @@
+"""Events an activity publishes to its conversation's stream: batched, throttled, bounded.
+
+An activity reaches the conversation's Workflow Stream only through a
+signal (`WorkflowStreamClient.from_within_activity()`), and every signal
+adds an event to the workflow's history and a workflow task (server CPU).
+So an `ActivityEvents` sends what it collected in one signal at a time, at
+most once per `interval` seconds, and nothing before `hold` seconds have
+passed:
+
+- tool attempts: `tool_attempt_started` and the latest `tool_progress` wait
+  `STARTED_DELAY` (a quick call publishes nothing; its `tool_call_finished`,
+  published by the workflow, carries the attempt and duration), then
+  progress goes out at most every `PROGRESS_INTERVAL`, the latest value
+  replacing one not yet sent; a retry (attempt 2 on) publishes its start at
+  once. What is still unsent when the attempt returns is dropped (the
+  call's output says more); a failure is sent before the activity raises.
+- model turns: text deltas are joined and sent at most every
+  `TEXT_DELTA_INTERVAL` (the first at once), the rest before the activity
+  returns, so every delta precedes the turn's `turn_finished`. Text goes
+  out only while someone follows the conversation (`gate`: the workflow's
+  `followed` query, asked when text first arrives and every
+  `FOLLOW_CHECK_INTERVAL` seconds while the answer is no); the text of the
+  attempt is kept meanwhile, so a reader who arrives mid-turn gets it from
+  its first character, and it is dropped if nobody came.
+
+Publishing is best effort: a signal that fails or takes longer than
+`SEND_TIMEOUT` is logged and dropped; the activity's own work and result
+never depend on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from temporalio import activity
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+from durable_tools.events import (
+    EVENTS_TOPIC,
+    FOLLOW_CHECK_INTERVAL,
+    MAX_DELTA_TEXT,
+    ConversationEvent,
+    EventKind,
+)
+
+__all__ = ["SEND_TIMEOUT", "ActivityEvents"]
+
+SEND_TIMEOUT: Final[float] = 5.0
+"""Seconds one publish signal may take before its batch is dropped."""
+
+
+class ActivityEvents:
+    """Collects one activity attempt's events and publishes them in throttled batches.
+
+    Use it as an async context manager inside the activity: `__aexit__`
+    stops the sender; call `flush()` first for whatever must still go out.
+
+    Args:
+        hold: Seconds before anything is published (default 0).
+        interval: Least seconds between two signals (default 0.2).
+        send: Publishes one batch; default: a signal to the activity's
+            workflow through `WorkflowStreamClient.from_within_activity()`.
+            Tests pass their own.
+        gate: Async callable answering whether text should be published
+            now (someone follows); `None` (default): always. A gate that
+            raises or takes longer than `SEND_TIMEOUT` counts as no (e.g. a
+            workflow without the `followed` query).
+        recheck: Seconds before a gate that said no is asked again
+            (default `FOLLOW_CHECK_INTERVAL`).
+    """
+
+    def __init__(
+        self,
+        *,
+        hold: float = 0.0,
+        interval: float = 0.2,
+        send: Any = None,
+        gate: Callable[[], Awaitable[bool]] | None = None,
+        recheck: float = FOLLOW_CHECK_INTERVAL,
+    ) -> None:
+        self._hold = hold
+        self._interval = interval
+        self._send_batch = send
+        self._stream: WorkflowStreamClient | None = None
+        self._queued: list[ConversationEvent] = []
+        self._latest: dict[str, ConversationEvent] = {}  # replaced, not queued (progress)
+        self._text: list[str] = []
+        self._text_fields: dict[str, Any] = {}
+        self._gate = gate
+        self._recheck = recheck
+        self._text_on: bool | None = None  # the gate's last answer; None: not asked
+        self._asked_at = 0.0
+        self._wake = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._sending: asyncio.Task[None] | None = None
+        self.signals = 0
+        """Signals sent so far."""
+
+    async def __aenter__(self) -> ActivityEvents:
+        """Start the sender."""
+        self._sender = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        """Stop the sender; a signal under way lands first (events keep their order)."""
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sender
+            self._sender = None
+        if self._sending is not None:
+            with contextlib.suppress(Exception):
+                await self._sending
+
+    # ------------------------------------------------------------ collecting
+
+    def publish(self, kind: EventKind, **fields: Any) -> None:
+        """Queue an event (sent in order with the next batch)."""
+        self._queued.append(_event(kind, fields))
+        self._wake.set()
+
+    def replace(self, key: str, kind: EventKind, **fields: Any) -> None:
+        """Set the latest event under `key`; one not yet sent is replaced."""
+        self._latest[key] = _event(kind, fields)
+        self._wake.set()
+
+    def text(self, piece: str, **fields: Any) -> None:
+        """Add a piece of model text (joined into `model_text_delta` events with `fields`)."""
+        self._text.append(_valid_utf8(piece))  # a lone surrogate would fail the batch
+        self._text_fields = fields
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Send what is collected now, after a signal under way (bounded by `SEND_TIMEOUT`).
+
+        Text the gate does not let out is dropped.
+        """
+        if self._sending is not None:
+            with contextlib.suppress(Exception):
+                await self._sending
+        if self._text and not await self._text_allowed():
+            self._text.clear()
+        batch = self._take()
+        if batch:
+            await self._send(batch)
+
+    def drop(self) -> None:
+        """Forget what is collected and not sent yet."""
+        self._queued.clear()
+        self._latest.clear()
+        self._text.clear()
+
+    # --------------------------------------------------------------- sending
+
+    def _take(self, *, text: bool = True) -> list[ConversationEvent]:
+        batch = [*self._queued, *self._latest.values()]
+        self._queued.clear()
+        self._latest.clear()
+        if self._text and text:
+            joined, fields = "".join(self._text), self._text_fields
+            self._text.clear()
+            for start in range(0, len(joined), MAX_DELTA_TEXT):
+                piece = joined[start : start + MAX_DELTA_TEXT]
+                batch.append(_event("model_text_delta", {**fields, "text": piece}))
+        return batch
+
+    async def _text_allowed(self) -> bool:
+        if self._gate is None or self._text_on:
+            return True
+        now = time.monotonic()
+        if self._text_on is None or now - self._asked_at >= self._recheck:
+            self._asked_at = now
+            try:
+                async with asyncio.timeout(SEND_TIMEOUT):
+                    self._text_on = await self._gate()
+            except Exception:
+                activity.logger.debug("could not ask whether anyone follows", exc_info=True)
+                self._text_on = False
+        return bool(self._text_on)
+
+    async def _run(self) -> None:
+        if self._hold > 0:
+            await asyncio.sleep(self._hold)
+        while True:
+            # Text held back by the gate wakes the sender to ask again.
+            held = bool(self._text) and self._text_on is False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._recheck if held else None):
+                    await self._wake.wait()
+            self._wake.clear()
+            text = not self._text or await self._text_allowed()
+            batch = self._take(text=text)
+            if batch:
+                # Shielded: cancelling the sender must not abandon a signal half sent.
+                self._sending = asyncio.ensure_future(self._send(batch))
+                await asyncio.shield(self._sending)
+                self._sending = None
+            await asyncio.sleep(self._interval)
+
+    async def _send(self, batch: list[ConversationEvent]) -> None:
+        try:
+            async with asyncio.timeout(SEND_TIMEOUT):
+                if self._send_batch is not None:
+                    await self._send_batch(batch)
+                else:
+                    if self._stream is None:
+                        self._stream = WorkflowStreamClient.from_within_activity()
+                    topic = self._stream.topic(EVENTS_TOPIC, type=ConversationEvent)
+                    for event in batch:
+                        topic.publish(event)
+                    await self._stream.flush()
+            self.signals += 1
+        except Exception:
+            activity.logger.warning("could not publish %d events", len(batch), exc_info=True)
+
+
+def _event(kind: EventKind, fields: dict[str, Any]) -> ConversationEvent:
+    # A lone surrogate (from a model or a tool) would fail the batch's serialization.
+    clean: dict[str, Any] = {
+        k: _valid_utf8(v) if isinstance(v, str) else v for k, v in fields.items()
+    }
+    return ConversationEvent(kind=kind, at=datetime.now(UTC), **clean)
+
+
+def _valid_utf8(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
