@@ -241,8 +241,12 @@ async def test_64_mb_arguments_and_result_go_round_trip(
         assert reply == f"c1:{expected}:{size}"
         history = await setup.client.get_workflow_handle(workflow_id).fetch_history()
         assert max(e.ByteSize() for e in history.events) < 1 * MiB
+        # The arguments are stored once, with the model turn's result; the tool
+        # activity's input names the call (`CallReference`, slim records).
+        completed = stored_sizes(history, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+        assert sum(s > size for s in completed) == 2  # the model turn; the result
         scheduled = stored_sizes(history, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
-        assert any(s > size for s in scheduled)  # the tool activity's input: the arguments
+        assert all(s < size for s in scheduled)
 
 
 async def test_past_the_configured_maximum_results_and_arguments_are_refused(
