@@ -292,12 +292,14 @@ async def test_past_the_configured_maximum_results_and_arguments_are_refused(
 async def test_a_continue_as_new_input_over_the_threshold_is_stored(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    size = 1 * MiB  # the carried transcript is over 256 KiB, under today's 2 MB carry bound
+    # The carried tail holds the output (under the largest carry budget,
+    # 384 KiB), so the carried state is over the 256 KiB threshold.
+    size = 280 * 1024
 
     model = scripted([call("c1", "make_blob", size=size, seed=3)])
     # Continued as new after the tool's turn: the second run's model turn reads
-    # the carried 1 MiB output back.
-    options = ConversationOptions(continue_as_new_after_turns=1)
+    # the carried output back.
+    options = ConversationOptions(continue_as_new_after_turns=1, carry_transcript_bytes=384 * 1024)
     async with serving(dev_env, tmp_path / "payloads", {"m": model}) as setup:
         workflow_id, reply = await setup.run("m", options=options)
         assert reply == f"c1:{sha256(blob(size, 3))}:{size}"
