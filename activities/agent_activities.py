@@ -236,10 +236,12 @@ class AgentActivities:
         return cached[1]
 
     async def _agent_config(self, request: ModelTurnRequest) -> AgentConfig:
-        """The turn's agent configuration: in the request, or read by name once per run."""
-        if request.agent is not None:
-            return request.agent
+        """The turn's agent configuration: in the request (kept), or kept, or read by name."""
         key = (request.workflow_id, request.run_id, request.agent_name)
+        if request.agent is not None:
+            if request.agent_name:
+                _remember(self._agent_configs, key, request.agent, _MAX_AGENT_CONFIGS)
+            return request.agent
         config = self._agent_configs.get(key)
         if config is None:
             handle = activity.client().get_workflow_handle(

@@ -590,9 +590,10 @@ class ModelTurnRequest(BaseModel):
             reference where an activity returned them, so a worker that ran
             the previous turn needs no query (`None`: read by query).
 
-    Exactly one of `agent` and `agent_name` is set (`agent`: requests recorded
-    before configurations were read by name, and loops embedded in another
-    workflow, which cannot be queried by these names).
+    `agent` is set in a run's first request and after a handoff (the worker
+    keeps it by `agent_name`), in requests recorded before configurations were
+    read by name, and for loops embedded in another workflow (which cannot be
+    queried by these names); `agent_name` otherwise.
     """
 
     workflow_id: str

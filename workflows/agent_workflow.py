@@ -252,6 +252,8 @@ class AgentWorkflow:
         # `_sources[index]`.
         self._delta_from: int | None = _delta_start(state)
         self._sources: dict[int, DeltaEntry] = {}
+        # The agent whose configuration this run last sent whole to the model activity.
+        self._sent_agent: str | None = None
         self._produced_calls: set[str] = set()
         # `run_agent` sets it before calling __init__: the loop runs inside
         # another workflow (no continue-as-new, no event stream of its own).
@@ -500,19 +502,23 @@ class AgentWorkflow:
         self._state = "model"
         info = workflow.info()
         inline = self._options.transcript_in_activity_input
-        # The configuration is in this run's input: recorded once per run,
-        # read by name (`agent_config` query) unless the loop cannot be queried.
+        # The configuration is in this run's input and its first model request;
+        # later requests name it (read with the `agent_config` query by a
+        # worker that did not keep it), unless the loop cannot be queried.
         request = ModelTurnRequest(
             workflow_id=info.workflow_id,
             run_id=info.run_id,
             turn=number,
             upto=self._length(),
-            agent=agent if inline else None,
+            # Whole in the run's first request and after a handoff (the
+            # worker keeps it), else by name: no query on the common path.
+            agent=agent if inline or self._agent != self._sent_agent else None,
             agent_name="" if inline else self._agent,
             known_digest=self._digest,
             transcript=list(self._transcript) if inline else None,
             delta=None if inline else self._transcript_delta(),
         )
+        self._sent_agent = self._agent
         return await workflow.execute_activity(
             MODEL_TURN_ACTIVITY,
             request,

@@ -133,10 +133,11 @@ async def test_arguments_and_configuration_are_recorded_once(
         if MARKER in p.data.decode(errors="replace")
     ]
     assert len(summaries) == 2
-    # Two model turns, one run: the instructions are in the run's input only.
     assert len(model.requests) == 2
     assert all(r.instructions == INSTRUCTIONS for r in model.requests)
-    assert await _occurrences(dev_env, workflow_id, "instructions-b91e") == 20
+    # Two model turns, one run: the instructions are in the run's input and
+    # its first model request only.
+    assert await _occurrences(dev_env, workflow_id, "instructions-b91e") == 2 * 20
 
 
 async def test_a_worker_that_did_not_plan_the_call_reads_it_by_query(
