@@ -140,6 +140,14 @@ class CacheStats:
     delta_mismatches: int = 0
 
 
+def _fold(item: TranscriptItem, digest: str, size: int, call_ids: set[str]) -> tuple[str, int]:
+    """One more item held: the prefix's new digest and JSON size; its call ids added."""
+    encoded = item_json(item)
+    if isinstance(item, AssistantMessage):
+        call_ids.update(c.call_id for c in item.tool_calls)
+    return extend_digest(digest, encoded), size + len(encoded)
+
+
 class ProducedItems:
     """What a worker's activities returned, as transcript items, by conversation.
 
@@ -303,11 +311,7 @@ class TranscriptCache:
             item = part.item if part.item is not None else resolve(part)
             if item is None:
                 return None
-            encoded = item_json(item)
-            digest = extend_digest(digest, encoded)
-            size += len(encoded)
-            if isinstance(item, AssistantMessage):
-                call_ids.update(c.call_id for c in item.tool_calls)
+            digest, size = _fold(item, digest, size, call_ids)
             items.append(item)
         if digest != delta.digest:  # e.g. remembered from an attempt not recorded
             self.stats.delta_mismatches += 1
@@ -398,11 +402,7 @@ class TranscriptCache:
         try:
             async for page in pages:
                 for item in page.items:
-                    encoded = item_json(item)
-                    digest = extend_digest(digest, encoded)
-                    size += len(encoded)
-                    if isinstance(item, AssistantMessage):
-                        call_ids.update(c.call_id for c in item.tool_calls)
+                    digest, size = _fold(item, digest, size, call_ids)
                 items.extend(page.items)
                 if digest != page.digest:
                     consistent = False

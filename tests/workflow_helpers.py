@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent_support import AGENT, TOOLKITS, directed, read_ledger
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -232,3 +234,24 @@ async def running(
             yield harness
         finally:
             await terminate_running(client, harness.started)
+
+
+def payloads_of(message: Message, *, skip: str = "") -> list[Payload]:
+    """Every payload a history event (or any API message) holds: inputs, results,
+    headers, failure details; fields named `skip` (e.g. `user_metadata`) left out."""
+    if isinstance(message, Payload):
+        return [message]
+    found: list[Payload] = []
+    for described, value in message.ListFields():
+        if described.name == skip or described.message_type is None:
+            continue
+        if described.message_type.GetOptions().map_entry:
+            values = list(value.values())
+        elif described.is_repeated:
+            values = list(value)
+        else:
+            values = [value]
+        for item in values:
+            if isinstance(item, Message):
+                found += payloads_of(item, skip=skip)
+    return found

@@ -27,6 +27,7 @@ from durable_tools.activities.transcript_cache import CachedTranscript, Transcri
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
     ConversationOptions,
+    ConversationStatus,
     DeltaEntry,
     ModelRequest,
     TranscriptDelta,
@@ -93,6 +94,23 @@ async def _idle_after(conversations: Conversations, workflow_id: str, turns: int
     await eventually(probe, what=f"{workflow_id} idle after {turns} turns", timeout=60)
 
 
+async def _converse(
+    client: Client, task_queue: str, name: str, calls: int, every: int
+) -> tuple[str, list[TranscriptItem], ConversationStatus]:
+    """A conversation of `calls` echo turns and "done", continuing as new every
+    `every` turns, run to idle on a worker; its id, transcript and status."""
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"{name}-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue):
+        await conversations.start(
+            workflow_id, agent=AGENT, message=_loop(calls), options=_options(every=every)
+        )
+        await _idle_after(conversations, workflow_id, calls + 1)
+        transcript = await conversations.history(workflow_id)
+        status = await conversations.status(workflow_id)
+    return workflow_id, transcript, status
+
+
 def _digest(items: Sequence[TranscriptItem]) -> str:
     digest = EMPTY_DIGEST
     for item in items:
@@ -105,16 +123,8 @@ async def test_each_turn_reads_only_new_items_across_continue_as_new(
 ) -> None:
     client, plugin, model = _worker(dev_env)
     cache = plugin.agent_activities.transcripts
-    conversations = Conversations(client, task_queue=task_queue)
-    workflow_id = f"incremental-{uuid.uuid4()}"
     turns = 31  # 30 calling `echo`, then "done"
-    async with Worker(client, task_queue=task_queue):
-        await conversations.start(
-            workflow_id, agent=AGENT, message=_loop(30), options=_options(every=7)
-        )
-        await _idle_after(conversations, workflow_id, turns)
-        transcript = await conversations.history(workflow_id)
-        status = await conversations.status(workflow_id)
+    workflow_id, transcript, status = await _converse(client, task_queue, "incremental", 30, 7)
 
     assert status.runs == 5  # 7 turns per run: 31 turns in 5 runs
     _assert_saw_full_transcript(model.requests, transcript, turns)
@@ -158,16 +168,8 @@ async def test_two_workers_taking_turns_see_the_same_transcript(
     client, plugin, model = _worker(dev_env)
     alternating = TakingTurns()
     plugin.agent_activities.transcripts = alternating
-    conversations = Conversations(client, task_queue=task_queue)
-    workflow_id = f"incremental-two-{uuid.uuid4()}"
     turns = 41
-    async with Worker(client, task_queue=task_queue):
-        await conversations.start(
-            workflow_id, agent=AGENT, message=_loop(40), options=_options(every=15)
-        )
-        await _idle_after(conversations, workflow_id, turns)
-        transcript = await conversations.history(workflow_id)
-        status = await conversations.status(workflow_id)
+    _, transcript, status = await _converse(client, task_queue, "incremental-two", 40, 15)
 
     assert status.runs == 3
     _assert_saw_full_transcript(model.requests, transcript, turns)
@@ -273,16 +275,8 @@ async def test_most_turns_need_no_query(dev_env: WorkflowEnvironment, task_queue
     """
     client, plugin, model = _worker(dev_env, deltas=True)
     cache = plugin.agent_activities.transcripts
-    conversations = Conversations(client, task_queue=task_queue)
-    workflow_id = f"incremental-delta-{uuid.uuid4()}"
     turns = 31
-    async with Worker(client, task_queue=task_queue):
-        await conversations.start(
-            workflow_id, agent=AGENT, message=_loop(30), options=_options(every=7)
-        )
-        await _idle_after(conversations, workflow_id, turns)
-        transcript = await conversations.history(workflow_id)
-        status = await conversations.status(workflow_id)
+    _, transcript, status = await _converse(client, task_queue, "incremental-delta", 30, 7)
     assert status.runs == 5
     _assert_saw_full_transcript(model.requests, transcript, turns)
     stats = cache.stats

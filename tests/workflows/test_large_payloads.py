@@ -23,11 +23,10 @@ from typing import Any
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
-from workflow_helpers import eventually
+from workflow_helpers import eventually, payloads_of
 
 from durable_tools import AssistantMessage, Toolkit, tool
 from durable_tools.client import Conversations
@@ -149,30 +148,6 @@ async def serving(
             yield setup
         finally:
             await terminate_running(client, setup.started)
-
-
-def payloads_of(event: HistoryEvent) -> list[Payload]:
-    """Every payload an event holds (inputs, results, failure details)."""
-    found: list[Payload] = []
-
-    def walk(message: Any) -> None:
-        if isinstance(message, Payload):
-            found.append(message)
-            return
-        for field, value in message.ListFields():
-            if field.message_type is None:
-                continue
-            if hasattr(value, "ListFields"):
-                walk(value)
-            elif hasattr(value, "values") and callable(value.values):  # a map field
-                for item in value.values():
-                    walk(item)
-            else:  # a repeated field
-                for item in value:
-                    walk(item)
-
-    walk(event)
-    return found
 
 
 def is_reference(payload: Payload) -> bool:

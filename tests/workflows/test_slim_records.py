@@ -14,11 +14,10 @@ import json
 import uuid
 from typing import Any
 
-from google.protobuf.message import Message
-from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from workflow_helpers import payloads_of
 
 from durable_tools import Toolkit, tool
 from durable_tools.client import Conversations
@@ -58,32 +57,12 @@ async def guarded_shout(text: str) -> str:
     return text.upper()
 
 
-def _payloads(message: Message, *, skip: str = "user_metadata") -> list[Payload]:
-    """Every payload a history event holds (inputs, results, headers), except `skip`."""
-    if isinstance(message, Payload):
-        return [message]
-    found: list[Payload] = []
-    for field, value in message.ListFields():
-        if field.name == skip or field.message_type is None:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            values = list(value.values())
-        elif field.is_repeated:
-            values = list(value)
-        else:
-            values = [value]
-        for item in values:
-            if isinstance(item, Message):
-                found += _payloads(item, skip=skip)
-    return found
-
-
 async def _occurrences(env: WorkflowEnvironment, workflow_id: str, needle: str) -> int:
     history = await env.client.get_workflow_handle(workflow_id).fetch_history()
     return sum(
         payload.data.decode(errors="replace").count(needle)
         for event in history.events
-        for payload in _payloads(event)
+        for payload in payloads_of(event, skip="user_metadata")
     )
 
 
@@ -129,7 +108,7 @@ async def test_arguments_and_configuration_are_recorded_once(
     summaries = [
         p.data.decode()
         for e in history.events
-        for p in _payloads(e, skip="")
+        for p in payloads_of(e)
         if MARKER in p.data.decode(errors="replace")
     ]
     assert len(summaries) == 2
