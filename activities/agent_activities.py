@@ -24,6 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -506,7 +507,8 @@ class AgentActivities:
         plans = plan_calls(
             toolkit,
             message.tool_calls,
-            [*transcript, message],
+            transcript,
+            message=message,
             max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
         )
         for index, problem in enumerate(problems):
@@ -762,23 +764,25 @@ def _unique_call_ids(
     message: AssistantMessage, transcript: Sequence[TranscriptItem]
 ) -> AssistantMessage:
     """Rename call ids the conversation already used, so each id has one output."""
+    used: AbstractSet[str]
     if isinstance(transcript, CheckedTranscript):  # kept by the cache as the transcript grew
-        seen = set(transcript.call_ids)
+        used = transcript.call_ids
     else:
-        seen = {
+        used = {
             c.call_id
             for item in transcript
             if isinstance(item, AssistantMessage)
             for c in item.tool_calls
         }
+    taken = set[str]()  # this turn's, beside `used` (not copied: it may be the cache's)
     calls: list[ToolCall] = []
     changed = False
     for c in message.tool_calls:
         call_id, n = c.call_id or "call", 1
-        while call_id in seen:
+        while call_id in used or call_id in taken:
             n += 1
             call_id = f"{c.call_id}~{n}"
-        seen.add(call_id)
+        taken.add(call_id)
         changed |= call_id != c.call_id
         calls.append(c if call_id == c.call_id else c.model_copy(update={"call_id": call_id}))
     return message.model_copy(update={"tool_calls": tuple(calls)}) if changed else message

@@ -8,7 +8,7 @@ and a toolkit changed between runs cannot make an old history diverge.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -38,6 +38,7 @@ def plan_calls(
     calls: Sequence[ToolCall],
     transcript: Sequence[TranscriptItem],
     *,
+    message: TranscriptItem | None = None,
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
 ) -> list[PlannedCall]:
     """Plan each call of a turn: kind, early failure, approval, options.
@@ -49,17 +50,30 @@ def plan_calls(
         toolkit: The toolkit the model saw.
         calls: The turn's calls.
         transcript: The transcript the model saw (for `needs_approval`).
+        message: The turn's message, appended to `transcript` for
+            `needs_approval` (default none).
         max_argument_bytes: Size limit of argument text (default 1 MiB).
 
     Returns:
         One `PlannedCall` per call, in order.
     """
-    history = tuple(transcript)
+    made: list[tuple[Any, ...]] = []
+
+    def history() -> tuple[Any, ...]:
+        # Built once, and only for a `needs_approval` function: a copy of the
+        # whole transcript on every turn made long conversations' turns grow.
+        if not made:
+            made.append((*transcript, message) if message is not None else tuple(transcript))
+        return made[0]
+
     return [_plan(toolkit, call, history, max_argument_bytes) for call in calls]
 
 
 def _plan(
-    toolkit: Toolkit, call: ToolCall, history: tuple[Any, ...], max_argument_bytes: int
+    toolkit: Toolkit,
+    call: ToolCall,
+    history: Callable[[], tuple[Any, ...]],
+    max_argument_bytes: int,
 ) -> PlannedCall:
     base: dict[str, Any] = {
         "call": call,
@@ -105,9 +119,10 @@ def _plan(
         return PlannedCall(**base, kind=kind, failure=prepared)
     tool = prepared.tool
     try:
+        transcript = () if isinstance(tool.needs_approval, bool) else history()
         gated = tool.requires_approval(
             prepared.input,
-            ApprovalContext(call_id=call.call_id, tool=call.name, transcript=history),
+            ApprovalContext(call_id=call.call_id, tool=call.name, transcript=transcript),
         )
     except Exception as exc:
         reason = f"needs_approval raised {type(exc).__name__}: {exc}"

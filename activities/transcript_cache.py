@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -89,21 +89,54 @@ TranscriptQuery = RunQuery
 """Sends one `transcript_slice` query to a run (`durable_tools.transcript_reader.RunQuery`)."""
 
 
-@dataclass(frozen=True)
 class CachedTranscript:
     """The items `[0, len(items))` of one conversation's transcript, as a worker read them.
 
-    Attributes:
-        items: The items, in order.
+    Grows in place (`TranscriptCache.extend_by_delta` appends a turn's new
+    items to `items` and `call_ids`): a turn costs the same at item 20,000 as
+    at item 20. Read it, never change it; `TranscriptCache` hands out copies.
+
+    Args:
+        items: The items, in order (copied into a new list).
         digest: Their digest, computed here from the items (`transcript_digest`).
         size: Their JSON size in bytes (what the cache is bounded by).
+        call_ids: The tool call ids of the assistant messages among them
+            (copied into a new set).
+
+    Attributes:
+        items: The items, in order.
+        digest: Their digest.
+        size: Their JSON size in bytes.
         call_ids: The tool call ids of the assistant messages among them.
     """
 
-    items: tuple[TranscriptItem, ...]
-    digest: str
-    size: int
-    call_ids: frozenset[str]
+    __slots__ = ("call_ids", "digest", "items", "size")
+
+    def __init__(
+        self,
+        items: Iterable[TranscriptItem],
+        digest: str,
+        size: int,
+        call_ids: Iterable[str],
+    ) -> None:
+        self.items: list[TranscriptItem] = list(items)
+        self.digest = digest
+        self.size = size
+        self.call_ids: set[str] = set(call_ids)
+
+    @classmethod
+    def empty(cls) -> CachedTranscript:
+        """No items: the digest of the empty prefix."""
+        return cls((), EMPTY_DIGEST, 0, ())
+
+    def checked(self) -> CheckedTranscript:
+        """A copy of the items (one list copy), with the call ids the entry keeps.
+
+        The call ids are the entry's own set, not a copy: they only ever grow,
+        and the copy is for membership tests (a call id the entry gains later
+        was never one of these items', so nothing reads it as theirs).
+        """
+        return CheckedTranscript(self.items, self.call_ids)
 
 
 @dataclass
@@ -296,15 +329,15 @@ class TranscriptCache:
         entry = self.get(workflow_id)
         end = delta.start + len(delta.entries)
         if entry is None and delta.start == 0:
-            entry = CachedTranscript(items=(), digest=EMPTY_DIGEST, size=0, call_ids=frozenset())
+            entry = CachedTranscript.empty()
         if entry is None:
             return None
         if len(entry.items) == end and entry.digest == delta.digest:
             self.stats.delta_hits += 1
-            return CheckedTranscript(entry.items, entry.call_ids)
+            return entry.checked()
         if len(entry.items) != delta.start or entry.digest != delta.start_digest:
             return None
-        items = list(entry.items)
+        added: list[TranscriptItem] = []
         digest, size = entry.digest, entry.size
         call_ids = set[str]()
         for part in delta.entries:
@@ -312,14 +345,33 @@ class TranscriptCache:
             if item is None:
                 return None
             digest, size = _fold(item, digest, size, call_ids)
-            items.append(item)
+            added.append(item)
         if digest != delta.digest:  # e.g. remembered from an attempt not recorded
             self.stats.delta_mismatches += 1
             return None
-        all_ids = entry.call_ids | call_ids if call_ids else entry.call_ids
         self.stats.delta_hits += 1
-        self.put(workflow_id, CachedTranscript(tuple(items), digest, size, all_ids))
-        return CheckedTranscript(items, all_ids)
+        # In place, not a new entry: the cost is the delta's, not the transcript's.
+        entry.items.extend(added)
+        entry.call_ids.update(call_ids)
+        entry.digest = digest
+        self._grow(workflow_id, entry, size)
+        return entry.checked()
+
+    def _grow(self, workflow_id: str, entry: CachedTranscript, size: int) -> None:
+        """Account for `entry` now holding `size` bytes (it may be new), evicting the oldest."""
+        kept = self._entries.get(workflow_id)
+        if kept is not entry:
+            entry.size = size
+            self.put(workflow_id, entry)
+            return
+        self._bytes += size - entry.size
+        entry.size = size
+        self._entries.move_to_end(workflow_id)
+        if size > self.max_bytes:
+            self.discard(workflow_id)
+        while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= evicted.size
 
     async def read(
         self,
@@ -370,9 +422,10 @@ class TranscriptCache:
             self.stats.misses += 1
         self.discard(workflow_id)
         self.stats.full_reads += 1
-        empty = CachedTranscript(items=(), digest=EMPTY_DIGEST, size=0, call_ids=frozenset())
         try:
-            return await self._extend(counted, workflow_id, upto, page_bytes, empty)
+            return await self._extend(
+                counted, workflow_id, upto, page_bytes, CachedTranscript.empty()
+            )
         except OlderWorkflowCode:
             return await self._legacy_read(counted, upto, page_bytes)
         except PrefixMismatch as exc:  # only a transcript changed in place gets here
@@ -415,9 +468,9 @@ class TranscriptCache:
             raise
         finally:
             await pages.aclose()
-        all_ids = known.call_ids | call_ids if call_ids else known.call_ids
+        all_ids = known.call_ids | call_ids
         if consistent:
-            self.put(workflow_id, CachedTranscript(tuple(items), digest, size, all_ids))
+            self.put(workflow_id, CachedTranscript(items, digest, size, all_ids))
         else:
             self.stats.inconsistent += 1
             self.discard(workflow_id)
@@ -426,7 +479,7 @@ class TranscriptCache:
                 "workflow's; reading it whole every turn",
                 workflow_id,
             )
-        return CheckedTranscript(items, all_ids)
+        return CheckedTranscript(items, frozenset(all_ids))
 
     async def _legacy_read(
         self, query: TranscriptQuery, upto: int, page_bytes: int

@@ -226,10 +226,12 @@ class ConversationOptions(BaseModel):
             with approvers require signed decisions either way.
         carry_transcript_bytes: At continue-as-new, the newest transcript
             items that fit in this many bytes of JSON are carried to the new
-            run (default 128 KiB, at most 384 KiB, so the whole carried state
+            run (default 32 KiB, at most 384 KiB, so the whole carried state
             stays under `durable_tools.carry.CARRY_LIMIT_BYTES`); older items
             are read back from the earlier runs (docs/architecture.md,
-            "Continue-as-new").
+            "Continue-as-new"). The carry is recorded twice per
+            continue-as-new; the model activity needs none of it (it reads
+            what it has not cached by query), so the default is small.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -245,7 +247,7 @@ class ConversationOptions(BaseModel):
     transcript_in_activity_input: bool = False
     accept_early_decisions: bool = False
     require_signed_decisions: bool = False
-    carry_transcript_bytes: int = Field(default=128 * 1024, ge=0, le=384 * 1024)
+    carry_transcript_bytes: int = Field(default=32 * 1024, ge=0, le=384 * 1024)
 
 
 class PendingApproval(BaseModel):
@@ -714,7 +716,7 @@ class ModelRequest(BaseModel):
     Attributes:
         model: The model name from the agent configuration.
         instructions: System instructions.
-        transcript: The reconciled transcript.
+        transcript: The reconciled transcript (read it; do not change it).
         tools: The descriptors to offer.
         turn: The model turn number (from 1).
         workflow_id: The conversation's workflow id.
@@ -739,9 +741,10 @@ class ModelRequest(BaseModel):
     @classmethod
     def _checked_once(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         # A transcript the activity read was validated when it was decoded:
-        # validating thousands of items again each turn made turns grow.
+        # validating thousands of items again each turn made turns grow; so
+        # did copying them. The activity makes a new one for each request.
         if isinstance(value, CheckedTranscript):
-            return list(value)
+            return value
         return handler(value)
 
 

@@ -47,8 +47,13 @@ __all__ = [
 EVENTS_TOPIC: Final[str] = "conversation"
 """The Workflow Streams topic of conversation events."""
 
-RETAINED_EVENTS: Final[int] = 200
-"""Events a new run keeps at continue-as-new (the latest ones)."""
+RETAINED_EVENTS: Final[int] = 64
+"""Events a new run keeps at continue-as-new (the latest ones; about 15 KB carried).
+
+A reader that is further behind resumes from the oldest retained event. The
+carry is recorded twice per continue-as-new: 200 events made a run's last
+turns cost 40% more history than its first ones (`bench/long_conversation.py`).
+"""
 
 MAX_EVENT_TEXT: Final[int] = 500
 """Characters of a message, model text, reason or progress an event carries."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 from durable_tools.transcript import TranscriptItem
@@ -124,9 +125,10 @@ class CheckedTranscript(list[TranscriptItem]):
 
     Args:
         items: The transcript items.
-        call_ids: The call ids of the assistant messages among `items`.
+        call_ids: The call ids of the assistant messages among `items` (a
+            superset is fine: they are for telling new call ids from used ones).
     """
 
-    def __init__(self, items: Iterable[TranscriptItem], call_ids: frozenset[str]) -> None:
+    def __init__(self, items: Iterable[TranscriptItem], call_ids: AbstractSet[str]) -> None:
         super().__init__(items)
         self.call_ids = call_ids

@@ -32,6 +32,7 @@ from durable_tools.conversation import (
     ModelRequest,
     TranscriptDelta,
 )
+from durable_tools.results import ToolCall
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem, UserMessage
 from durable_tools.transcript_digest import EMPTY_DIGEST, extend_digest, item_json
@@ -349,3 +350,72 @@ def test_a_delta_is_used_only_when_it_rebuilds_the_workflows_prefix() -> None:
     assert cache.extend_by_delta("w", by_reference, lambda _: reply) == grown
     assert cache.stats.delta_hits == 3
     assert cache.stats.queries == 0
+
+
+def test_a_delta_grows_the_cached_entry_in_place_and_hands_out_snapshots() -> None:
+    # The cost of a turn is its delta's: the entry is appended to, not copied
+    # (copies of 20,000 items every turn made the 10,000-turn bench's turns grow),
+    # and what a turn got does not change when a later turn extends the entry.
+    cache = TranscriptCache()
+    items: list[TranscriptItem] = [UserMessage(text="hello")]
+    start = TranscriptDelta(
+        start=0,
+        start_digest=EMPTY_DIGEST,
+        entries=[DeltaEntry(item=items[0])],
+        digest=_digest(items),
+    )
+    first = cache.extend_by_delta("w", start, lambda _: None)
+    assert first == items
+    entry = cache.get("w")
+    assert entry is not None
+    held, held_ids, size = entry.items, entry.call_ids, cache.bytes
+    for turn in range(1, 4):
+        call = ToolCall(call_id=f"c{turn}", name="echo", arguments="{}")
+        reply = AssistantMessage(tool_calls=(call,))
+        output = ToolCallOutput(call_id=call.call_id, tool="echo", content=f"out {turn}")
+        grown = [*items, reply, output]
+        delta = TranscriptDelta(
+            start=len(items),
+            start_digest=_digest(items),
+            entries=[DeltaEntry(turn=turn), DeltaEntry(item=output)],
+            digest=_digest(grown),
+        )
+        seen = cache.extend_by_delta("w", delta, lambda _, reply=reply: reply)
+        assert seen == grown
+        items = grown
+    entry = cache.get("w")
+    assert entry is not None and entry.items is held and entry.call_ids is held_ids
+    assert held_ids == {"c1", "c2", "c3"}
+    assert first == [UserMessage(text="hello")]  # the first turn's snapshot is unchanged
+    assert cache.bytes == entry.size > size == sum(len(item_json(i)) for i in items[:1])
+    assert entry.size == sum(len(item_json(i)) for i in items)
+    # A delta that does not rebuild the prefix leaves the entry as it was.
+    bad = TranscriptDelta(
+        start=len(items),
+        start_digest=_digest(items),
+        entries=[DeltaEntry(item=UserMessage(text="x"))],
+        digest=EMPTY_DIGEST,
+    )
+    assert cache.extend_by_delta("w", bad, lambda _: None) is None
+    assert entry.items == items and entry.digest == _digest(items)
+
+
+def test_a_cache_over_its_byte_bound_evicts_a_grown_entry() -> None:
+    cache = TranscriptCache(max_bytes=2_000)
+    items: list[TranscriptItem] = [UserMessage(text="a" * 100)]
+    delta = TranscriptDelta(
+        start=0,
+        start_digest=EMPTY_DIGEST,
+        entries=[DeltaEntry(item=items[0])],
+        digest=_digest(items),
+    )
+    assert cache.extend_by_delta("w", delta, lambda _: None) == items
+    grown = [*items, UserMessage(text="b" * 3_000)]
+    delta = TranscriptDelta(
+        start=1,
+        start_digest=_digest(items),
+        entries=[DeltaEntry(item=grown[1])],
+        digest=_digest(grown),
+    )
+    assert cache.extend_by_delta("w", delta, lambda _: None) == grown  # used, not kept
+    assert cache.get("w") is None and cache.bytes == 0

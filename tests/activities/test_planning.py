@@ -1,4 +1,6 @@
 import json
+from collections.abc import Sequence
+from typing import Any
 
 from durable_tools import (
     ToolCall,
@@ -11,6 +13,8 @@ from durable_tools import (
 )
 from durable_tools.activities.planning import plan_calls, summarize_call
 from durable_tools.signals import Sleep
+from durable_tools.tools import ApprovalContext
+from durable_tools.transcript import AssistantMessage, UserMessage
 
 
 @tool(needs_approval=True, approval_deadline=3600)
@@ -99,3 +103,36 @@ def test_interaction_carries_answer_schema():
 def test_summary_is_truncated():
     text = summarize_call(_call("c", "transfer", to="x" * 500, amount=1), limit=40)
     assert len(text) == 40 and text.endswith("…")
+
+
+class _NotToBeRead(Sequence[Any]):
+    """A transcript that fails if planning copies it (as every turn once did)."""
+
+    def __len__(self) -> int:
+        raise AssertionError("the transcript was read")
+
+    def __getitem__(self, index: Any) -> Any:
+        raise AssertionError("the transcript was read")
+
+
+def test_the_transcript_is_read_only_for_a_needs_approval_function():
+    (plan,) = plan_calls(KIT, [_call("c1", "transfer", amount=5, to="bob")], _NotToBeRead())
+    assert plan.needs_approval is True
+    seen: list[tuple[Any, ...]] = []
+
+    def record(args: Any, ctx: ApprovalContext) -> bool:
+        seen.append(ctx.transcript)
+        return False
+
+    kit = Toolkit(tool(needs_approval=record)(_gated))
+    earlier = [UserMessage(text="hello")]
+    message = AssistantMessage(tool_calls=(_call("a", "_gated"), _call("b", "_gated")))
+    plans = plan_calls(kit, message.tool_calls, earlier, message=message)
+    assert [p.needs_approval for p in plans] == [False, False]
+    # Both calls see the transcript with the turn's message, built once.
+    assert seen == [(earlier[0], message)] * 2 and seen[0] is seen[1]
+
+
+def _gated() -> str:
+    """A tool whose approval depends on the transcript."""
+    return "ok"

@@ -149,6 +149,21 @@ async def test_handoff_switches_the_agent(harness: Harness) -> None:
     assert len(main) == 1 and len(special) == 2
     assert all(r.instructions == "You are the specialist." for r in special)
     assert (await conv.status(wf)).agent == "specialist"
+    # The Web UI names the agent where it starts: the first turn and the handoff.
+    history = await harness.client.get_workflow_handle(wf).fetch_history()
+    converter = harness.client.data_converter.payload_converter
+    summaries = [
+        converter.from_payload(e.user_metadata.summary, str)
+        if e.user_metadata.HasField("summary")
+        else None
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "model.turn"
+    ]
+    assert summaries == [
+        "main: directed, turn 1",
+        "specialist: specialist-model, turn 2",
+        None,
+    ]
 
 
 async def test_finish_ends_the_conversation_with_its_output(harness: Harness) -> None:

@@ -93,16 +93,18 @@ async def test_workflow_show_names_tools_and_summarizes_calls(
     scheduled = [
         (
             e["activityTaskScheduledEventAttributes"]["activityType"]["name"],
-            _payload_text(e["userMetadata"]["summary"]),
+            _payload_text(e["userMetadata"]["summary"]) if "userMetadata" in e else None,
         )
         for e in events
         if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
     ]
+    # A model turn is summarized where the agent starts (the run's first turn,
+    # a handoff): each summary costs worker CPU on every workflow task.
     assert scheduled == [
         ("model.turn", "main: directed, turn 1"),
         ("tool.get_weather", "get_weather(city='Paris')"),
         ("tool.boom", "boom()"),
-        ("model.turn", "main: directed, turn 2"),
+        ("model.turn", None),
         ("tool.get_weather", "get_weather(city='Oslo')"),
-        ("model.turn", "main: directed, turn 3"),
+        ("model.turn", None),
     ]
