@@ -54,7 +54,7 @@ from durable_tools.conversation import (
     TranscriptPage,
     TranscriptSlice,
 )
-from durable_tools.descriptor import descriptors_digest
+from durable_tools.descriptor import ToolDescriptor, descriptors_digest
 from durable_tools.errors import ConfigurationError
 from durable_tools.events import (
     MAX_EVENT_TEXT,
@@ -102,6 +102,7 @@ _V = TypeVar("_V")
 # Bounds of the per-worker memories of recorded-by-reference inputs (entries).
 _MAX_AGENT_CONFIGS: Final[int] = 1024
 _MAX_PLANNED: Final[int] = 16_384
+_MAX_TOOLKITS: Final[int] = 256
 
 # What `transcript_slice` answers: a page with digests, or a list from older workflow code.
 _TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
@@ -190,6 +191,12 @@ class AgentActivities:
         self.allow_offline_models = allow_offline_models
         self.scripts_dir = Path(scripts_dir if scripts_dir is not None else ".").resolve()
         self._with_output: dict[tuple[str, int], tuple[Toolkit, Toolkit]] = {}
+        # By toolkit identity (a toolkit and its tools never change; MCP
+        # refreshes make new toolkits): rendering and hashing the descriptors
+        # every turn cost about 0.07 ms.
+        self._descriptors: OrderedDict[int, tuple[Toolkit, list[ToolDescriptor], str]] = (
+            OrderedDict()
+        )
         self.deps: Any = None
         self.mcp = mcp
         self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
@@ -235,6 +242,15 @@ class AgentActivities:
             view = Toolkit(*(t for t in base if t.name != finish.name), finish, label=base.label)
             cached = self._with_output[key] = (base, view)
         return cached[1]
+
+    def _descriptors_of(self, toolkit: Toolkit) -> tuple[list[ToolDescriptor], str]:
+        """The toolkit's descriptors (a new list of the same frozen descriptors) and digest."""
+        cached = self._descriptors.get(id(toolkit))
+        if cached is None or cached[0] is not toolkit:
+            descriptors = toolkit.descriptors()
+            cached = (toolkit, descriptors, descriptors_digest(descriptors))
+            _remember(self._descriptors, id(toolkit), cached, _MAX_TOOLKITS)
+        return list(cached[1]), cached[2]
 
     async def _agent_config(self, request: ModelTurnRequest) -> AgentConfig:
         """The turn's agent configuration: in the request (kept), or kept, or read by name."""
@@ -427,8 +443,7 @@ class AgentActivities:
         toolkit = self._agent_toolkit(agent)
         model = self._model(agent.model)
         transcript = await self._transcript(request)
-        descriptors = toolkit.descriptors()
-        digest = descriptors_digest(descriptors)
+        descriptors, digest = self._descriptors_of(toolkit)
 
         async def summarize(strategy: Summarize, text: str) -> AssistantMessage:
             name = strategy.model or agent.model
@@ -456,7 +471,9 @@ class AgentActivities:
             agent=agent.name,
             model=agent.model,
             turn=request.turn,
-            run=(request.workflow_id, request.run_id),
+            # Conversation-wide, as the cache's transcripts are: keyed by run, a
+            # new run's first turn looked at all 20,000 items of a long one again.
+            run=(request.workflow_id, ""),
             reuse=SummaryCheckpoint.read(activity.info().heartbeat_details, request.upto),
         )
 

@@ -190,9 +190,12 @@ class ContextWindow:
             agent: The agent's name (for custom strategies).
             model: The turn's model (for custom strategies).
             turn: The model turn (for custom strategies).
-            run: The workflow id and run id the transcript belongs to: the
-                items already looked at for a summary are not looked at
-                again (`None`: the whole transcript is).
+            run: Names the transcript across turns, e.g. the workflow id and
+                a run id (the model activity passes `(workflow_id, "")`: its
+                transcripts are conversation-wide): the items already looked
+                at for a summary are not looked at again, as long as the
+                transcript holds the same item objects (`None`: the whole
+                transcript is).
             reuse: A summary an earlier attempt of this request made
                 (`SummaryCheckpoint`): taken as if recorded, and returned as
                 the summary to record.

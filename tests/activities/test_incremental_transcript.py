@@ -17,14 +17,17 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from agent_support import AGENT, TOOLKITS, directed, turns
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from workflow_helpers import eventually
 
+from durable_tools.activities import context_window
 from durable_tools.activities.transcript_cache import CachedTranscript, TranscriptCache
 from durable_tools.client import Conversations
+from durable_tools.context_view import item_chars
 from durable_tools.conversation import (
     ConversationOptions,
     ConversationStatus,
@@ -32,8 +35,10 @@ from durable_tools.conversation import (
     ModelRequest,
     TranscriptDelta,
 )
+from durable_tools.descriptor import ToolDescriptor
 from durable_tools.results import ToolCall
 from durable_tools.testing import ScriptedModel
+from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem, UserMessage
 from durable_tools.transcript_digest import EMPTY_DIGEST, extend_digest, item_json
 from durable_tools.worker.plugin import DurableToolsPlugin
@@ -266,14 +271,32 @@ async def test_a_reused_call_id_is_renamed_when_the_transcript_comes_from_the_ca
 # ------------------------------------------------------------- deltas
 
 
-async def test_most_turns_need_no_query(dev_env: WorkflowEnvironment, task_queue: str) -> None:
+async def test_most_turns_need_no_query(
+    dev_env: WorkflowEnvironment, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A worker that ran the previous turn's activities rebuilds the new items itself.
 
     Every turn is a `TranscriptDelta` hit, a new run's first turn too: the
     run carried the items since the previous model turn and where they
     start (`CarriedState.delta_from`), and the worker's cache is the
-    conversation's, so it holds the items before them.
+    conversation's, so it holds the items before them. The context window
+    looks at each item once in the whole conversation, not once per run.
     """
+    looked_at: list[TranscriptItem] = []
+
+    def counted(item: TranscriptItem) -> int:
+        looked_at.append(item)
+        return item_chars(item)
+
+    monkeypatch.setattr(context_window, "item_chars", counted)
+    rendered: list[Toolkit] = []
+    descriptors = Toolkit.descriptors
+
+    def render(toolkit: Toolkit) -> list[ToolDescriptor]:
+        rendered.append(toolkit)
+        return descriptors(toolkit)
+
+    monkeypatch.setattr(Toolkit, "descriptors", render)
     client, plugin, model = _worker(dev_env, deltas=True)
     cache = plugin.agent_activities.transcripts
     turns = 31
@@ -284,6 +307,8 @@ async def test_most_turns_need_no_query(dev_env: WorkflowEnvironment, task_queue
     assert stats.delta_hits == turns
     assert (stats.queries, stats.full_reads, stats.misses) == (0, 0, 0)
     assert (stats.mismatches, stats.delta_mismatches, stats.inconsistent) == (0, 0, 0)
+    assert len(looked_at) == len(transcript) - 1  # all but the final answer, once each
+    assert len(rendered) == 1  # the descriptors and their digest: once, not every turn
 
 
 async def test_a_remembered_output_that_differs_is_not_used(
