@@ -716,7 +716,9 @@ class ModelRequest(BaseModel):
     Attributes:
         model: The model name from the agent configuration.
         instructions: System instructions.
-        transcript: The reconciled transcript (read it; do not change it).
+        transcript: The reconciled transcript. Read it, do not change it,
+            and copy it to keep it past the call: the model activity passes
+            the worker's cached list itself, which later turns extend.
         tools: The descriptors to offer.
         turn: The model turn number (from 1).
         workflow_id: The conversation's workflow id.

@@ -134,7 +134,8 @@ class ScriptedModel:
 
     async def __call__(self, request: ModelRequest) -> AssistantMessage:
         """Answer one model request (records it in `requests`)."""
-        self.requests.append(request)
+        # A snapshot: the worker's transcript cache hands out a list it grows later.
+        self.requests.append(request.model_copy(update={"transcript": list(request.transcript)}))
         if callable(self._script):
             result = self._script(request)
             if isinstance(result, AssistantMessage):

@@ -377,10 +377,10 @@ def test_a_delta_is_used_only_when_it_rebuilds_the_workflows_prefix() -> None:
     assert cache.stats.queries == 0
 
 
-def test_a_delta_grows_the_cached_entry_in_place_and_hands_out_snapshots() -> None:
-    # The cost of a turn is its delta's: the entry is appended to, not copied
-    # (copies of 20,000 items every turn made the 10,000-turn bench's turns grow),
-    # and what a turn got does not change when a later turn extends the entry.
+def test_a_delta_grows_the_cached_entry_in_place() -> None:
+    # The cost of a turn is its delta's: the entry is appended to and handed
+    # out as it is, never copied (copies of 20,000 items every turn made the
+    # 10,000-turn bench's turns grow).
     cache = TranscriptCache()
     items: list[TranscriptItem] = [UserMessage(text="hello")]
     start = TranscriptDelta(
@@ -406,12 +406,11 @@ def test_a_delta_grows_the_cached_entry_in_place_and_hands_out_snapshots() -> No
             digest=_digest(grown),
         )
         seen = cache.extend_by_delta("w", delta, lambda _, reply=reply: reply)
-        assert seen == grown
+        assert seen == grown and seen is held
         items = grown
     entry = cache.get("w")
     assert entry is not None and entry.items is held and entry.call_ids is held_ids
-    assert held_ids == {"c1", "c2", "c3"}
-    assert first == [UserMessage(text="hello")]  # the first turn's snapshot is unchanged
+    assert held_ids == {"c1", "c2", "c3"} and first is held
     assert cache.bytes == entry.size > size == sum(len(item_json(i)) for i in items[:1])
     assert entry.size == sum(len(item_json(i)) for i in items)
     # A delta that does not rebuild the prefix leaves the entry as it was.
@@ -444,3 +443,34 @@ def test_a_cache_over_its_byte_bound_evicts_a_grown_entry() -> None:
     )
     assert cache.extend_by_delta("w", delta, lambda _: None) == grown  # used, not kept
     assert cache.get("w") is None and cache.bytes == 0
+
+
+def test_a_cached_list_changed_by_its_reader_is_dropped_and_read_again() -> None:
+    # The cache hands out its own list (ModelRequest.transcript says: do not
+    # change it); a model that appends to it or cuts it must not corrupt later turns.
+    items: list[TranscriptItem] = [UserMessage(text="hello"), AssistantMessage(text="hi")]
+    delta = TranscriptDelta(
+        start=0,
+        start_digest=EMPTY_DIGEST,
+        entries=[DeltaEntry(item=item) for item in items],
+        digest=_digest(items),
+    )
+    for change in (
+        lambda held: held.append(UserMessage(text="made up")),
+        lambda held: held.pop(),
+        lambda held: held.__setitem__(-1, AssistantMessage(text="made up")),
+    ):
+        cache = TranscriptCache()
+        held = cache.extend_by_delta("w", delta, lambda _: None)
+        assert held == items
+        change(held)
+        assert cache.get("w") is None and cache.stats.tampered == 1 and cache.bytes == 0
+        # The next turn's delta no longer finds a prefix: the activity queries.
+        grown = [*items, UserMessage(text="more")]
+        more = TranscriptDelta(
+            start=2,
+            start_digest=_digest(items),
+            entries=[DeltaEntry(item=grown[2])],
+            digest=_digest(grown),
+        )
+        assert cache.extend_by_delta("w", more, lambda _: None) is None
