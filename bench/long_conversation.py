@@ -24,9 +24,16 @@ Figures (each from this one run; the machine is shared and noisy):
 `--full-reads` also runs the conversation with the transcript cache off
 (every turn reads the whole transcript, as before incremental reads).
 
+`--rounds N` runs ours and bare alternately N times (a new conversation each
+time, on the same server) and prints, for each figure, the median of the N
+rounds' values beside the goal, then every round's value: on a shared
+machine one round's CPU ratio moved between 1.22 and 1.51 from run to run
+with the same code, as other tenants took CPU from one side and not the other.
+
 Usage:
     python bench/long_conversation.py                 # 2,000 turns of 5 KB
     python bench/long_conversation.py --turns 10000   # the issue's full run
+    python bench/long_conversation.py --turns 10000 --rounds 3
 """
 
 from __future__ import annotations
@@ -256,18 +263,17 @@ def _verdict(value: float, goal: float) -> str:
     return "met" if value <= goal else "MISSED"
 
 
-def report(ours: Measured, bare: Measured, extra: Sequence[Measured], size: int) -> None:
-    """Print each figure beside its goal, then the raw numbers."""
+def _figures(ours: Measured, bare: Measured, extra: Sequence[Measured]) -> list[Figure]:
+    """Each figure of one round, with its goal."""
     n = ours.turns
     first, last = f"turns 1-{WINDOW}", f"turns {n - WINDOW + 1}-{n}"
-    print(f"\nOne conversation of {n} tool turns with {size}-byte outputs, dev server, one run\n")
-    rows: list[tuple[str, float | None, float, str]] = []
+    rows: list[Figure] = []
     for m in (ours, *extra):
         b_first, b_last = _windows([float(b) for b in m.turn_bytes], n)
         t_first, t_last = _windows(m.model_ms, n)
         tag = "" if m is ours else f" [{m.label}]"
         rows.append(
-            (
+            Figure(
                 f"history bytes per turn, {last} / {first}{tag}",
                 statistics.fmean(b_last) / statistics.fmean(b_first),
                 1.2,
@@ -275,56 +281,97 @@ def report(ours: Measured, bare: Measured, extra: Sequence[Measured], size: int)
             )
         )
         rows.append(
-            (
+            Figure(
                 f"median model.turn duration, {last} / {first}{tag}",
                 statistics.median(t_last) / statistics.median(t_first),
                 1.2,
                 "x",
             )
         )
-    rows.append(("largest continue-as-new input", ours.largest_carry / 1024, 512, "KiB"))
-    rows.append(("worker CPU per turn, ours / bare", ours.worker_cpu / bare.worker_cpu, 1.2, "x"))
-    if ours.server_cpu is not None and bare.server_cpu:
-        rows.append(
-            ("server CPU per turn, ours / bare", ours.server_cpu / bare.server_cpu, 1.1, "x")
-        )
-    else:
-        rows.append(("server CPU per turn, ours / bare", None, 1.1, "x"))
+    rows.append(Figure("largest continue-as-new input", ours.largest_carry / 1024, 512, "KiB"))
     rows.append(
-        ("history bytes per turn, ours / bare", ours.total_bytes / bare.total_bytes, 1.5, "x")
+        Figure("worker CPU per turn, ours / bare", ours.worker_cpu / bare.worker_cpu, 1.2, "x")
+    )
+    server = (
+        ours.server_cpu / bare.server_cpu
+        if ours.server_cpu is not None and bare.server_cpu
+        else None
+    )
+    rows.append(Figure("server CPU per turn, ours / bare", server, 1.1, "x"))
+    rows.append(
+        Figure("history bytes per turn, ours / bare", ours.total_bytes / bare.total_bytes, 1.5, "x")
+    )
+    return rows
+
+
+@dataclass
+class Figure:
+    """One figure of one round (`None`: not measured here) and its goal."""
+
+    name: str
+    value: float | None
+    goal: float
+    unit: str
+
+
+def report(rounds: Sequence[tuple[Measured, Measured, Sequence[Measured]]], size: int) -> None:
+    """Print each figure (the median over the rounds) beside its goal, then the raw numbers."""
+    n = rounds[0][0].turns
+    each = [_figures(ours, bare, extra) for ours, bare, extra in rounds]
+    shown_rounds = "one round" if len(rounds) == 1 else f"median of {len(rounds)} rounds"
+    print(
+        f"\nOne conversation of {n} tool turns with {size}-byte outputs, dev server, "
+        f"{shown_rounds}\n"
     )
     print(f"{'figure':<76} {'measured':>10} {'goal':>10}")
     print("-" * 106)
-    for name, value, goal, unit in rows:
+    for k, figure in enumerate(each[0]):
+        values = [v for r in each if (v := r[k].value) is not None]
+        value = statistics.median(values) if values else None
+        unit, goal = figure.unit, figure.goal
         shown = "n/a" if value is None else f"{value:.2f}"
         verdict = "not measured" if value is None else _verdict(value, goal)
-        print(f"{name:<76} {shown:>9}{unit:<1} {'<= ' + f'{goal:g}':>9}{unit:<1}  {verdict}")
+        print(f"{figure.name:<76} {shown:>9}{unit:<1} {'<= ' + f'{goal:g}':>9}{unit:<1}  {verdict}")
+        if len(rounds) > 1:
+            print(
+                " " * 8
+                + "rounds: "
+                + ", ".join("n/a" if v is None else f"{v:.2f}" for v in (r[k].value for r in each))
+            )
     print("\nraw figures")
-    for m in (ours, *extra, bare):
-        b_first, b_last = _windows([float(b) for b in m.turn_bytes], n)
-        t_first, t_last = _windows(m.model_ms, n)
-        server = "n/a" if m.server_cpu is None else f"{m.server_cpu / n * 1000:.2f} ms"
-        print(
-            f"  {m.label:<17} {m.seconds:7.1f} s, {m.runs} run(s), "
-            f"{m.total_bytes / 1e6:.2f} MB history ({m.total_bytes / n:,.0f} B/turn), "
-            f"bytes/turn {statistics.fmean(b_first):,.0f} -> {statistics.fmean(b_last):,.0f}, "
-            f"model.turn median {statistics.median(t_first):.1f} -> "
-            f"{statistics.median(t_last):.1f} ms, "
-            f"worker CPU {m.worker_cpu / n * 1000:.2f} ms/turn, server CPU {server}/turn, "
-            f"largest carry {m.largest_carry / 1024:.0f} KiB"
-            + ("" if m.queries is None else f", {m.queries} transcript queries")
-        )
+    for index, (ours, bare, extra) in enumerate(rounds, 1):
+        if len(rounds) > 1:
+            print(f" round {index}")
+        for m in (ours, *extra, bare):
+            b_first, b_last = _windows([float(b) for b in m.turn_bytes], n)
+            t_first, t_last = _windows(m.model_ms, n)
+            server = "n/a" if m.server_cpu is None else f"{m.server_cpu / n * 1000:.2f} ms"
+            print(
+                f"  {m.label:<17} {m.seconds:7.1f} s, {m.runs} run(s), "
+                f"{m.total_bytes / 1e6:.2f} MB history ({m.total_bytes / n:,.0f} B/turn), "
+                f"bytes/turn {statistics.fmean(b_first):,.0f} -> {statistics.fmean(b_last):,.0f}, "
+                f"model.turn median {statistics.median(t_first):.1f} -> "
+                f"{statistics.median(t_last):.1f} ms, "
+                f"worker CPU {m.worker_cpu / n * 1000:.2f} ms/turn, server CPU {server}/turn, "
+                f"largest carry {m.largest_carry / 1024:.0f} KiB"
+                + ("" if m.queries is None else f", {m.queries} transcript queries")
+            )
 
 
-async def main(turns: int, size: int, full_reads: bool) -> None:
-    """Start a dev server, run both conversations one after the other, print the report."""
+async def main(turns: int, size: int, full_reads: bool, rounds: int) -> None:
+    """Start a dev server, run the conversations one after the other, print the report."""
     if turns < 2 * WINDOW:
         raise SystemExit(f"--turns must be at least {2 * WINDOW}")
+    if rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
+    measured: list[tuple[Measured, Measured, Sequence[Measured]]] = []
     async with DevServer(headless=True, dynamic_config=DEFAULT_DYNAMIC_CONFIG) as server:
-        ours = await run_ours(server, turns, size)
-        extra = [await run_ours(server, turns, size, full_reads=True)] if full_reads else []
-        bare = await run_bare(server, turns, size)
-    report(ours, bare, extra, size)
+        for _ in range(rounds):
+            ours = await run_ours(server, turns, size)
+            extra = [await run_ours(server, turns, size, full_reads=True)] if full_reads else []
+            bare = await run_bare(server, turns, size)
+            measured.append((ours, bare, extra))
+    report(measured, size)
 
 
 if __name__ == "__main__":
@@ -334,5 +381,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--full-reads", action="store_true", help="also run with the transcript cache off"
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="ours and bare alternately, this many times"
+    )
     args: Any = parser.parse_args()
-    asyncio.run(main(args.turns, args.size, args.full_reads))
+    asyncio.run(main(args.turns, args.size, args.full_reads, args.rounds))
