@@ -97,11 +97,15 @@ def call_digest(tool: str, call_id: str, arguments: str | Mapping[str, Any]) -> 
     Returns:
         64 lowercase hex characters.
     """
-    document = {"tool": tool, "call_id": call_id, **_arguments_value(arguments)}
-    try:
-        data = canonical_json(document)
-    except ValueError:  # a tool name or call id with a lone surrogate
-        data = repr(document).encode("utf-8", "backslashreplace")
+    try:  # the common case, canonicalized once (a turn plans every call with it)
+        parsed = parse_arguments(arguments)
+        data = canonical_json({"tool": tool, "call_id": call_id, "arguments": parsed})
+    except (ArgumentsError, ValueError):
+        document = {"tool": tool, "call_id": call_id, **_arguments_value(arguments)}
+        try:
+            data = canonical_json(document)
+        except ValueError:  # a tool name or call id with a lone surrogate
+            data = repr(document).encode("utf-8", "backslashreplace")
     return hashlib.sha256(data).hexdigest()
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 from collections.abc import Generator
 from typing import Any, Final
@@ -79,7 +80,10 @@ _PROVIDERS: Final[frozenset[str]] = frozenset(
 )
 
 
+@functools.cache
 def _tracer() -> trace.Tracer:
+    # Once: before a provider is set this is OpenTelemetry's proxy tracer, which
+    # follows the provider set later (the global provider is set at most once).
     return trace.get_tracer(INSTRUMENTATION)
 
 

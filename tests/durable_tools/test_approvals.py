@@ -27,6 +27,7 @@ from durable_tools.approvals import (
     decision_payload,
     verify_signature,
 )
+from durable_tools.arguments import ArgumentsError, parse_arguments
 from durable_tools.conversation import Answer
 
 
@@ -334,3 +335,47 @@ def test_a_decision_filed_under_the_wrong_call_id_is_invalid() -> None:
     plan = plan_approvals([c1], always, {"c1": decide(c2, True)})
     assert plan.pending == [c1]
     assert len(plan.invalid_decisions) == 1
+
+
+def _digest_by_definition(tool: str, call_id: str, arguments: str) -> str:
+    """The digest as `call_digest` documents it, step by step (the slow way)."""
+    try:
+        parsed = parse_arguments(arguments)
+        canonical_json(parsed)
+        value: dict[str, Any] = {"arguments": parsed}
+    except (ArgumentsError, ValueError):
+        value = {"arguments_text": arguments.encode("utf-8", "backslashreplace").decode()}
+    document = {"tool": tool, "call_id": call_id, **value}
+    try:
+        data = canonical_json(document)
+    except ValueError:
+        data = repr(document).encode("utf-8", "backslashreplace")
+    return hashlib.sha256(data).hexdigest()
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(
+    tool=st.text(max_size=6) | st.just("pay\ud800"),  # a lone surrogate: no canonical form
+    call_id=st.text(max_size=6),
+    arguments=st.one_of(
+        st.dictionaries(st.text(max_size=5), _json_values, max_size=4).map(
+            lambda d: json.dumps(d, allow_nan=True)
+        ),
+        st.text(max_size=30),
+        st.sampled_from(
+            ['{"a": NaN}', '{"a": 1e400}', '{"a": "\\ud800"}', '{"a": 9007199254740993}']
+        ),
+    ),
+)
+def test_the_digest_is_its_definition_for_any_text(tool: str, call_id: str, arguments: str) -> None:
+    # One canonicalization on the common path; the result is the definition's
+    # for valid, invalid and non-canonicalizable arguments and odd names alike.
+    assert call_digest(tool, call_id, arguments) == _digest_by_definition(tool, call_id, arguments)
