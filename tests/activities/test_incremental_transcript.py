@@ -124,6 +124,16 @@ def _digest(items: Sequence[TranscriptItem]) -> str:
     return digest
 
 
+def _whole(before: Sequence[TranscriptItem], added: Sequence[TranscriptItem]) -> TranscriptDelta:
+    """The delta appending `added` to `before`, every item given whole."""
+    return TranscriptDelta(
+        start=len(before),
+        start_digest=_digest(before),
+        entries=[DeltaEntry(item=item) for item in added],
+        digest=_digest([*before, *added]),
+    )
+
+
 async def test_each_turn_reads_only_new_items_across_continue_as_new(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
@@ -347,12 +357,7 @@ def test_a_delta_is_used_only_when_it_rebuilds_the_workflows_prefix() -> None:
     cache = TranscriptCache()
     first = [UserMessage(text="hello")]
     reply = AssistantMessage(text="hi")
-    delta = TranscriptDelta(
-        start=0,
-        start_digest=EMPTY_DIGEST,
-        entries=[DeltaEntry(item=first[0])],
-        digest=_digest(first),
-    )
+    delta = _whole([], first)
     assert cache.extend_by_delta("w", delta, lambda _: None) == first
     # A retried turn asks for what is already held: answered as it is.
     assert cache.extend_by_delta("w", delta, lambda _: None) == first
@@ -383,12 +388,7 @@ def test_a_delta_grows_the_cached_entry_in_place() -> None:
     # 10,000-turn bench's turns grow).
     cache = TranscriptCache()
     items: list[TranscriptItem] = [UserMessage(text="hello")]
-    start = TranscriptDelta(
-        start=0,
-        start_digest=EMPTY_DIGEST,
-        entries=[DeltaEntry(item=items[0])],
-        digest=_digest(items),
-    )
+    start = _whole([], items)
     first = cache.extend_by_delta("w", start, lambda _: None)
     assert first == items
     entry = cache.get("w")
@@ -427,20 +427,9 @@ def test_a_delta_grows_the_cached_entry_in_place() -> None:
 def test_a_cache_over_its_byte_bound_evicts_a_grown_entry() -> None:
     cache = TranscriptCache(max_bytes=2_000)
     items: list[TranscriptItem] = [UserMessage(text="a" * 100)]
-    delta = TranscriptDelta(
-        start=0,
-        start_digest=EMPTY_DIGEST,
-        entries=[DeltaEntry(item=items[0])],
-        digest=_digest(items),
-    )
-    assert cache.extend_by_delta("w", delta, lambda _: None) == items
+    assert cache.extend_by_delta("w", _whole([], items), lambda _: None) == items
     grown = [*items, UserMessage(text="b" * 3_000)]
-    delta = TranscriptDelta(
-        start=1,
-        start_digest=_digest(items),
-        entries=[DeltaEntry(item=grown[1])],
-        digest=_digest(grown),
-    )
+    delta = _whole(items, grown[1:])
     assert cache.extend_by_delta("w", delta, lambda _: None) == grown  # used, not kept
     assert cache.get("w") is None and cache.bytes == 0
 
@@ -449,12 +438,7 @@ def test_a_cached_list_changed_by_its_reader_is_dropped_and_read_again() -> None
     # The cache hands out its own list (ModelRequest.transcript says: do not
     # change it); a model that appends to it or cuts it must not corrupt later turns.
     items: list[TranscriptItem] = [UserMessage(text="hello"), AssistantMessage(text="hi")]
-    delta = TranscriptDelta(
-        start=0,
-        start_digest=EMPTY_DIGEST,
-        entries=[DeltaEntry(item=item) for item in items],
-        digest=_digest(items),
-    )
+    delta = _whole([], items)
     for change in (
         lambda held: held.append(UserMessage(text="made up")),
         lambda held: held.pop(),
@@ -467,10 +451,5 @@ def test_a_cached_list_changed_by_its_reader_is_dropped_and_read_again() -> None
         assert cache.get("w") is None and cache.stats.tampered == 1 and cache.bytes == 0
         # The next turn's delta no longer finds a prefix: the activity queries.
         grown = [*items, UserMessage(text="more")]
-        more = TranscriptDelta(
-            start=2,
-            start_digest=_digest(items),
-            entries=[DeltaEntry(item=grown[2])],
-            digest=_digest(grown),
-        )
+        more = _whole(items, grown[2:])
         assert cache.extend_by_delta("w", more, lambda _: None) is None
