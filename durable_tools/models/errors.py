@@ -383,13 +383,7 @@ def connection_error(
     cause = error.__cause__ or error.__context__
     because = f": {type(cause).__name__}: {cause}" if cause is not None else f": {error}"
     what = "did not answer in time" if timed_out else "could not be reached"
-    details: dict[str, Any] = {
-        "provider": context.provider,
-        "status": None,
-        "code": None,
-        "request_id": None,
-        "retry_after": None,
-    }
+    details = _no_response_details(context)
     return ApplicationError(
         _one_line(
             f"{context.provider} at {context.base_url} {what}{because}; "
@@ -413,13 +407,7 @@ def invalid_response(context: ProviderContext, error: ValueError) -> Application
     Returns:
         The error to raise (`ProviderResponseInvalid`, non-retryable).
     """
-    details: dict[str, Any] = {
-        "provider": context.provider,
-        "status": None,
-        "code": None,
-        "request_id": None,
-        "retry_after": None,
-    }
+    details = _no_response_details(context)
     return ApplicationError(
         _one_line(
             f"{context.provider} at {context.base_url} sent a response durable-tools cannot "
@@ -449,13 +437,7 @@ def stream_broken(context: ProviderContext, error: BaseException | str) -> Appli
         The error to raise (`ProviderStreamBroken`, retryable).
     """
     what = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    details: dict[str, Any] = {
-        "provider": context.provider,
-        "status": None,
-        "code": None,
-        "request_id": None,
-        "retry_after": None,
-    }
+    details = _no_response_details(context)
     return ApplicationError(
         _one_line(
             f"{context.provider} at {context.base_url} broke off its streamed answer "
@@ -464,3 +446,14 @@ def stream_broken(context: ProviderContext, error: BaseException | str) -> Appli
         details,
         type="ProviderStreamBroken",
     )
+
+
+def _no_response_details(context: ProviderContext) -> dict[str, Any]:
+    """The failure details when no HTTP response says more (all but the provider `None`)."""
+    return {
+        "provider": context.provider,
+        "status": None,
+        "code": None,
+        "request_id": None,
+        "retry_after": None,
+    }

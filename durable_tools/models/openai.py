@@ -64,6 +64,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Final, cast
@@ -280,28 +281,18 @@ class OpenAIChatModel(_OpenAIModel):
         tools = openai_chat.render_tools(request.tools)
         if tools and "tool_choice" not in settings:
             settings["tool_choice"] = "auto"  # some servers show tools only with it
-        create = self.client.chat.completions.with_raw_response.create
+        create = functools.partial(
+            self.client.chat.completions.with_raw_response.create,
+            model=self.model,
+            messages=body["messages"],
+            tools=cast(Any, tools) if tools else openai.omit,
+            extra_body=settings,
+            timeout=self.timeout,
+        )
         if not self._streams():
-            return await self._send(
-                lambda: create(
-                    model=self.model,
-                    messages=body["messages"],
-                    tools=cast(Any, tools) if tools else openai.omit,
-                    extra_body=settings,
-                    timeout=self.timeout,
-                ),
-                openai_chat.parse_response,
-            )
+            return await self._send(lambda: create(), openai_chat.parse_response)
         return await self._send_streamed(
-            lambda: create(
-                model=self.model,
-                messages=body["messages"],
-                tools=cast(Any, tools) if tools else openai.omit,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=settings,
-                timeout=self.timeout,
-            ),
+            lambda: create(stream=True, stream_options={"include_usage": True}),
             openai_chat.parse_response,
             _consume_chat,
         )
@@ -362,31 +353,19 @@ class OpenAIResponsesModel(_OpenAIModel):
             request.transcript, instructions=request.instructions or None
         )
         tools = openai_responses.render_tools(request.tools)
-        create = self.client.responses.with_raw_response.create
+        create = functools.partial(
+            self.client.responses.with_raw_response.create,
+            model=self.model,
+            input=body["input"],
+            instructions=body.get("instructions", openai.omit),
+            tools=cast(Any, tools) if tools else openai.omit,
+            extra_body=settings,
+            timeout=self.timeout,
+        )
         if not self._streams():
-            return await self._send(
-                lambda: create(
-                    model=self.model,
-                    input=body["input"],
-                    instructions=body.get("instructions", openai.omit),
-                    tools=cast(Any, tools) if tools else openai.omit,
-                    extra_body=settings,
-                    timeout=self.timeout,
-                ),
-                openai_responses.parse_response,
-            )
+            return await self._send(lambda: create(), openai_responses.parse_response)
         return await self._send_streamed(
-            lambda: create(
-                model=self.model,
-                input=body["input"],
-                instructions=body.get("instructions", openai.omit),
-                tools=cast(Any, tools) if tools else openai.omit,
-                stream=True,
-                extra_body=settings,
-                timeout=self.timeout,
-            ),
-            openai_responses.parse_response,
-            _consume_responses,
+            lambda: create(stream=True), openai_responses.parse_response, _consume_responses
         )
 
 
