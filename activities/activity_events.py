@@ -87,8 +87,9 @@ class ActivityEvents:
         self._interval = interval
         self._send_batch = send
         self._stream: WorkflowStreamClient | None = None
-        self._queued: list[ConversationEvent] = []
-        self._latest: dict[str, ConversationEvent] = {}  # replaced, not queued (progress)
+        # Events as (kind, fields, at): built when sent (most never are).
+        self._queued: list[_Pending] = []
+        self._latest: dict[str, _Pending] = {}  # replaced, not queued (progress)
         self._text: list[str] = []
         self._text_fields: dict[str, Any] = {}
         self._gate = gate
@@ -97,17 +98,27 @@ class ActivityEvents:
         self._asked_at = 0.0
         self._wake = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
+        self._starting: asyncio.TimerHandle | None = None
+        self._open = False
+        self._opened = 0.0
         self._sending: asyncio.Task[None] | None = None
         self.signals = 0
         """Signals sent so far."""
 
     async def __aenter__(self) -> ActivityEvents:
-        """Start the sender."""
-        self._sender = asyncio.create_task(self._run())
+        """Open: the sender starts when there is something to send, `hold` seconds from now."""
+        self._open = True
+        self._opened = time.monotonic()
+        if self._queued or self._latest or self._text:
+            self._wake_sender()
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
         """Stop the sender; a signal under way lands first (events keep their order)."""
+        self._open = False
+        if self._starting is not None:
+            self._starting.cancel()
+            self._starting = None
         if self._sender is not None:
             self._sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -121,19 +132,19 @@ class ActivityEvents:
 
     def publish(self, kind: EventKind, **fields: Any) -> None:
         """Queue an event (sent in order with the next batch)."""
-        self._queued.append(_event(kind, fields))
-        self._wake.set()
+        self._queued.append((kind, fields, datetime.now(UTC)))
+        self._wake_sender()
 
     def replace(self, key: str, kind: EventKind, **fields: Any) -> None:
         """Set the latest event under `key`; one not yet sent is replaced."""
-        self._latest[key] = _event(kind, fields)
-        self._wake.set()
+        self._latest[key] = (kind, fields, datetime.now(UTC))
+        self._wake_sender()
 
     def text(self, piece: str, **fields: Any) -> None:
         """Add a piece of model text (joined into `model_text_delta` events with `fields`)."""
         self._text.append(_valid_utf8(piece))  # a lone surrogate would fail the batch
         self._text_fields = fields
-        self._wake.set()
+        self._wake_sender()
 
     async def flush(self) -> None:
         """Send what is collected now, after a signal under way (bounded by `SEND_TIMEOUT`).
@@ -157,8 +168,28 @@ class ActivityEvents:
 
     # --------------------------------------------------------------- sending
 
+    def _wake_sender(self) -> None:
+        """Wake the sender; start it first (after what is left of `hold`) if it is not running.
+
+        An attempt that publishes nothing, or returns within `hold`, then
+        costs no task (a model turn nobody follows, a quick tool call).
+        """
+        self._wake.set()
+        if self._sender is not None or self._starting is not None or not self._open:
+            return
+        wait = self._hold - (time.monotonic() - self._opened)
+        if wait > 0:
+            self._starting = asyncio.get_running_loop().call_later(wait, self._start_sender)
+        else:
+            self._start_sender()
+
+    def _start_sender(self) -> None:
+        self._starting = None
+        if self._open and self._sender is None:
+            self._sender = asyncio.create_task(self._run())
+
     def _take(self, *, text: bool = True) -> list[ConversationEvent]:
-        batch = [*self._queued, *self._latest.values()]
+        batch = [_event(*pending) for pending in (*self._queued, *self._latest.values())]
         self._queued.clear()
         self._latest.clear()
         if self._text and text:
@@ -166,7 +197,9 @@ class ActivityEvents:
             self._text.clear()
             for start in range(0, len(joined), MAX_DELTA_TEXT):
                 piece = joined[start : start + MAX_DELTA_TEXT]
-                batch.append(_event("model_text_delta", {**fields, "text": piece}))
+                batch.append(
+                    _event("model_text_delta", {**fields, "text": piece}, datetime.now(UTC))
+                )
         return batch
 
     async def _text_allowed(self) -> bool:
@@ -184,8 +217,6 @@ class ActivityEvents:
         return bool(self._text_on)
 
     async def _run(self) -> None:
-        if self._hold > 0:
-            await asyncio.sleep(self._hold)
         while True:
             # Text held back by the gate wakes the sender to ask again.
             held = bool(self._text) and self._text_on is False
@@ -219,12 +250,16 @@ class ActivityEvents:
             activity.logger.warning("could not publish %d events", len(batch), exc_info=True)
 
 
-def _event(kind: EventKind, fields: dict[str, Any]) -> ConversationEvent:
+_Pending = tuple[EventKind, dict[str, Any], datetime]
+"""An event not built yet: its kind, its fields and when it happened."""
+
+
+def _event(kind: EventKind, fields: dict[str, Any], at: datetime) -> ConversationEvent:
     # A lone surrogate (from a model or a tool) would fail the batch's serialization.
     clean: dict[str, Any] = {
         k: _valid_utf8(v) if isinstance(v, str) else v for k, v in fields.items()
     }
-    return ConversationEvent(kind=kind, at=datetime.now(UTC), **clean)
+    return ConversationEvent(kind=kind, at=at, **clean)
 
 
 def _valid_utf8(text: str) -> str:

@@ -683,7 +683,7 @@ class AgentActivities:
             activity.logger.warning("tool %s raised", call.name, exc_info=True)
             raise ApplicationError(self.redact(str(exc)), type=type(exc).__name__) from None
         result = encode_result(prepared, value)
-        size = len(to_json(result.model_dump(mode="json")))
+        size = len(to_json(result))
         limit = self.max_payload_bytes or request.max_result_bytes
         if size > limit:
             why = (
@@ -736,21 +736,22 @@ async def _heartbeating(details: list[Any] | None = None) -> AsyncGenerator[None
         yield
         return
     interval = max(timeout.total_seconds() / 3, 0.05)
+    loop = asyncio.get_running_loop()
+    timer: asyncio.TimerHandle | None = None
 
-    async def beat() -> None:
-        # Not at once: the start is proof of life enough, and a turn shorter
-        # than `interval` (most) then costs the server no heartbeat at all.
-        while True:
-            await asyncio.sleep(interval)
-            activity.heartbeat(*(details or ()))
+    def beat() -> None:
+        # A timer, not a task: a turn shorter than `interval` (most) costs
+        # neither the server a heartbeat nor the loop a task. The callback
+        # runs in the activity's context (`call_later` copies it).
+        nonlocal timer
+        activity.heartbeat(*(details or ()))
+        timer = loop.call_later(interval, beat)
 
-    task = asyncio.create_task(beat())
+    timer = loop.call_later(interval, beat)
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        timer.cancel()
 
 
 def _progress_emitter(events: ActivityEvents, identity: dict[str, Any]) -> Any:

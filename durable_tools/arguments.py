@@ -14,6 +14,7 @@ arguments to JavaScript, as the reference parser in `secure-json-parse` does.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -185,6 +186,11 @@ SUMMARY_LIMIT: Final[int] = 120
 def summarize_call(call: ToolCall, limit: int = SUMMARY_LIMIT) -> str:
     """A readable one-line summary `name(arg=…, …)`, truncated to `limit` characters.
 
+    The summaries of calls with arguments up to `_REMEMBERED_ARGUMENTS`
+    characters are remembered (the latest 1,024): a call is summarized when
+    planned, when its turn is recorded and when the workflow decodes the
+    turn, and parsing its arguments each time cost more than looking up.
+
     Args:
         call: The call.
         limit: Maximum length in characters (default 120).
@@ -192,10 +198,23 @@ def summarize_call(call: ToolCall, limit: int = SUMMARY_LIMIT) -> str:
     Returns:
         E.g. `get_weather(city='Paris')`; unparseable arguments are shown raw.
     """
+    if len(call.arguments) <= _REMEMBERED_ARGUMENTS:
+        return _remembered_summary(call.name, call.arguments, limit)
+    return _summary(call.name, call.arguments, limit)
+
+
+_REMEMBERED_ARGUMENTS: Final[int] = 4096
+"""Characters of argument text up to which `summarize_call` remembers a summary."""
+
+
+def _summary(name: str, arguments: str, limit: int) -> str:
     try:
-        args = parse_arguments(call.arguments)
+        args = parse_arguments(arguments)
         inner = ", ".join(f"{k}={v!r}" for k, v in args.items())
     except ArgumentsError:
-        inner = call.arguments
-    text = f"{call.name}({inner})"
+        inner = arguments
+    text = f"{name}({inner})"
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_remembered_summary = functools.lru_cache(maxsize=1024)(_summary)

@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStream
 from temporalio.exceptions import (
@@ -124,6 +125,9 @@ PENDING_COUNT = SearchAttributeKey.for_int("DurableToolsPendingCount")
 
 PENDING_KINDS = SearchAttributeKey.for_keyword_list("DurableToolsPendingKinds")
 """Search attribute: what is pending (`approval`, `interaction`, `pause`, `model_failed`)."""
+
+_JSON_PLAIN = {"encoding": b"json/plain"}
+"""A published event's payload metadata (what `PydanticJSONPlainPayloadConverter` writes)."""
 
 MODEL_FAILED_PATCH = "model-failed-waits"
 """Patch id: histories recorded before it failed the workflow on a model error."""
@@ -1437,7 +1441,13 @@ class AgentWorkflow:
         """Publish a `ConversationEvent` to the conversation's stream (durable_tools.events)."""
         if self._events is None or not (workflow.in_workflow() and workflow.instance() is self):
             return  # a dropped instance's `finally` blocks (see `_publish`)
-        self._events.publish(ConversationEvent(kind=kind, at=workflow.now(), **fields))
+        event = ConversationEvent(kind=kind, at=workflow.now(), **fields)
+        # Encoded as the pydantic converter would (`json/plain`, the model's own
+        # serializer), without its composite converter's type probes: four
+        # events a tool turn, each probe a sandboxed `isinstance`.
+        self._events.publish(
+            Payload(metadata=_JSON_PLAIN, data=event.__pydantic_serializer__.to_json(event))
+        )
 
     def _count_polls(self, stream: WorkflowStream) -> None:
         """Wrap the stream's poll update so the `followed` query knows about readers.

@@ -32,6 +32,33 @@ async def test_nothing_is_sent_when_the_attempt_ends_within_the_hold() -> None:
     assert sent.batches == []
 
 
+async def test_an_attempt_within_the_hold_or_without_events_starts_no_task() -> None:
+    # A task per attempt was measurable at 10,000 turns: the sender starts
+    # only when there is something to send and the hold has passed.
+    sent = Recorder()
+    before = len(asyncio.all_tasks())
+    async with ActivityEvents(hold=0.5, interval=0.1, send=sent) as events:
+        events.publish("tool_attempt_started", call_id="c1", tool="t", attempt=1)
+        await asyncio.sleep(0.05)
+        assert len(asyncio.all_tasks()) == before
+        events.drop()
+    async with ActivityEvents(interval=0.1, send=sent) as events:
+        await asyncio.sleep(0.05)
+        assert len(asyncio.all_tasks()) == before
+    assert sent.batches == []
+
+
+async def test_the_hold_counts_from_the_start_of_the_attempt() -> None:
+    sent = Recorder()
+    async with ActivityEvents(hold=0.3, interval=10, send=sent) as events:
+        await asyncio.sleep(0.2)
+        events.publish("tool_attempt_started", call_id="c1", tool="t", attempt=1)
+        await asyncio.sleep(0.05)
+        assert sent.batches == []  # 0.25 s in: held
+        await asyncio.sleep(0.2)  # 0.45 s in: sent, not 0.3 s after the publish
+        assert [[e.kind for e in b] for b in sent.batches] == [["tool_attempt_started"]]
+
+
 async def test_after_the_hold_one_signal_carries_the_start_and_the_latest_progress() -> None:
     sent = Recorder()
     async with ActivityEvents(hold=0.2, interval=10, send=sent) as events:

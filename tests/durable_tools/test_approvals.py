@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import given
+import rfc8785
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -379,3 +380,40 @@ def test_the_digest_is_its_definition_for_any_text(tool: str, call_id: str, argu
     # One canonicalization on the common path; the result is the definition's
     # for valid, invalid and non-canonicalizable arguments and odd names alike.
     assert call_digest(tool, call_id, arguments) == _digest_by_definition(tool, call_id, arguments)
+
+
+_tricky_text = st.text(
+    st.characters(codec=None, exclude_categories=())
+    | st.sampled_from(
+        ["\x00", "\x1f", "\x7f", '"', "\\", "\u2028", "\ue000", "\U0001f600", "\ud800"]
+    ),
+    max_size=6,
+)
+_canonical_inputs = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.sampled_from([2**53 - 1, -(2**53) + 1, 2**53, -(2**53)])
+    | st.floats()
+    | _tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_tricky_text, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_canonical_inputs)
+@example({"\ue000": 1, "\U0001f600": 2})  # UTF-16 order differs from code point order
+@example({"a": [2**53 - 1, "\x00\x7f\u2028", None, True]})
+def test_canonical_json_is_rfc8785_for_any_json_value(value: Any) -> None:
+    # The C encoder's fast path writes what the rfc8785 package does, or the
+    # value takes the package's path: keys past U+FFFF (UTF-16 order), floats,
+    # integers outside I-JSON's range, lone surrogates (refused by both).
+    try:
+        expected: bytes | None = rfc8785.dumps(value)
+    except Exception:
+        expected = None
+    if expected is None:
+        with pytest.raises(ValueError, match="not canonicalizable JSON"):
+            canonical_json(value)
+    else:
+        assert canonical_json(value) == expected
