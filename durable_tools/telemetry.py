@@ -34,7 +34,10 @@ from typing import Any, Final
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import (
+    INVALID_SPAN,
     NonRecordingSpan,
+    NoOpTracerProvider,
+    ProxyTracerProvider,
     Span,
     SpanContext,
     SpanKind,
@@ -85,6 +88,17 @@ def _tracer() -> trace.Tracer:
     # Once: before a provider is set this is OpenTelemetry's proxy tracer, which
     # follows the provider set later (the global provider is set at most once).
     return trace.get_tracer(INSTRUMENTATION)
+
+
+def _recording() -> bool:
+    """Whether a tracer provider is set that may record (not OpenTelemetry's proxy or no-op).
+
+    Without one, a span OpenTelemetry starts records nothing and has no
+    parent to carry (Temporal's interceptor is on only with one, see
+    `DurableToolsPlugin`'s `tracing`): the activities' spans are then not
+    started at all, which spared each turn several context switches.
+    """
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider | NoOpTracerProvider)
 
 
 class _Instruments:
@@ -252,6 +266,9 @@ def record_approval_wait(tool: str, decision: str, seconds: float) -> None:
 @contextlib.contextmanager
 def chat_span(model: str, conversation_id: str) -> Generator[Span]:
     """The `chat {model}` span of one model request (model activity)."""
+    if not _recording():
+        yield INVALID_SPAN
+        return
     attributes = model_attributes(model)
     span_name = f"chat {attributes['gen_ai.request.model']}"
     with _tracer().start_as_current_span(
@@ -291,6 +308,9 @@ def record_model_failure(model: str, error: str) -> None:
 @contextlib.contextmanager
 def tool_span(tool: str, call_id: str, attempt: int, conversation_id: str) -> Generator[Span]:
     """The `execute_tool {tool}` span of one tool activity attempt."""
+    if not _recording():
+        yield INVALID_SPAN
+        return
     with _tracer().start_as_current_span(
         f"execute_tool {tool}",
         kind=SpanKind.INTERNAL,

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+from pydantic_core import to_json
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue, RetryPolicy, SearchAttributeKey
@@ -125,6 +126,9 @@ PENDING_COUNT = SearchAttributeKey.for_int("DurableToolsPendingCount")
 
 PENDING_KINDS = SearchAttributeKey.for_keyword_list("DurableToolsPendingKinds")
 """Search attribute: what is pending (`approval`, `interaction`, `pause`, `model_failed`)."""
+
+_EVENT_FIELDS = frozenset(ConversationEvent.model_fields) - {"kind", "at", "offset"}
+"""The fields the loop sets on an event beside its kind and time."""
 
 _JSON_PLAIN = {"encoding": b"json/plain"}
 """A published event's payload metadata (what `PydanticJSONPlainPayloadConverter` writes)."""
@@ -1441,13 +1445,19 @@ class AgentWorkflow:
         """Publish a `ConversationEvent` to the conversation's stream (durable_tools.events)."""
         if self._events is None or not (workflow.in_workflow() and workflow.instance() is self):
             return  # a dropped instance's `finally` blocks (see `_publish`)
-        event = ConversationEvent(kind=kind, at=workflow.now(), **fields)
-        # Encoded as the pydantic converter would (`json/plain`, the model's own
-        # serializer), without its composite converter's type probes: four
-        # events a tool turn, each probe a sandboxed `isinstance`.
-        self._events.publish(
-            Payload(metadata=_JSON_PLAIN, data=event.__pydantic_serializer__.to_json(event))
-        )
+        # Encoded here, as `json/plain` (what the pydantic converter writes),
+        # from the fields the loop sets, without their None: a tool turn
+        # publishes four events, and building, validating and serializing a
+        # `ConversationEvent` through the converter's type probes (each a
+        # sandboxed `isinstance`) was a measurable part of a turn's CPU.
+        # Readers validate what they read (`ConversationEvent`, which leaves
+        # unset fields None); a field it does not have is a bug here.
+        unknown = fields.keys() - _EVENT_FIELDS
+        if unknown:
+            raise TypeError(f"ConversationEvent has no field {sorted(unknown)}")
+        event = {"kind": kind, "at": workflow.now()}
+        event.update((name, value) for name, value in fields.items() if value is not None)
+        self._events.publish(Payload(metadata=_JSON_PLAIN, data=to_json(event)))
 
     def _count_polls(self, stream: WorkflowStream) -> None:
         """Wrap the stream's poll update so the `followed` query knows about readers.

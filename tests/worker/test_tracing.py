@@ -17,9 +17,12 @@ from typing import Any
 
 import pytest
 from agent_support import AGENT, LEDGER_ENV, MODELS, TOOLKITS, turns
+from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import INVALID_SPAN, NoOpTracerProvider, ProxyTracerProvider
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import create_tracer_provider
 from temporalio.testing import WorkflowEnvironment
@@ -27,6 +30,7 @@ from temporalio.worker import Worker
 from tracing_support import ONCE, RAW, tracer_provider
 from workflow_helpers import eventually, outputs_by_id
 
+from durable_tools import telemetry
 from durable_tools.approvals import call_digest
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions
@@ -215,3 +219,31 @@ def test_export_once_passes_a_span_id_once() -> None:
         "other 1",
         "other 2",
     ]
+
+
+@pytest.mark.parametrize("unset", [ProxyTracerProvider(), NoOpTracerProvider()])
+def test_without_a_tracer_provider_the_activity_spans_are_not_started(
+    monkeypatch: pytest.MonkeyPatch, unset: Any
+) -> None:
+    # OpenTelemetry's default provider records nothing: no span is started,
+    # and the current context stays as it was (nothing attached per turn).
+    monkeypatch.setattr(otel_trace, "get_tracer_provider", lambda: unset)
+    outside = otel_trace.get_current_span()
+    with telemetry.tool_span("echo", "c1", 1, "wf") as tool_span:
+        assert tool_span is INVALID_SPAN
+        assert otel_trace.get_current_span() is outside
+        telemetry.finish_tool_span(tool_span, "echo", "ok", 0.01)
+    with telemetry.chat_span("gpt-x", "wf") as chat_span:
+        assert chat_span is INVALID_SPAN
+        assert otel_trace.get_current_span() is outside
+
+
+def test_with_a_tracer_provider_the_activity_spans_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    exporter = InMemorySpanExporter()
+    provider = SdkTracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(otel_trace, "get_tracer_provider", lambda: provider)
+    monkeypatch.setattr(telemetry, "_tracer", lambda: provider.get_tracer("test"))
+    with telemetry.tool_span("echo", "c1", 1, "wf") as span:
+        assert span.is_recording()
+    assert [s.name for s in exporter.get_finished_spans()] == ["execute_tool echo"]
