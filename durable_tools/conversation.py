@@ -781,6 +781,10 @@ class ToolActivityInput(BaseModel):
             arguments are recorded once, in the model turn's result, and the
             activity takes them from what its worker planned or from the
             `tool_call` query, checked against `reference.digest`.
+        summary: The call as `tool(arg=…)`, at most 120 characters: what
+            `temporal workflow show` and Temporal's UI show of a tool
+            activity's arguments (`""` in histories recorded before it,
+            which gave it as the activity's summary).
 
     Exactly one of `call` and `reference` is set.
     """
@@ -791,6 +795,7 @@ class ToolActivityInput(BaseModel):
     idempotency_key: str
     max_result_bytes: int = 1_500_000
     reference: CallReference | None = None
+    summary: str = ""
 
 
 class CarriedState(BaseModel):

@@ -1,10 +1,11 @@
 """`temporal workflow show` reads like the conversation.
 
-Tool activities are typed `tool.<name>` and carry a `tool(arg=…)` summary;
-model turns are `model.turn` with `<agent>: <model>, turn <n>`; the workflow
-has a static summary. This runs the Temporal CLI from the virtualenv against
-the session's dev server and reads its output as a person (text, `--detailed`)
-or a script (`-o json`) would.
+Tool activities are typed `tool.<name>` and their input carries a
+`tool(arg=…)` summary; model turns are `model.turn` with `<agent>: <model>,
+turn <n>` where the agent starts; the workflow has a static summary. This
+runs the Temporal CLI from the virtualenv against the session's dev server
+and reads its output as a person (text, `--detailed`) or a script (`-o json`)
+would.
 """
 
 from __future__ import annotations
@@ -79,9 +80,8 @@ async def test_workflow_show_names_tools_and_summarizes_calls(
     assert "activityType.name: tool.get_weather" in detailed
     assert "activityType.name: tool.boom" in detailed
     assert "activityType.name: model.turn" in detailed
-    assert "userMetadata.summary: get_weather(city='Paris')" in detailed
-    assert "userMetadata.summary: get_weather(city='Oslo')" in detailed
-    assert "userMetadata.summary: boom()" in detailed
+    for call in ("get_weather(city='Paris')", "get_weather(city='Oslo')", "boom()"):
+        assert f"input[0].summary: {call}" in detailed  # in the tool activity's input
     assert "userMetadata.summary: main: directed, turn 1" in detailed
     assert "userMetadata.summary: weather for a trip" in detailed
     assert "userMetadata.summary: idle: waiting for the next user message" in detailed
@@ -94,17 +94,21 @@ async def test_workflow_show_names_tools_and_summarizes_calls(
         (
             e["activityTaskScheduledEventAttributes"]["activityType"]["name"],
             _payload_text(e["userMetadata"]["summary"]) if "userMetadata" in e else None,
+            _payload_text(e["activityTaskScheduledEventAttributes"]["input"]["payloads"][0]).get(
+                "summary"
+            ),
         )
         for e in events
         if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
     ]
     # A model turn is summarized where the agent starts (the run's first turn,
-    # a handoff): each summary costs worker CPU on every workflow task.
+    # a handoff), and a tool call in its input: an activity summary (user
+    # metadata) costs worker CPU on every workflow task.
     assert scheduled == [
-        ("model.turn", "main: directed, turn 1"),
-        ("tool.get_weather", "get_weather(city='Paris')"),
-        ("tool.boom", "boom()"),
-        ("model.turn", None),
-        ("tool.get_weather", "get_weather(city='Oslo')"),
-        ("model.turn", None),
+        ("model.turn", "main: directed, turn 1", None),
+        ("tool.get_weather", None, "get_weather(city='Paris')"),
+        ("tool.boom", None, "boom()"),
+        ("model.turn", None, None),
+        ("tool.get_weather", None, "get_weather(city='Oslo')"),
+        ("model.turn", None, None),
     ]
