@@ -737,7 +737,6 @@ async def _heartbeating(details: list[Any] | None = None) -> AsyncGenerator[None
         return
     interval = max(timeout.total_seconds() / 3, 0.05)
     loop = asyncio.get_running_loop()
-    timer: asyncio.TimerHandle | None = None
 
     def beat() -> None:
         # A timer, not a task: a turn shorter than `interval` (most) costs
