@@ -25,10 +25,20 @@ Figures (each from this one run; the machine is shared and noisy):
 (every turn reads the whole transcript, as before incremental reads).
 
 `--rounds N` runs ours and bare alternately N times (a new conversation each
-time, on the same server) and prints, for each figure, the median of the N
-rounds' values beside the goal, then every round's value: on a shared
-machine one round's CPU ratio moved between 1.22 and 1.51 from run to run
-with the same code, as other tenants took CPU from one side and not the other.
+time, on the same server; bare first in every other round) and prints, for
+each figure, the median of the N rounds' values beside the goal, then every
+round's value: on a shared machine one round's CPU ratio moved between 1.22
+and 1.51 from run to run with the same code, as other tenants took CPU from
+one side and not the other.
+
+The duration ratio compares two windows of about two seconds each, minutes
+apart. On this 2-core VM, stretches of seconds come and go in which every
+process (the worker, the server, ours and bare alike) takes about 1.6x the
+CPU per turn: per-process CPU from /proc rose with the durations in the same
+windows, and no garbage-collection or scheduling pattern explained them. So
+each round also prints the same ratio for bare Temporal (a control: its turns
+cannot grow) and the spread of every window's median: a ratio far from 1
+for the control too says the host moved, not the code.
 
 Usage:
     python bench/long_conversation.py                 # 2,000 turns of 5 KB
@@ -259,7 +269,17 @@ def _windows(values: Sequence[float], turns: int) -> tuple[Sequence[float], Sequ
     return values[:WINDOW], values[turns - WINDOW : turns]
 
 
-def _verdict(value: float, goal: float) -> str:
+def _window_medians(values: Sequence[float]) -> list[float]:
+    """The median of each consecutive WINDOW values (how much the host moves a window)."""
+    return [
+        statistics.median(values[i : i + WINDOW])
+        for i in range(0, len(values) - WINDOW + 1, WINDOW)
+    ]
+
+
+def _verdict(value: float, goal: float | None) -> str:
+    if goal is None:
+        return "(no goal: host noise)"
     return "met" if value <= goal else "MISSED"
 
 
@@ -288,6 +308,18 @@ def _figures(ours: Measured, bare: Measured, extra: Sequence[Measured]) -> list[
                 "x",
             )
         )
+    # The same ratio for bare Temporal, whose turns cannot grow: how far this
+    # host alone moved the ratio in this round (stretches of seconds where every
+    # process here runs about 1.6x slower come and go on a shared machine).
+    b_first, b_last = _windows(bare.model_ms, n)
+    rows.append(
+        Figure(
+            f"  control: bare's model_turn duration, {last} / {first}",
+            statistics.median(b_last) / statistics.median(b_first),
+            None,
+            "x",
+        )
+    )
     rows.append(Figure("largest continue-as-new input", ours.largest_carry / 1024, 512, "KiB"))
     rows.append(
         Figure("worker CPU per turn, ours / bare", ours.worker_cpu / bare.worker_cpu, 1.2, "x")
@@ -306,11 +338,11 @@ def _figures(ours: Measured, bare: Measured, extra: Sequence[Measured]) -> list[
 
 @dataclass
 class Figure:
-    """One figure of one round (`None`: not measured here) and its goal."""
+    """One figure of one round (`None`: not measured here) and its goal (`None`: a control)."""
 
     name: str
     value: float | None
-    goal: float
+    goal: float | None
     unit: str
 
 
@@ -331,7 +363,8 @@ def report(rounds: Sequence[tuple[Measured, Measured, Sequence[Measured]]], size
         unit, goal = figure.unit, figure.goal
         shown = "n/a" if value is None else f"{value:.2f}"
         verdict = "not measured" if value is None else _verdict(value, goal)
-        print(f"{figure.name:<76} {shown:>9}{unit:<1} {'<= ' + f'{goal:g}':>9}{unit:<1}  {verdict}")
+        shown_goal = "" if goal is None else f"<= {goal:g}{unit}"
+        print(f"{figure.name:<76} {shown:>9}{unit:<1} {shown_goal:>10}  {verdict}")
         if len(rounds) > 1:
             print(
                 " " * 8
@@ -356,6 +389,12 @@ def report(rounds: Sequence[tuple[Measured, Measured, Sequence[Measured]]], size
                 f"largest carry {m.largest_carry / 1024:.0f} KiB"
                 + ("" if m.queries is None else f", {m.queries} transcript queries")
             )
+            spread = _window_medians(m.model_ms)
+            print(
+                f"  {'':<17} model.turn medians of each {WINDOW} turns: "
+                f"fastest {min(spread):.1f}, median {statistics.median(spread):.1f}, "
+                f"slowest {max(spread):.1f} ms"
+            )
 
 
 async def main(turns: int, size: int, full_reads: bool, rounds: int) -> None:
@@ -366,10 +405,14 @@ async def main(turns: int, size: int, full_reads: bool, rounds: int) -> None:
         raise SystemExit("--rounds must be at least 1")
     measured: list[tuple[Measured, Measured, Sequence[Measured]]] = []
     async with DevServer(headless=True, dynamic_config=DEFAULT_DYNAMIC_CONFIG) as server:
-        for _ in range(rounds):
+        for index in range(rounds):
+            # Bare goes first in every other round, so a host that slows down or
+            # speeds up over a round favours neither side.
+            bare = await run_bare(server, turns, size) if index % 2 else None
             ours = await run_ours(server, turns, size)
             extra = [await run_ours(server, turns, size, full_reads=True)] if full_reads else []
-            bare = await run_bare(server, turns, size)
+            if bare is None:
+                bare = await run_bare(server, turns, size)
             measured.append((ours, bare, extra))
     report(measured, size)
 
