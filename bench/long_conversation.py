@@ -43,7 +43,7 @@ for the control too says the host moved, not the code.
 Usage:
     python bench/long_conversation.py                 # 2,000 turns of 5 KB
     python bench/long_conversation.py --turns 10000   # the issue's full run
-    python bench/long_conversation.py --turns 10000 --rounds 3
+    python bench/long_conversation.py --turns 10000 --rounds 4
 """
 
 from __future__ import annotations
