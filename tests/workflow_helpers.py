@@ -116,8 +116,9 @@ class Harness:
         options: ConversationOptions | None = None,
         handoffs: Sequence[AgentConfig] = (),
         agent: AgentConfig = AGENT,
+        workflow_id: str | None = None,
     ) -> str:
-        workflow_id = f"conv-{uuid.uuid4()}"
+        workflow_id = workflow_id or f"conv-{uuid.uuid4()}"
         self.started.append(workflow_id)
         self.handles[workflow_id] = await self.conversations.start(
             workflow_id,

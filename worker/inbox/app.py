@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from fastapi import Depends, FastAPI, Form, Header, Query, Request
 from fastapi.responses import (
@@ -59,6 +59,7 @@ from durable_tools.worker.inbox.auth import (
     Identity,
     refusal,
 )
+from durable_tools.worker.inbox.paths import KeepEncodedSlashes, quote_segment
 from durable_tools.worker.inbox.render import register_filters
 from durable_tools.worker.inbox.service import (
     Conflict,
@@ -267,6 +268,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.inbox = state
+    app.add_middleware(KeepEncodedSlashes)  # ids with `/`: see paths.py
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     register_filters(templates.env)
     app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
@@ -418,7 +420,7 @@ def create_app(
         return _sse(stream())
 
     @app.get(
-        "/api/conversations/{workflow_id}",
+        "/api/conversations/{workflow_id:segment}",
         response_model=ConversationView,
         responses=problems,
         tags=["conversations"],
@@ -428,7 +430,7 @@ def create_app(
         return await state.service.conversation(workflow_id)
 
     @app.get(
-        "/api/conversations/{workflow_id}/version",
+        "/api/conversations/{workflow_id:segment}/version",
         responses=problems,
         tags=["conversations"],
     )
@@ -437,7 +439,7 @@ def create_app(
         return {"version": await state.service.version(workflow_id)}
 
     @app.get(
-        "/api/conversations/{workflow_id}/events",
+        "/api/conversations/{workflow_id:segment}/events",
         responses={
             **problems,
             200: {"content": {"text/event-stream": {}}, "description": "The event stream."},
@@ -496,7 +498,7 @@ def create_app(
         return _sse(stream())
 
     @app.post(
-        "/api/conversations/{workflow_id}/calls/{call_id}/decision",
+        "/api/conversations/{workflow_id:segment}/calls/{call_id:segment}/decision",
         response_model=Accepted,
         responses=problems,
         tags=["decisions"],
@@ -516,7 +518,7 @@ def create_app(
         return Accepted(receipt=receipt)
 
     @app.post(
-        "/api/conversations/{workflow_id}/calls/{call_id}/answer",
+        "/api/conversations/{workflow_id:segment}/calls/{call_id:segment}/answer",
         response_model=Accepted,
         responses={**problems, 422: {"model": Problem, "description": "Invalid answer."}},
         tags=["decisions"],
@@ -531,7 +533,7 @@ def create_app(
         return Accepted(receipt=receipt)
 
     @app.post(
-        "/api/conversations/{workflow_id}/messages",
+        "/api/conversations/{workflow_id:segment}/messages",
         response_model=Accepted,
         responses=problems,
         tags=["conversations"],
@@ -542,7 +544,7 @@ def create_app(
         return Accepted()
 
     @app.post(
-        "/api/conversations/{workflow_id}/resume",
+        "/api/conversations/{workflow_id:segment}/resume",
         response_model=Accepted,
         responses=problems,
         tags=["conversations"],
@@ -553,7 +555,7 @@ def create_app(
         return Accepted()
 
     @app.post(
-        "/api/conversations/{workflow_id}/retry",
+        "/api/conversations/{workflow_id:segment}/retry",
         response_model=Accepted,
         responses=problems,
         tags=["conversations"],
@@ -670,7 +672,11 @@ def create_app(
             status_code=conflict.status_code if conflict else 200,
         )
 
-    @app.get("/conversations/{workflow_id}", response_class=HTMLResponse, include_in_schema=False)
+    @app.get(
+        "/conversations/{workflow_id:segment}",
+        response_class=HTMLResponse,
+        include_in_schema=False,
+    )
     async def conversation_page(  # pyright: ignore[reportUnusedFunction]
         request: Request, workflow_id: str, who: Who, notice: str = ""
     ) -> Response:
@@ -681,10 +687,10 @@ def create_app(
             raise _CsrfFailed()
 
     def _back(workflow_id: str, notice: str) -> Response:
-        url = f"/conversations/{quote(workflow_id, safe='')}?{urlencode({'notice': notice})}"
+        url = f"/conversations/{quote_segment(workflow_id)}?{urlencode({'notice': notice})}"
         return RedirectResponse(url, status_code=303)
 
-    @app.post("/conversations/{workflow_id}/decide", include_in_schema=False)
+    @app.post("/conversations/{workflow_id:segment}/decide", include_in_schema=False)
     async def decide_form(  # pyright: ignore[reportUnusedFunction]
         request: Request,
         workflow_id: str,
@@ -713,7 +719,7 @@ def create_app(
         verb = "Approved" if decision == "approve" else "Denied"
         return _back(workflow_id, f"{verb} call {call_id}.")
 
-    @app.post("/conversations/{workflow_id}/answer", include_in_schema=False)
+    @app.post("/conversations/{workflow_id:segment}/answer", include_in_schema=False)
     async def answer_form(  # pyright: ignore[reportUnusedFunction]
         request: Request,
         workflow_id: str,
@@ -737,7 +743,7 @@ def create_app(
             return await _conversation_page(request, who, workflow_id, conflict=exc)
         return _back(workflow_id, f"Answered call {call_id}.")
 
-    @app.post("/conversations/{workflow_id}/send", include_in_schema=False)
+    @app.post("/conversations/{workflow_id:segment}/send", include_in_schema=False)
     async def send_form(  # pyright: ignore[reportUnusedFunction]
         request: Request,
         workflow_id: str,
@@ -755,7 +761,7 @@ def create_app(
             return await _conversation_page(request, who, workflow_id, conflict=exc)
         return _back(workflow_id, "Message sent.")
 
-    @app.post("/conversations/{workflow_id}/resume", include_in_schema=False)
+    @app.post("/conversations/{workflow_id:segment}/resume", include_in_schema=False)
     async def resume_form(  # pyright: ignore[reportUnusedFunction]
         request: Request,
         workflow_id: str,
@@ -770,7 +776,7 @@ def create_app(
             return await _conversation_page(request, who, workflow_id, conflict=exc)
         return _back(workflow_id, "Resumed.")
 
-    @app.post("/conversations/{workflow_id}/retry", include_in_schema=False)
+    @app.post("/conversations/{workflow_id:segment}/retry", include_in_schema=False)
     async def retry_form(  # pyright: ignore[reportUnusedFunction]
         request: Request, workflow_id: str, who: Who, csrf: CsrfToken = ""
     ) -> Response:

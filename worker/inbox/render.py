@@ -9,6 +9,8 @@ from typing import Any, cast
 
 from jinja2 import Environment
 
+from durable_tools.worker.inbox.paths import quote_segment
+
 __all__ = ["FOLD_CHARS", "Field", "fields_of", "register_filters"]
 
 FOLD_CHARS = 160
@@ -108,5 +110,10 @@ def register_filters(env: Environment) -> None:
     """Add the filters the templates use to `env`."""
     filters = cast("dict[str, Any]", env.filters)
     filters.update(
-        fields=fields_of, iso=iso, human_time=human_time, left=left, output_text=output_text
+        fields=fields_of,
+        iso=iso,
+        human_time=human_time,
+        left=left,
+        output_text=output_text,
+        segment=quote_segment,
     )

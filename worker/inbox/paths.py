@@ -1,0 +1,78 @@
+"""Workflow ids and call ids as one URL path segment each, whatever they contain.
+
+A workflow id is any text up to Temporal's length limit, `/` included
+(`tenant/42`). Links quote it whole (`quote(id, safe="")`, JavaScript's
+`encodeURIComponent`), so `tenant/42` travels as `tenant%2F42`. Starlette
+routes on the decoded path, where that `%2F` has become a `/` and the id two
+segments. `KeepEncodedSlashes` routes on the path as sent instead, decoding
+everything but `%2F` and `%25`; the `segment` convertor then decodes those
+two in the parameter it hands the endpoint. A path without `%2F` or `%25`
+routes exactly as before.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote, unquote
+
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["SEGMENT", "KeepEncodedSlashes", "quote_segment"]
+
+SEGMENT = "segment"
+"""The convertor's name: `/conversations/{workflow_id:segment}`."""
+
+_KEPT = re.compile(rb"%(?:2[fF]|25)")
+
+
+def quote_segment(text: str) -> str:
+    """`text` as one path segment: every reserved character percent-encoded, `/` too."""
+    return quote(text, safe="")
+
+
+class _Segment(Convertor[str]):
+    """One path segment; `%2F` and `%25` (left encoded by the middleware) decoded."""
+
+    regex = "[^/]+"
+
+    def convert(self, value: str) -> str:
+        """The segment's text: `%2F` is `/`, `%25` is `%` (in that order)."""
+        return value.replace("%2F", "/").replace("%25", "%")
+
+    def to_string(self, value: str) -> str:
+        """`value` quoted as one segment (for `url_path_for`)."""
+        return quote_segment(value)
+
+
+register_url_convertor(SEGMENT, _Segment())
+
+
+class KeepEncodedSlashes:
+    """ASGI middleware: route on the path as sent, with `%2F` and `%25` still encoded.
+
+    Args:
+        app: The application to call with the rewritten scope.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Call the app with `scope["path"]` rebuilt from `raw_path` when it has `%2F` or `%25`."""
+        raw: Any = scope.get("raw_path") if scope["type"] in ("http", "websocket") else None
+        if isinstance(raw, bytes) and _KEPT.search(raw):
+            kept: list[str] = []
+            start = 0
+            for match in _KEPT.finditer(raw):
+                kept.append(_decoded(raw[start : match.start()]))
+                kept.append(match.group().decode("ascii").upper())
+                start = match.end()
+            kept.append(_decoded(raw[start:]))
+            scope = {**scope, "path": "".join(kept)}
+        await self.app(scope, receive, send)
+
+
+def _decoded(part: bytes) -> str:
+    return unquote(part.decode("latin-1"), encoding="utf-8", errors="replace")
