@@ -663,6 +663,7 @@ def worker_command(
     """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
     from temporalio.common import WorkerDeploymentVersion
 
+    from durable_tools.activities.decision_activities import decision_keys_from_environment
     from durable_tools.worker.runner import run_worker
 
     if (deployment is None) != (build_id is None):
@@ -676,13 +677,27 @@ def worker_command(
     offline = allow_offline_models or served.allow_offline_models
 
     storage = _storage() or served.storage
+    try:
+        keys = (
+            served.decision_keys
+            if served.decision_keys is not None
+            else decision_keys_from_environment()
+        )
+    except ConfigurationError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    checked = (
+        f"decisions checked with key(s) {', '.join(sorted(keys))}"
+        if keys
+        else "no decision keys (a call that needs a signed decision cannot be decided)"
+    )
 
     def ready(_: object) -> None:
         versioned = f", version {version.deployment_name}:{version.build_id}" if version else ""
         _out.print(
             f"worker polling task queue [bold]{escape(task_queue)}[/] on {escape(address)} "
             f"(namespace {escape(namespace)}{escape(versioned)}); "
-            f"{escape(_describe_served(served, allow_offline_models=offline))}",
+            f"{escape(_describe_served(served, allow_offline_models=offline))}; "
+            f"{escape(checked)}",
             soft_wrap=True,
         )
         if storage is not None:
@@ -697,7 +712,7 @@ def worker_command(
             served.models,
             mcp_servers=served.mcp_servers,
             deps=served.deps,
-            decision_keys=served.decision_keys,
+            decision_keys=keys,
             payload_codec=_codec() or served.payload_codec,
             storage=storage,
             graceful_shutdown_timeout=graceful_shutdown,

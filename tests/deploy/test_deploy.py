@@ -13,6 +13,7 @@ gracefully.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import signal
@@ -97,6 +98,40 @@ def _unescape_compose(text: str) -> str:
     return text.replace("$$", "$")
 
 
+# One decision key, as an operator would make it (head -c 32 /dev/urandom | base64).
+DECISION_KEY = "k1:" + base64.b64encode(bytes(range(32))).decode()
+
+
+def _compose_environment(service: dict[str, Any], shell: dict[str, str]) -> dict[str, str]:
+    """A service's `environment`, with `${NAME:-default}` taken from `shell` as Compose does."""
+
+    def value(match: re.Match[str]) -> str:
+        return shell.get(match.group(1)) or match.group(2) or ""
+
+    return {
+        name: re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", value, str(text))
+        for name, text in service["environment"].items()
+    }
+
+
+def _container_env(container: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """A container's `env`, with `secretKeyRef`s read from `secrets` (name -> key -> value)."""
+    env: dict[str, str] = {}
+    for entry in container["env"]:
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+            continue
+        ref = entry["valueFrom"]["secretKeyRef"]
+        found = secrets.get(ref["name"], {}).get(ref["key"])
+        assert found is not None or ref.get("optional"), ref
+        if found is not None:
+            env[entry["name"]] = found
+    return env
+
+
+DECISION_SECRETS = {"durable-tools-decision-keys": {"worker": DECISION_KEY, "inbox": DECISION_KEY}}
+
+
 @pytest.fixture(scope="module")
 def bare_server() -> Iterator[DevServer]:
     """A dev server without durable-tools' search attributes (as a new cluster has)."""
@@ -163,8 +198,12 @@ def _register_search_attributes(server: DevServer) -> None:
 
 def _run_worker(
     command: list[str], env: dict[str, str], health: list[str], health_file: Path
-) -> None:
-    """Start `command`, wait until it polls, check `health`, SIGTERM it, check it stopped."""
+) -> str:
+    """Start `command`, wait until it polls, check `health`, SIGTERM it, check it stopped.
+
+    Returns:
+        What the worker printed.
+    """
     unhealthy = subprocess.run(health, env=_env(**env), capture_output=True, text=True, timeout=60)
     assert unhealthy.returncode == 1 and "does not exist" in unhealthy.stderr
     log = health_file.with_suffix(".log")
@@ -189,6 +228,7 @@ def _run_worker(
         assert worker.wait(timeout=60) == 0, log.read_text()
         assert "worker stopped" in log.read_text()
         assert not health_file.exists()
+        return log.read_text()
     finally:
         if worker.poll() is None:
             worker.kill()
@@ -200,16 +240,22 @@ def test_image_command_and_health_check(bare_server: DevServer, tmp_path: Path) 
     assert _compose()["worker"]["command"] == cmd  # compose runs the image's command
     assert env["DURABLE_TOOLS_ADDRESS"] and env["DURABLE_TOOLS_HEALTH_FILE"]
     health_file = tmp_path / "image.health"
+    # As compose runs it: the image's environment, then the service's, with the
+    # operator's decision key from the shell.
+    env.update(
+        _compose_environment(_compose()["worker"], {"DURABLE_TOOLS_DECISION_KEYS": DECISION_KEY})
+    )
     env.update(
         DURABLE_TOOLS_ADDRESS=bare_server.address, DURABLE_TOOLS_HEALTH_FILE=str(health_file)
     )
     _register_search_attributes(bare_server)
-    _run_worker(cmd, env, health, health_file)
+    printed = _run_worker(cmd, env, health, health_file)
+    assert "decisions checked with key(s) k1" in printed, printed
 
 
 def test_kubernetes_worker_command_runs_versioned(bare_server: DevServer, tmp_path: Path) -> None:
     container = _k8s("worker-deployment.yaml")["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = _container_env(container, DECISION_SECRETS)
     assert env["DURABLE_TOOLS_DEPLOYMENT"] and env["DURABLE_TOOLS_BUILD_ID"]
     health_file = tmp_path / "k8s.health"
     env.update(
@@ -218,7 +264,8 @@ def test_kubernetes_worker_command_runs_versioned(bare_server: DevServer, tmp_pa
     _register_search_attributes(bare_server)
     command = container["command"] + container["args"]
     probe = container["livenessProbe"]["exec"]["command"]
-    _run_worker(command, env, probe, health_file)
+    printed = _run_worker(command, env, probe, health_file)
+    assert "decisions checked with key(s) k1" in printed, printed
     # It served as its Worker Deployment version.
     listed = subprocess.run(
         [_tool("temporal"), "worker", "deployment", "list", "--address", bare_server.address],
@@ -284,7 +331,8 @@ def test_inbox_commands_serve_with_their_auth(bare_server: DevServer, tmp_path: 
     command = [
         str(secret) if part == "/run/secrets/inbox_tokens" else part for part in service["command"]
     ]
-    env = {**service["environment"], "DURABLE_TOOLS_ADDRESS": bare_server.address}
+    shell = {"DURABLE_TOOLS_INBOX_DECISION_KEY": DECISION_KEY}
+    env = {**_compose_environment(service, shell), "DURABLE_TOOLS_ADDRESS": bare_server.address}
     port = free_port()
     inbox = _serve_inbox(command, env, port, tmp_path / "compose-inbox.log")
     try:
@@ -296,6 +344,8 @@ def test_inbox_commands_serve_with_their_auth(bare_server: DevServer, tmp_path: 
         assert subprocess.run(check, env=_env(), timeout=30).returncode == 0
     finally:
         _stop(inbox)
+    printed = (tmp_path / "compose-inbox.log").read_text()
+    assert "decisions signed with key k1" in printed, printed
 
     # Kubernetes: behind an identity-aware proxy, probed over HTTP.
     (deployment,) = [
@@ -304,7 +354,7 @@ def test_inbox_commands_serve_with_their_auth(bare_server: DevServer, tmp_path: 
         if d["kind"] == "Deployment"
     ]
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = _container_env(container, DECISION_SECRETS)
     env["DURABLE_TOOLS_ADDRESS"] = bare_server.address
     port = free_port()
     inbox = _serve_inbox(
@@ -317,3 +367,5 @@ def test_inbox_commands_serve_with_their_auth(bare_server: DevServer, tmp_path: 
         assert _status(f"{base}/api/session", {"X-Forwarded-User": "ana"}) == 200
     finally:
         _stop(inbox)
+    printed = (tmp_path / "k8s-inbox.log").read_text()
+    assert "decisions signed with key k1" in printed, printed

@@ -95,6 +95,17 @@ def test_worker_with_a_bad_app_is_one_line_and_exit_2(spec: str, expected: str) 
     assert expected in line
 
 
+def test_worker_with_a_malformed_decision_key_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DURABLE_TOOLS_DECISION_KEYS", "k1:not base64!")
+    result = runner.invoke(
+        app, ["worker", "--app", "examples.support:app", "--address", "127.0.0.1:1"]
+    )
+    line = assert_one_line_error(result, code=2)
+    assert "DURABLE_TOOLS_DECISION_KEYS" in line and "KEY_ID:BASE64" in line
+
+
 def test_worker_against_a_closed_port_is_one_line() -> None:
     address = f"127.0.0.1:{closed_port()}"
     result = runner.invoke(app, ["worker", "--app", "examples.support:app", "--address", address])
