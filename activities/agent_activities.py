@@ -32,6 +32,7 @@ from pydantic_core import to_json
 from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools import telemetry
 from durable_tools.activities.activity_events import ActivityEvents
@@ -114,6 +115,51 @@ _NOT_FOR_SUMMARIES: Final = frozenset({"tool_choice", "parallel_tool_calls", "re
 
 # Temporal rejects payloads over 2 MiB; stay well below for the whole turn.
 _MAX_TURN_ARGUMENT_BYTES: Final[int] = 1_500_000
+
+
+_TRANSIENT_QUERY_STATUS: Final = frozenset(
+    {
+        RPCStatusCode.CANCELLED,  # the bridge's "Timeout expired"
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+_QUERY_TRIES: Final = 6
+"""Tries of the `tool_call` query before its error fails the attempt (backoff 0.2 s, doubling)."""
+
+
+async def _read_open_call(workflow_id: str, call_id: str) -> ToolCall | None:
+    """The workflow's open call `call_id`, by the `tool_call` query, retried while transient.
+
+    The query runs before the tool does, so a query that timed out (a busy
+    worker replaying a long history to answer it) or found the server
+    unavailable is tried again here rather than failing the attempt: for a
+    call that runs at most once (an approved call), a failed attempt is the
+    call's end, though the tool never started.
+
+    Raises:
+        RPCError: A non-transient status, or a transient one `_QUERY_TRIES` times.
+        WorkflowQueryFailedError: The workflow failed the query.
+    """
+    handle = activity.client().get_workflow_handle(workflow_id)
+    delay = 0.2
+    for tries in range(1, _QUERY_TRIES + 1):
+        try:
+            found: ToolCall | None = await handle.query(
+                TOOL_CALL_QUERY, call_id, result_type=_TOOL_CALL_ANSWER
+            )
+            return found
+        except RPCError as exc:
+            if exc.status not in _TRANSIENT_QUERY_STATUS or tries == _QUERY_TRIES:
+                raise
+        if activity.info().heartbeat_timeout:
+            # Alive while it waits, with the details this attempt started with
+            # (a tool's last progress stays what a later attempt reads).
+            activity.heartbeat(*activity.info().heartbeat_details)
+        await asyncio.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class AgentActivities:
@@ -309,10 +355,7 @@ class AgentActivities:
         planned = self._planned.get((request.workflow_id, reference.call_id))
         if planned is not None and _matches(planned, reference):
             return planned[0]
-        handle = activity.client().get_workflow_handle(request.workflow_id)
-        found: ToolCall | None = await handle.query(
-            TOOL_CALL_QUERY, reference.call_id, result_type=_TOOL_CALL_ANSWER
-        )
+        found = await _read_open_call(request.workflow_id, reference.call_id)
         # The workflow's own open call is the record (histories planned before
         # `call_digest` hold another hash): its id and name must match.
         if found is None or (found.call_id, found.name) != (reference.call_id, reference.name):

@@ -305,6 +305,54 @@ async def test_approval_signalled_while_no_worker_runs_is_applied_when_one_retur
     assert tool_starts == [("tool.refund", "worker-b", 1)]
 
 
+async def test_an_approved_call_survives_a_timed_out_read_of_its_arguments(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker that did not plan the call reads it with the `tool_call` query.
+
+    That read runs before the tool: when it times out (a busy worker replaying
+    a long history to answer it), the approved call, which runs at most once,
+    must not end with a failure though the tool never started.
+    """
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    workflow_id = f"query-timeout-{uuid.uuid4()}"
+    client_a = _client(dev_env)
+    conv = Conversations(client_a, task_queue=task_queue)
+    async with Worker(client_a, task_queue=task_queue, identity="worker-a"):
+        await conv.start(workflow_id, agent=AGENT, message=REFUND_SCRIPT)
+        approval = await _pending_approval(conv, workflow_id)
+    await conv.approve(
+        workflow_id, approval.call_id, arguments_hash=approval.arguments_hash, decided_by="ana"
+    )
+
+    timed_out: list[str] = []
+    query = WorkflowHandle.query
+
+    async def flaky_query(
+        self: WorkflowHandle[Any, Any], name: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        if name == "tool_call" and len(timed_out) < 2:
+            timed_out.append(str(args[0]))
+            raise RPCError("Timeout expired", RPCStatusCode.CANCELLED, b"")
+        return await query(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(WorkflowHandle, "query", flaky_query)
+    client_b = _client(dev_env)
+    conv = Conversations(client_b, task_queue=task_queue)
+    async with Worker(client_b, task_queue=task_queue, identity="worker-b"):
+        result = await _result(conv, workflow_id)
+        transcript = await conv.history(workflow_id)
+
+    assert timed_out == ["r1", "r1"]
+    assert result.status == "finished" and result.output == "refund handled"
+    assert not _output(transcript, "r1").is_error
+    assert [e["key"] for e in read_ledger(ledger)] == [f"{workflow_id}/r1"]
+
+
 # ------------------------------------------------ SIGKILL mid-activity
 
 
