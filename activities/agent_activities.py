@@ -143,23 +143,22 @@ async def _read_open_call(workflow_id: str, call_id: str) -> ToolCall | None:
         WorkflowQueryFailedError: The workflow failed the query.
     """
     handle = activity.client().get_workflow_handle(workflow_id)
-    delay = 0.2
-    for tries in range(1, _QUERY_TRIES + 1):
+    delay, tries = 0.2, 1
+    while True:
         try:
             found: ToolCall | None = await handle.query(
                 TOOL_CALL_QUERY, call_id, result_type=_TOOL_CALL_ANSWER
             )
             return found
         except RPCError as exc:
-            if exc.status not in _TRANSIENT_QUERY_STATUS or tries == _QUERY_TRIES:
+            if exc.status not in _TRANSIENT_QUERY_STATUS or tries >= _QUERY_TRIES:
                 raise
         if activity.info().heartbeat_timeout:
             # Alive while it waits, with the details this attempt started with
             # (a tool's last progress stays what a later attempt reads).
             activity.heartbeat(*activity.info().heartbeat_details)
         await asyncio.sleep(delay)
-        delay *= 2
-    raise AssertionError("unreachable")  # pragma: no cover
+        delay, tries = delay * 2, tries + 1
 
 
 class AgentActivities:
