@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 import uuid
 from html import unescape
+from typing import Any
+from urllib.parse import unquote
 
 import httpx
 from hypothesis import given, settings
@@ -60,6 +62,38 @@ async def test_any_id_quoted_as_one_segment_reaches_the_endpoint_unchanged(
         response = await client.get(path)
         assert response.status_code == 200, (workflow_id, call_id, response.text)
         assert response.json() == {"workflow_id": workflow_id, "call_id": call_id}
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.binary(max_size=60))
+async def test_any_raw_path_gets_an_answer_never_a_server_error(raw: bytes) -> None:
+    """Bytes no browser would send (bad escapes, invalid UTF-8) still get an answer."""
+    raw_path = b"/c/" + raw.replace(b"?", b"").replace(b"#", b"")
+    sent: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            sent.append(message["status"])
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": unquote(raw_path.decode("latin-1"), errors="replace"),
+        "raw_path": raw_path,
+        "query_string": b"",
+        "root_path": "",
+        "headers": [],
+        "server": ("inbox.test", 80),
+        "client": ("127.0.0.1", 1),
+    }
+    await _ECHO(scope, receive, send)
+    assert sent and sent[0] < 500, (raw_path, sent)  # routed, redirected or not found
 
 
 async def test_an_unquoted_slash_is_still_two_segments() -> None:

@@ -19,12 +19,9 @@ from urllib.parse import quote, unquote
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["SEGMENT", "KeepEncodedSlashes", "quote_segment"]
+__all__ = ["KeepEncodedSlashes", "quote_segment"]
 
-SEGMENT = "segment"
-"""The convertor's name: `/conversations/{workflow_id:segment}`."""
-
-_KEPT = re.compile(rb"%(?:2[fF]|25)")
+_KEPT = re.compile(rb"(%(?:2[fF]|25))")  # captured: `split` keeps them, at odd indexes
 
 
 def quote_segment(text: str) -> str:
@@ -46,7 +43,7 @@ class _Segment(Convertor[str]):
         return quote_segment(value)
 
 
-register_url_convertor(SEGMENT, _Segment())
+register_url_convertor("segment", _Segment())  # `/conversations/{workflow_id:segment}`
 
 
 class KeepEncodedSlashes:
@@ -63,14 +60,12 @@ class KeepEncodedSlashes:
         """Call the app with `scope["path"]` rebuilt from `raw_path` when it has `%2F` or `%25`."""
         raw: Any = scope.get("raw_path") if scope["type"] in ("http", "websocket") else None
         if isinstance(raw, bytes) and _KEPT.search(raw):
-            kept: list[str] = []
-            start = 0
-            for match in _KEPT.finditer(raw):
-                kept.append(_decoded(raw[start : match.start()]))
-                kept.append(match.group().decode("ascii").upper())
-                start = match.end()
-            kept.append(_decoded(raw[start:]))
-            scope = {**scope, "path": "".join(kept)}
+            parts = _KEPT.split(raw)
+            path = "".join(
+                part.decode("ascii").upper() if kept else _decoded(part)
+                for kept, part in zip([False, True] * len(parts), parts, strict=False)
+            )
+            scope = {**scope, "path": path}
         await self.app(scope, receive, send)
 
 
