@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast, overload
@@ -55,6 +56,7 @@ from durable_tools.conversation import (
 from durable_tools.errors import (
     ConfigurationError,
     DecisionRejected,
+    DurableToolsError,
     NoFinalOutput,
     RetryRejected,
 )
@@ -71,6 +73,13 @@ from durable_tools.transcript_reader import (
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
 
 OutputT = TypeVar("OutputT", bound=BaseModel)
+
+_MAX_FOLLOWS = 100
+"""Most `continued` answers `wait_turn` follows before it gives up (each is one run)."""
+
+_FOLLOW_PAUSE = 0.05
+"""Seconds `wait_turn` waits, doubling to 1 s, when the same run says `continued` again
+(its continue-as-new waits for other handlers to finish)."""
 
 # What `transcript_slice` answers: a page, or a list from older workflow code.
 _TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
@@ -206,7 +215,9 @@ class Conversations:
 
         Returns:
             The `TurnOutcome`: `reply` (the model's text), or `pending`
-            (approvals and questions to show, with their hashes).
+            (approvals and questions to show, with their hashes), from the
+            run the conversation settled in (continue-as-new is followed, as
+            in `wait_turn`).
 
         Raises:
             ConfigurationError: Two agent configurations share a name.
@@ -234,7 +245,57 @@ class Conversations:
             start_workflow_operation=start,
             result_type=TurnOutcome,
         )
-        return outcome
+        if outcome.state != "continued":
+            return outcome
+        return await self._follow(workflow_id, after_turns=0, previous=outcome)
+
+    async def wait_turn(self, workflow_id: str, *, after_turns: int = 0) -> TurnOutcome:
+        """Wait until the conversation settles after more than `after_turns` model turns.
+
+        Sends the `await_turn` update to the conversation's current run and
+        follows continue-as-new: a run that continues as new before it
+        settles answers `continued`, and the next run is asked, so the
+        answer comes from whichever run the conversation settles in. Needs a
+        running worker.
+
+        Args:
+            workflow_id: The conversation.
+            after_turns: Model turns the caller has already seen (default 0:
+                any settled state after the first turn).
+
+        Returns:
+            The `TurnOutcome` (never state `continued`).
+
+        Raises:
+            DurableToolsError: The conversation said `continued` 100 times in
+                a row (a run that cannot continue as new would not).
+            temporalio.client.WorkflowUpdateFailedError: The update failed.
+        """
+        return await self._follow(workflow_id, after_turns=after_turns, previous=None)
+
+    async def _follow(
+        self, workflow_id: str, *, after_turns: int, previous: TurnOutcome | None
+    ) -> TurnOutcome:
+        handle = self._handle(workflow_id)  # no run id: the current run
+        pause = _FOLLOW_PAUSE
+        for _ in range(_MAX_FOLLOWS):
+            outcome: TurnOutcome = await handle.execute_update(  # pyright: ignore[reportUnknownMemberType]
+                "await_turn", {"after_turns": after_turns}, result_type=TurnOutcome
+            )
+            if outcome.state != "continued":
+                return outcome
+            if previous is not None and previous.run_id == outcome.run_id:
+                # The same run again: its continue-as-new is still waiting for
+                # other handlers (a decision being verified, say).
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+            else:
+                pause = _FOLLOW_PAUSE
+            previous = outcome
+        raise DurableToolsError(
+            f"conversation {workflow_id!r} kept continuing as new before it settled "
+            f"({_MAX_FOLLOWS} runs asked); ask again with wait_turn"
+        )
 
     async def send(self, workflow_id: str, text: str, *, sent_by: str = "") -> None:
         """Send a user message (signal; durable even with no worker running)."""

@@ -232,6 +232,19 @@ class ConversationOptions(BaseModel):
             "Continue-as-new"). The carry is recorded twice per
             continue-as-new; the model activity needs none of it (it reads
             what it has not cached by query), so the default is small.
+        version_check_interval: Seconds between checks for a new worker
+            version while the conversation waits durably (idle, an approval,
+            a question, a sleep, a pause, `model_failed`) on a versioned
+            worker (Worker Deployments): Temporal tells a run that a new
+            version became current only in its next workflow task, so a
+            wait with nothing else happening starts a timer this long
+            (default 3,600: about 5 history events an hour of waiting);
+            `None`: only a signal or update wakes it. At each check (and
+            whenever a signal or update arrives) a run whose target version
+            changed, or whose history Temporal suggests continuing, continues
+            as new at that wait, keeping every pending approval, question,
+            sleep, pause and deadline (docs/operations.md, "Upgrades").
+            Unversioned workers start no timer.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -248,6 +261,7 @@ class ConversationOptions(BaseModel):
     accept_early_decisions: bool = False
     require_signed_decisions: bool = False
     carry_transcript_bytes: int = Field(default=32 * 1024, ge=0, le=384 * 1024)
+    version_check_interval: float | None = Field(default=3600.0, ge=1.0)
 
 
 class PendingApproval(BaseModel):
@@ -798,6 +812,47 @@ class ToolActivityInput(BaseModel):
     summary: str = ""
 
 
+class CarriedCall(BaseModel):
+    """A call of the current turn that waited durably when its run continued as new.
+
+    Attributes:
+        plan: The call's plan, as the model activity made it.
+        approval: Its pending approval (with the original `requested_at` and
+            `deadline`), for a call waiting for a decision.
+        decision: A decision already accepted for it (the next run applies it).
+        interaction: Its pending question, for an interaction call.
+        answer: An answer already accepted for it.
+        wake_at: When its `sleep` ends (a sleep signal tool).
+        pause_until: When its `pause` ends without a `resume` (`None`: never).
+    """
+
+    plan: PlannedCall
+    approval: PendingApproval | None = None
+    decision: Decision | None = None
+    interaction: PendingInteraction | None = None
+    answer: Answer | None = None
+    wake_at: datetime | None = None
+    pause_until: datetime | None = None
+
+
+class CarriedTurn(BaseModel):
+    """The part of a turn still waiting when its run continued as new at a wait.
+
+    Attributes:
+        toolkit: The toolkit the turn's calls run in.
+        calls: The calls without an output yet, in the turn's order.
+        superseded: Whether a new user message had superseded the waits.
+        paused: The pause reason when a `pause` call waited.
+        resume: A `resume` that had arrived for it.
+    """
+
+    toolkit: str
+    calls: list[CarriedCall] = Field(default_factory=list[CarriedCall])
+    superseded: bool = False
+    paused: str | None = None
+    resume: Resume | None = None
+
+
 class CarriedState(BaseModel):
     """State carried across continue-as-new.
 
@@ -833,6 +888,14 @@ class CarriedState(BaseModel):
         delta_from: Conversation-wide index where the next model turn's
             `TranscriptDelta` starts (the items after the previous model
             turn), `None` when unknown.
+        turn: The calls of the current turn that were waiting durably when
+            the run continued as new at a wait (a new worker version); the
+            next run answers them first.
+        model_failed: The failure the conversation was waiting after
+            (state `model_failed`) when the run continued as new.
+        retry_requested: Whether a `retry` had arrived for it.
+        idle_until: When the idle wait the run continued as new in ends
+            (the idle timeout counts from the wait's start, not the run's).
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -854,6 +917,10 @@ class CarriedState(BaseModel):
     needs_model: bool = False
     last_text: str = ""
     delta_from: int | None = None
+    turn: CarriedTurn | None = None
+    model_failed: ModelFailure | None = None
+    retry_requested: bool = False
+    idle_until: datetime | None = None
 
 
 class ConversationInput(BaseModel):
@@ -878,7 +945,8 @@ class ConversationStatus(BaseModel):
     """The `status` query.
 
     Attributes:
-        state: What the loop is doing: `idle`, `model`, `tools`, `waiting`,
+        state: What the loop is doing: `starting` (a run's first workflow
+            task, before its loop ran), `idle`, `model`, `tools`, `waiting`,
             `sleeping`, `paused`, `model_failed` (waiting for `retry`, a new
             message or `cancel`), `finished`, `cancelled`.
         agent: Current agent configuration name.
@@ -960,17 +1028,21 @@ class TurnOutcome(BaseModel):
 
     Attributes:
         state: The `status` state then (`idle`, `waiting`, `paused`,
-            `model_failed`, `finished`, ...).
+            `model_failed`, `finished`, ...), or `continued`: the run
+            continued as new before it settled, and the next run answers
+            (`Conversations.wait_turn` asks it).
         reply: The model's last text when it answered (state `idle` or
             `finished`), else `None`.
         pending: What waits for a person (the `pending` query's value).
         turns: Model turns so far.
+        run_id: The run that answered (`""` from workers before it).
     """
 
     state: str
     reply: str | None = None
     pending: PendingState
     turns: int
+    run_id: str = ""
 
 
 def conversation_input(

@@ -58,11 +58,15 @@ class Pause(BaseModel):
 
     Attributes:
         reason: Why, shown in the `pending` query.
+        seconds: Longest wait in seconds; past it the pause ends by itself and
+            the call's output says so (`None`, the default: until a `resume`
+            or a new user message).
     """
 
     model_config = ConfigDict(frozen=True)
     action: Literal["pause"] = "pause"
     reason: str = ""
+    seconds: float | None = Field(default=None, gt=0, le=_MAX_SLEEP_SECONDS)
 
 
 class Handoff(BaseModel):
@@ -139,25 +143,39 @@ def sleep_tool(name: str = "sleep", *, max_seconds: float = _MAX_SLEEP_SECONDS) 
     )
 
 
-def pause_tool(name: str = "pause") -> SignalTool:
+def pause_tool(name: str = "pause", *, max_seconds: float | None = None) -> SignalTool:
     """The built-in `pause` signal tool: wait until a person resumes the conversation.
 
     Args:
         name: Tool name (default `"pause"`).
+        max_seconds: The longest pause in seconds (at most 366 days): the
+            pause ends by itself after it, and the call's output says that
+            nobody resumed it. `None` (the default): a pause lasts until a
+            `resume`, a new user message or cancellation.
 
     Returns:
         A `SignalTool` whose handler returns `Pause`.
+
+    Raises:
+        ConfigurationError: `max_seconds` is not in `(0, 366 days]`.
     """
+    if max_seconds is not None and not 0 < max_seconds <= _MAX_SLEEP_SECONDS:
+        raise ConfigurationError(
+            f"max_seconds must be in (0, {_MAX_SLEEP_SECONDS:g}], got {max_seconds!r}"
+        )
     schema = {
         "type": "object",
         "properties": {"reason": {"type": "string", "description": "What you are waiting for."}},
         "additionalProperties": False,
     }
+    description = "Pause until a person resumes the conversation."
+    if max_seconds is not None:
+        description += f" The pause ends by itself after {max_seconds:g} seconds."
     return signal_tool(
         name,
-        description="Pause until a person resumes the conversation.",
+        description=description,
         parameters=schema,
-        handler=lambda args: Pause(reason=args.get("reason", "")),
+        handler=lambda args: Pause(reason=args.get("reason", ""), seconds=max_seconds),
     )
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -43,6 +43,7 @@ from temporalio.exceptions import (
     RetryState,
     TimeoutError,
     TimeoutType,
+    is_cancelled_exception,
 )
 
 from durable_tools.workflows.model_failure import describe_model_failure, model_retry_policy
@@ -62,7 +63,9 @@ with workflow.unsafe.imports_passed_through():
         AgentConfig,
         Answer,
         CallReference,
+        CarriedCall,
         CarriedState,
+        CarriedTurn,
         ConversationInput,
         ConversationResult,
         ConversationStatus,
@@ -156,6 +159,25 @@ once that is over `_MAX_CARRY_BYTES`; with it, a bounded tail
 (`durable_tools.carry`).
 """
 
+FOLLOW_VERSIONS_PATCH = "follow-versions-at-waits"
+"""Patch id: histories recorded before it continued as new only after a model turn.
+
+With the marker (recorded at a run's first durable wait on a versioned
+worker), a run that waits durably (idle, an approval, a question, a sleep, a
+pause, `model_failed`) continues as new at that wait when its target worker
+version changes or Temporal suggests it, carrying what waits
+(`CarriedState.turn`, `model_failed`, `idle_until`), and checks every
+`ConversationOptions.version_check_interval` seconds while it waits.
+"""
+
+_FIRST_TASK_EVENTS = 3
+"""History length during a run's first workflow task (started, task scheduled, task started).
+
+A run does not continue as new at a wait in its first task: a run that a
+move started waits for its next task before it moves again (no loop of runs
+if the server still reports a version change).
+"""
+
 _MAX_REJECTED = 100
 _MAX_ID_CHARS = 200
 # The page an undecodable `transcript_slice` argument gets; the client pages by
@@ -217,6 +239,11 @@ class AgentWorkflow:
         self._base = state.base
         self._earlier: list[RunSpan] = list(state.earlier)
         self._carried_needs_model = state.needs_model
+        # What the previous run was waiting on when it continued as new at a
+        # wait (FOLLOW_VERSIONS_PATCH): answered first in this run.
+        self._carried_turn: CarriedTurn | None = state.turn
+        self._carried_failure: ModelFailure | None = state.model_failed
+        self._idle_until: datetime | None = state.idle_until
         self._carried_last_text = state.last_text
         self._inbox: list[SendMessage] = list(state.inbox)
         self._turns = state.turns
@@ -242,12 +269,31 @@ class AgentWorkflow:
         self._early_resume: Resume | None = state.early_resume
         self._sleeping = False
         self._superseded = False
-        self._state = "idle"
+        # Not settled until the loop says where it is (an `await_turn` that a
+        # new run's first activation handles before its loop must wait).
+        self._state = "starting"
+        # Set while the run is about to continue as new: handlers that wait
+        # for the loop (`await_turn`) return, so the run never waits on them.
+        self._continuing = False
         self._turns_this_run = 0
         self._running = 0
         self._published: tuple[int, tuple[str, ...], str] | None = None
-        self._model_failed: ModelFailure | None = None
-        self._retry_requested = False
+        # Set from the carry too, so a `retry` in the run's first task counts.
+        self._model_failed: ModelFailure | None = state.model_failed
+        self._retry_requested = state.retry_requested
+        # Following new worker versions at durable waits (FOLLOW_VERSIONS_PATCH):
+        # `None` until the run's first durable wait decides it.
+        self._follow: bool | None = None
+        self._waits = 0  # durable waits now (the version-check timer runs while > 0)
+        self._ticker: asyncio.Task[None] | None = None
+        # Set when the turn's waits hand over to the next run (a new version).
+        self._moving = False
+        self._finishing = False  # a `finish` call of this turn was interpreted
+        self._plans: dict[str, PlannedCall] = {}  # the current turn's calls by id
+        self._toolkit = ""
+        self._sleeps: dict[str, datetime] = {}  # call id -> when its sleep ends
+        self._pause_until: datetime | None = None
+        self._pause_call: str | None = None
         self._carry_too_large = False
         # Digests of the transcript's prefixes (conversation-wide: seeded with
         # the digest of the items before `_base`), for `transcript_page`, the
@@ -291,7 +337,10 @@ class AgentWorkflow:
         try:
             with telemetry.conversation_context():
                 return await self._loop()
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ActivityError) as exc:
+            # A cancel during the model turn arrives as the activity's error.
+            if not is_cancelled_exception(exc):
+                raise
             self._close_open_calls()
             self._state = "cancelled"
             self._publish()
@@ -299,62 +348,55 @@ class AgentWorkflow:
             raise
 
     async def _loop(self) -> ConversationResult:
+        if self._carried_turn is not None:
+            # The previous run continued as new while these calls waited.
+            carried, self._carried_turn = self._carried_turn, None
+            plans = [c.plan for c in carried.calls]
+            finish = await self._answer_turn(plans, carried.toolkit, carried)
+            if finish is not None:
+                return self._result("finished", finish.output)
         while True:
             if not self._inbox and not self._needs_model():
                 self._state = "idle"
                 self._publish()
+                now = workflow.now()
+                until = self._idle_until or now + timedelta(seconds=self._options.idle_timeout)
+                self._idle_until = until
+                self._enter_wait()
                 try:
-                    await workflow.wait_condition(
-                        lambda: bool(self._inbox),
-                        timeout=timedelta(seconds=self._options.idle_timeout),
-                        timeout_summary="idle: waiting for the next user message",
-                    )
+                    if until > now:
+                        await workflow.wait_condition(
+                            lambda: self._move_due() or bool(self._inbox),
+                            timeout=until - now,
+                            timeout_summary="idle: waiting for the next user message",
+                        )
+                    elif not self._inbox:
+                        raise builtins.TimeoutError
                 except builtins.TimeoutError:
                     if not self._inbox:
                         return self._result("idle_timeout", self._last_text())
                     # A message arrived with the timer: it is answered, not dropped.
+                finally:
+                    self._leave_wait()
+                if self._move_due():  # a new worker version: the next run takes the message
+                    await self._continue_as_new()
+                    continue
+            self._idle_until = None
             if self._should_continue_as_new():
-                # Event subscribers' long polls are handlers too: release them
-                # (they follow the new run), keep the latest events only.
-                if self._stream is not None:
-                    self._stream.detach_pollers()
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                if self._stream is not None:
-                    self._stream.truncate(self._stream_end() - RETAINED_EVENTS)
-                bounded = not self._options.transcript_in_activity_input and workflow.patched(
-                    BOUNDED_CARRY_PATCH
-                )
-                carry = self._carry(bounded=bounded)
-                size = workflow.payload_converter().to_payloads([carry])[0].ByteSize()
-                if size <= _MAX_CARRY_BYTES:
-                    # A new current version: the next run starts on it.
-                    upgrade = workflow.info().is_target_worker_deployment_version_changed()
-                    workflow.continue_as_new(
-                        carry,
-                        initial_versioning_behavior=(
-                            workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
-                            if upgrade
-                            else None
-                        ),
-                    )
-                # Stay in this run from now on (the carried state only grows).
-                self._carry_too_large = True
-                if self._stream is not None:
-                    self._stream._detaching = False  # pyright: ignore[reportPrivateUsage]
-                workflow.logger.warning(
-                    "not continuing as new: the carried state is %d bytes, over %d",
-                    size,
-                    _MAX_CARRY_BYTES,
-                )
+                await self._continue_as_new()
             self._take_inbox()
             if self._turns >= self._options.max_model_turns:
                 return self._result("turn_limit", self._last_text())
             agent = self._input.agents[self._agent]
             with telemetry.turn_span(agent.name, agent.model, self._turns + 1):
-                self._event(
-                    "turn_started", turn=self._turns + 1, agent=agent.name, model=agent.model
-                )
+                if self._carried_failure is None:
+                    self._event(
+                        "turn_started", turn=self._turns + 1, agent=agent.name, model=agent.model
+                    )
                 turn = await self._model_turn()
+                if isinstance(turn, _Moved):
+                    await self._continue_as_new()
+                    continue
                 if turn.summary is not None:  # the context policy's, for later turns too
                     self._transcript.append(turn.summary)
                     if turn.summary.usage is not None:
@@ -370,9 +412,73 @@ class AgentWorkflow:
                     text=turn.message.text[:MAX_EVENT_TEXT] or None,
                 )
                 if turn.plans:
-                    finish = await self._answer_calls(turn)
+                    toolkit = turn.toolkit or self._input.agents[self._agent].toolkit
+                    finish = await self._answer_turn(list(turn.plans), toolkit, None)
                     if finish is not None:
                         return self._result("finished", finish.output)
+
+    async def _answer_turn(
+        self, plans: list[PlannedCall], toolkit: str, carried: CarriedTurn | None
+    ) -> Finish | None:
+        """Answer a turn's calls; where they move to a new run at a wait, continue as new."""
+        outcome = await self._answer_plans(plans, toolkit, carried)
+        while isinstance(outcome, _Moved):
+            turn = self._snapshot_turn()
+            await self._continue_as_new(turn)
+            # The carried state did not fit: the calls wait on in this run.
+            outcome = await self._answer_plans([c.plan for c in turn.calls], turn.toolkit, turn)
+        return outcome
+
+    async def _continue_as_new(self, turn: CarriedTurn | None = None) -> None:
+        """Continue as new (never returns), or return when the carried state is too large.
+
+        `turn`: the turn's calls that were waiting when a new worker version
+        (or Temporal's suggestion) moved them to the next run (rebuilt once
+        every handler finished, so a decision that arrived meanwhile goes
+        with its call). Handlers that wait for the loop (`await_turn`, the
+        event stream's polls) are handed over first, so the run never waits
+        on a handler that waits on it.
+        """
+        # Event subscribers' long polls are handlers too: release them
+        # (they follow the new run), keep the latest events only.
+        if self._stream is not None:
+            self._stream.detach_pollers()
+        # `await_turn` waits for the loop to settle: hand it over to the next
+        # run (its caller follows the chain) instead of waiting on it, which
+        # would wait on this very loop.
+        self._continuing = True
+        await workflow.wait_condition(
+            lambda: workflow.all_handlers_finished() and not self._verifications
+        )
+        if self._stream is not None:
+            self._stream.truncate(self._stream_end() - RETAINED_EVENTS)
+        bounded = not self._options.transcript_in_activity_input and workflow.patched(
+            BOUNDED_CARRY_PATCH
+        )
+        carry = self._carry(
+            bounded=bounded, turn=self._snapshot_turn() if turn is not None else None
+        )
+        size = workflow.payload_converter().to_payloads([carry])[0].ByteSize()
+        if size <= _MAX_CARRY_BYTES:
+            # A new current version: the next run starts on it.
+            upgrade = workflow.info().is_target_worker_deployment_version_changed()
+            workflow.continue_as_new(
+                carry,
+                initial_versioning_behavior=(
+                    workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if upgrade else None
+                ),
+            )
+        # Stay in this run from now on (the carried state only grows).
+        self._carry_too_large = True
+        self._continuing = False
+        self._moving = False
+        if self._stream is not None:
+            self._stream._detaching = False  # pyright: ignore[reportPrivateUsage]
+        workflow.logger.warning(
+            "not continuing as new: the carried state is %d bytes, over %d",
+            size,
+            _MAX_CARRY_BYTES,
+        )
 
     def _take_inbox(self) -> None:
         for message in self._inbox:
@@ -402,8 +508,13 @@ class AgentWorkflow:
             or (every is not None and self._turns_this_run >= every)
         )
 
-    def _carry(self, *, bounded: bool) -> ConversationInput:
-        """The next run's input: the newest items that fit, or (not `bounded`) all of them."""
+    def _carry(self, *, bounded: bool, turn: CarriedTurn | None = None) -> ConversationInput:
+        """The next run's input: the newest items that fit, or (not `bounded`) all of them.
+
+        `turn`: the calls that move to the next run while they wait. What
+        else waits durably goes too: a model failure (with a `retry` that
+        arrived), an idle wait's end.
+        """
         state = CarriedState(
             transcript=self._transcript,
             inbox=self._inbox,
@@ -424,6 +535,10 @@ class AgentWorkflow:
             needs_model=self._needs_model(),
             last_text=self._carried_last_text,
             delta_from=None if self._delta_from is None else self._base + self._delta_from,
+            turn=turn,
+            model_failed=self._model_failed,
+            retry_requested=self._retry_requested and self._model_failed is not None,
+            idle_until=self._idle_until if self._state == "idle" and not self._inbox else None,
         )
         if bounded:
             state = self._bounded(state, workflow.info().run_id)
@@ -479,29 +594,38 @@ class AgentWorkflow:
 
     # ---------------------------------------------------------------- model
 
-    async def _model_turn(self) -> ModelTurn:
-        """Run the model turn until it succeeds; between failures, wait for an operator."""
+    async def _model_turn(self) -> ModelTurn | _Moved:
+        """Run the model turn until it succeeds; between failures, wait for an operator.
+
+        Returns `MOVED` when the run continues as new while it waits after a
+        failure (a new worker version: the next run waits on, or retries).
+        """
         while True:
-            try:
-                turn = await self._request_model_turn()
-            except ActivityError as exc:
-                # A cancelled conversation cancels its model turn: that ends it.
-                if isinstance(exc.cause, CancelledError) or not workflow.patched(
-                    MODEL_FAILED_PATCH
-                ):
-                    raise
-                await self._wait_after_model_failure(exc)
-                self._take_inbox()
-                continue
-            self._turns += 1
-            self._turns_this_run += 1
-            if turn.message.usage is not None:
-                model = turn.model or self._input.agents[self._agent].model
-                self._usage[model] = self._usage.get(model, Usage()) + turn.message.usage
-            if turn.descriptors is not None:
-                self._descriptors = turn.descriptors
-                self._digest = turn.digest
-            return turn
+            failure, self._carried_failure = self._carried_failure, None
+            if failure is None:
+                try:
+                    turn = await self._request_model_turn()
+                except ActivityError as exc:
+                    # A cancelled conversation cancels its model turn: that ends it.
+                    if isinstance(exc.cause, CancelledError) or not workflow.patched(
+                        MODEL_FAILED_PATCH
+                    ):
+                        raise
+                    failure = self._model_failure(exc)
+                else:
+                    self._turns += 1
+                    self._turns_this_run += 1
+                    if turn.message.usage is not None:
+                        model = turn.model or self._input.agents[self._agent].model
+                        self._usage[model] = self._usage.get(model, Usage()) + turn.message.usage
+                    if turn.descriptors is not None:
+                        self._descriptors = turn.descriptors
+                        self._digest = turn.digest
+                    return turn
+            if not await self._wait_after_model_failure(failure):
+                self._carried_failure = failure  # waited on after the move
+                return MOVED
+            self._take_inbox()
 
     async def _request_model_turn(self) -> ModelTurn:
         agent = self._input.agents[self._agent]
@@ -580,7 +704,8 @@ class AgentWorkflow:
             digest=digests.digest(transcript, end),
         )
 
-    async def _wait_after_model_failure(self, error: ActivityError) -> None:
+    def _model_failure(self, error: ActivityError) -> ModelFailure:
+        """Describe a model turn that failed for good; log it and publish `model_failed`."""
         agent = self._input.agents[self._agent]
         failure = describe_model_failure(
             error,
@@ -589,16 +714,30 @@ class AgentWorkflow:
             now=workflow.now(),
         )
         workflow.logger.warning("model turn %d failed: %s", failure.turn, failure.message)
-        self._model_failed = failure
         self._event("model_failed", turn=failure.turn, reason=failure.message)
         self._retry_requested = False
+        return failure
+
+    async def _wait_after_model_failure(self, failure: ModelFailure) -> bool:
+        """Wait for `retry` or a new message (True), or a move to a new run (False)."""
+        self._model_failed = failure
         self._state = "model_failed"
         self._publish()
+        self._enter_wait()
         try:
-            await workflow.wait_condition(lambda: self._retry_requested or bool(self._inbox))
-        finally:
+            await workflow.wait_condition(
+                lambda: self._move_due() or self._retry_requested or bool(self._inbox)
+            )
+        except asyncio.CancelledError:
             self._model_failed = None
-            self._publish()
+            raise
+        finally:
+            self._leave_wait()
+        if self._move_due():
+            return False  # `_model_failed` (and a retry) go to the next run, on the new code
+        self._model_failed = None
+        self._publish()
+        return True
 
     @workflow.signal(name="retry")
     def retry(self, *args: Any) -> None:
@@ -629,52 +768,191 @@ class AgentWorkflow:
 
     # ---------------------------------------------------------------- calls
 
-    async def _answer_calls(self, turn: ModelTurn) -> Finish | None:
+    async def _answer_plans(
+        self, plans: list[PlannedCall], toolkit: str, carried: CarriedTurn | None
+    ) -> Finish | _Moved | None:
+        """Answer each of a turn's calls exactly once; `MOVED` if waits moved to a new run.
+
+        `carried`: the previous run's waits for these calls (its approvals,
+        questions, sleeps and pause, with their deadlines and what had
+        arrived for them), restored instead of registered anew.
+        """
         # A message that arrived while the model was thinking supersedes this
         # turn's waits exactly as one arriving while they wait does (`send`).
-        self._superseded = bool(self._inbox)
+        self._superseded = bool(self._inbox) or (carried is not None and carried.superseded)
         self._state = "tools"
-        # The worker resolved the toolkit (`ModelTurn.toolkit`); older histories have none.
-        toolkit = turn.toolkit or self._input.agents[self._agent].toolkit
+        self._toolkit = toolkit
+        self._moving = self._finishing = False
+        self._plans = {plan.call.call_id: plan for plan in plans}
         limit = asyncio.Semaphore(self._options.max_concurrent_tool_calls)
-        for plan in turn.plans:
+        for plan in plans:
             self._open[plan.call.call_id] = plan.call
+        restored = {c.plan.call.call_id: c for c in carried.calls} if carried else {}
+        if carried is not None:
+            self._paused, self._resume = carried.paused, carried.resume
         # Register every wait before anything runs, so a decision arriving in
         # the same workflow task finds its call pending.
-        for plan in turn.plans:
-            if plan.failure is None and plan.kind == "local" and plan.needs_approval:
+        for plan in plans:
+            wait = restored.get(plan.call.call_id)
+            if wait is not None:
+                self._restore(wait)
+            elif plan.failure is None and plan.kind == "local" and plan.needs_approval:
                 self._register_approval(plan)
             elif plan.failure is None and plan.kind == "interaction":
                 self._register_interaction(plan)
         self._publish()
         outcomes = await asyncio.gather(
-            *(self._answer(plan, toolkit, limit) for plan in turn.plans)
+            *(self._answer(plan, toolkit, limit, plan.call.call_id in restored) for plan in plans)
         )
         self._publish()
         finish: Finish | None = None
+        moved = False
         for outcome in outcomes:
             if isinstance(outcome, Handoff):
                 self._agent = outcome.agent
             elif isinstance(outcome, Finish) and finish is None:
                 finish = outcome
-        return finish
+            moved = moved or isinstance(outcome, _Moved)
+        return MOVED if moved else finish
+
+    def _restore(self, wait: CarriedCall) -> None:
+        """Make a carried call wait again as it did in the previous run."""
+        call_id = wait.plan.call.call_id
+        if wait.approval is not None:
+            self._approvals[call_id] = wait.approval
+            if wait.decision is not None:
+                self._decisions[call_id] = wait.decision
+        if wait.interaction is not None:
+            self._interactions[call_id] = wait.interaction
+            if wait.answer is not None:
+                self._answers[call_id] = wait.answer
+        if wait.wake_at is not None:
+            self._sleeps[call_id] = wait.wake_at
+        if wait.pause_until is not None:
+            self._pause_until = wait.pause_until
+
+    def _snapshot_turn(self) -> CarriedTurn:
+        """The current turn's calls without an output, with what they wait for."""
+        calls: list[CarriedCall] = []
+        for call_id, plan in self._plans.items():
+            if call_id in self._answered:
+                continue
+            approval = self._approvals.get(call_id)
+            interaction = self._interactions.get(call_id)
+            calls.append(
+                CarriedCall(
+                    plan=plan,
+                    approval=approval,
+                    decision=self._decisions.get(call_id) if approval else None,
+                    interaction=interaction,
+                    answer=self._answers.get(call_id) if interaction else None,
+                    wake_at=self._sleeps.get(call_id),
+                    pause_until=self._pause_until if call_id == self._pause_call else None,
+                )
+            )
+        return CarriedTurn(
+            toolkit=self._toolkit,
+            calls=calls,
+            superseded=self._superseded,
+            paused=self._paused,
+            resume=self._resume,
+        )
+
+    # ------------------------------------------------- waits and new versions
+
+    def _follows_versions(self) -> bool:
+        """Whether this run continues as new at its durable waits (decided once per run).
+
+        Only on a versioned worker (a pinned run can move to a new version),
+        and only in histories with FOLLOW_VERSIONS_PATCH (whose marker is
+        recorded here, at the run's first durable wait).
+        """
+        if self._follow is None:
+            self._follow = (
+                not self.embedded
+                and workflow.info().get_current_deployment_version() is not None
+                and workflow.patched(FOLLOW_VERSIONS_PATCH)
+            )
+        return self._follow
+
+    def _move_due(self) -> bool:
+        """A wait's condition: continue as new now (a new target version, or Temporal says so).
+
+        Never in a run's first workflow task (a run a move started waits for
+        its next task), never when the carried state was too large.
+        """
+        if not self._follow or self._carry_too_large:
+            return False
+        info = workflow.info()
+        return info.get_current_history_length() > _FIRST_TASK_EVENTS and (
+            info.is_target_worker_deployment_version_changed()
+            or info.is_continue_as_new_suggested()
+        )
+
+    def _enter_wait(self) -> None:
+        """A durable wait begins: check for new versions while it lasts."""
+        self._waits += 1
+        if not self._follows_versions():
+            return
+        if self._ticker is None and self._options.version_check_interval is not None:
+            self._ticker = asyncio.create_task(self._tick(self._options.version_check_interval))
+
+    def _leave_wait(self) -> None:
+        self._waits -= 1
+
+    async def _tick(self, interval: float) -> None:
+        """While anything waits durably, a timer every `interval` seconds.
+
+        Temporal reports a new target version only in a workflow task; a
+        conversation waiting days for a person has none without this timer.
+        The timer is cancelled when the waiting ends.
+        """
+        while True:
+            await workflow.wait_condition(lambda: self._waits > 0)
+            try:
+                await workflow.wait_condition(
+                    lambda: self._waits == 0,
+                    timeout=timedelta(seconds=interval),
+                    timeout_summary="check for a new worker version",
+                )
+            except builtins.TimeoutError:
+                pass
+
+    def _move_now(self) -> bool:
+        """A call's wait condition, first: move the turn's waits to a new run?
+
+        Once no call of the turn runs (or waits for a slot) and a move is due,
+        every wait of the turn returns `MOVED` in the same workflow task,
+        with what arrived for it (a decision, an answer, a resume) carried:
+        the new version handles them.
+        """
+        if not self._moving and self._running == 0 and not self._finishing:
+            self._moving = self._move_due()
+        return self._moving
 
     async def _answer(
-        self, plan: PlannedCall, toolkit: str, limit: asyncio.Semaphore
-    ) -> Handoff | Finish | None:
+        self, plan: PlannedCall, toolkit: str, limit: asyncio.Semaphore, resumed: bool = False
+    ) -> Handoff | Finish | _Moved | None:
         call = plan.call
         try:
             if plan.failure is not None:
                 self._record(plan.failure)
             elif plan.kind == "signal":
-                return await self._interpret(plan)
+                return await self._interpret(plan, resumed)
             elif plan.kind == "interaction":
-                self._record(await self._traced_answer(plan))
+                answer = await self._traced_answer(plan, resumed)
+                if isinstance(answer, _Moved):
+                    return answer
+                self._record(answer)
             elif plan.kind != "local":
                 reason = f"{call.name!r} is a {plan.kind} tool; it is not executed locally"
                 self._record(failed(call, "non_local_tool", reason))
             else:
-                refusal = await self._traced_decision(plan) if plan.needs_approval else None
+                refusal = (
+                    await self._traced_decision(plan, resumed) if plan.needs_approval else None
+                )
+                if isinstance(refusal, _Moved):
+                    return refusal
                 if refusal is not None:
                     self._record(refusal)
                 else:
@@ -833,12 +1111,20 @@ class AgentWorkflow:
         self._verifications.add(task)
         task.add_done_callback(self._verifications.discard)
 
-    async def _traced_decision(self, plan: PlannedCall) -> Failure | None:
-        """`_await_decision`, as `approval.*` events on the turn's span and the wait metric."""
+    async def _traced_decision(self, plan: PlannedCall, resumed: bool) -> Failure | _Moved | None:
+        """`_await_decision`, as `approval.*` events on the turn's span and the wait metric.
+
+        `resumed`: the call waited in the previous run, which published its request.
+        """
         call, asked = plan.call, workflow.now()
-        telemetry.approval_event("approval.requested", call.call_id, call.name)
-        self._event("approval_requested", call_id=call.call_id, tool=call.name)
+        if resumed:
+            asked = self._approvals[call.call_id].requested_at
+        else:
+            telemetry.approval_event("approval.requested", call.call_id, call.name)
+            self._event("approval_requested", call_id=call.call_id, tool=call.name)
         refusal = await self._await_decision(plan)
+        if isinstance(refusal, _Moved):
+            return refusal
         decision = self._decisions.get(call.call_id)
         outcome = "approved" if refusal is None else refusal.kind
         self._event(
@@ -860,21 +1146,28 @@ class AgentWorkflow:
         telemetry.record_approval_wait(call.name, outcome, (workflow.now() - asked).total_seconds())
         return refusal
 
-    async def _await_decision(self, plan: PlannedCall) -> Failure | None:
+    async def _await_decision(self, plan: PlannedCall) -> Failure | _Moved | None:
         call = plan.call
         seconds = self._deadline(plan)
+        left = self._approvals[call.call_id].deadline - workflow.now()
         self._state = "waiting"
+        self._enter_wait()
         try:
-            await workflow.wait_condition(
-                lambda: call.call_id in self._decisions or self._superseded,
-                timeout=timedelta(seconds=seconds),
-                timeout_summary=f"approval deadline of {plan.summary}",
+            await _wait(
+                lambda: self._move_now() or call.call_id in self._decisions or self._superseded,
+                left,
+                f"approval deadline of {plan.summary}",
             )
         except builtins.TimeoutError:
+            self._approvals.pop(call.call_id, None)
             return expired(call, f"no decision within {_seconds(seconds)}; the tool did not run")
         finally:
-            self._approvals.pop(call.call_id, None)
+            self._leave_wait()
+            if not self._moving:
+                self._approvals.pop(call.call_id, None)
             self._publish()
+        if self._moving:
+            return MOVED  # the pending approval (and any decision) goes to the next run
         decision = self._decisions.get(call.call_id)
         if decision is None:
             return cancelled(call, "a new user message arrived before a decision; not run")
@@ -1046,30 +1339,43 @@ class AgentWorkflow:
         if early is not None:
             self._accept_or_reject_answer(early)
 
-    async def _traced_answer(self, plan: PlannedCall) -> Ok | Failure:
-        """`_await_answer`, published as `question_asked` / `question_answered` events."""
+    async def _traced_answer(self, plan: PlannedCall, resumed: bool) -> Ok | Failure | _Moved:
+        """`_await_answer`, published as `question_asked` / `question_answered` events.
+
+        `resumed`: the call waited in the previous run, which published the question.
+        """
         call = plan.call
-        self._event("question_asked", call_id=call.call_id, tool=call.name)
+        if not resumed:
+            self._event("question_asked", call_id=call.call_id, tool=call.name)
         result = await self._await_answer(plan)
+        if isinstance(result, _Moved):
+            return result
         outcome = "ok" if isinstance(result, Ok) else result.kind
         self._event("question_answered", call_id=call.call_id, tool=call.name, outcome=outcome)
         return result
 
-    async def _await_answer(self, plan: PlannedCall) -> Ok | Failure:
+    async def _await_answer(self, plan: PlannedCall) -> Ok | Failure | _Moved:
         call = plan.call
         seconds = self._deadline(plan)
+        left = self._interactions[call.call_id].deadline - workflow.now()
         self._state = "waiting"
+        self._enter_wait()
         try:
-            await workflow.wait_condition(
-                lambda: call.call_id in self._answers or self._superseded,
-                timeout=timedelta(seconds=seconds),
-                timeout_summary=f"answer deadline of {plan.summary}",
+            await _wait(
+                lambda: self._move_now() or call.call_id in self._answers or self._superseded,
+                left,
+                f"answer deadline of {plan.summary}",
             )
         except builtins.TimeoutError:
+            self._interactions.pop(call.call_id, None)
             return expired(call, f"no answer within {_seconds(seconds)}")
         finally:
-            self._interactions.pop(call.call_id, None)
+            self._leave_wait()
+            if not self._moving:
+                self._interactions.pop(call.call_id, None)
             self._publish()
+        if self._moving:
+            return MOVED  # the pending question (and any answer) goes to the next run
         answer = self._answers.get(call.call_id)
         if answer is None:
             return cancelled(call, "a new user message arrived before an answer")
@@ -1132,36 +1438,69 @@ class AgentWorkflow:
 
     # --------------------------------------------------------- signal tools
 
-    async def _interpret(self, plan: PlannedCall) -> Handoff | Finish | None:
+    async def _interpret(
+        self, plan: PlannedCall, resumed: bool = False
+    ) -> Handoff | Finish | _Moved | None:
         call, action = plan.call, plan.action
         if isinstance(action, Sleep):
+            wake_at = self._sleeps.setdefault(
+                call.call_id, workflow.now() + timedelta(seconds=action.seconds)
+            )
             self._sleeping = True
             self._state = "sleeping"
+            self._enter_wait()
             try:
-                await workflow.wait_condition(
-                    lambda: self._superseded,
-                    timeout=timedelta(seconds=action.seconds),
-                    timeout_summary=f"sleep {_seconds(action.seconds)}",
+                await _wait(
+                    lambda: self._move_now() or self._superseded,
+                    wake_at - workflow.now(),
+                    f"sleep {_seconds(action.seconds)}",
                 )
                 woke = "woken early by a new user message"
+                if self._moving:
+                    return MOVED  # the sleep's end goes to the next run
             except builtins.TimeoutError:
                 woke = f"slept {_seconds(action.seconds)}"
             finally:
+                self._leave_wait()
                 self._sleeping = False
+            self._sleeps.pop(call.call_id, None)
             self._record(Ok(call_id=call.call_id, tool=call.name, value=woke))
         elif isinstance(action, Pause):
-            self._paused = action.reason or "paused"
-            # A `resume` that arrived before this pause registered applies to it.
-            self._resume, self._early_resume = self._early_resume, None
+            if not resumed:
+                self._paused = action.reason or "paused"
+                # A `resume` that arrived before this pause registered applies to it.
+                self._resume, self._early_resume = self._early_resume, None
+                if action.seconds is not None:
+                    self._pause_until = workflow.now() + timedelta(seconds=action.seconds)
+            self._pause_call = call.call_id
             self._state = "paused"
             self._publish()
-            self._event("conversation_paused", call_id=call.call_id, reason=self._paused)
+            if not resumed:
+                self._event("conversation_paused", call_id=call.call_id, reason=self._paused)
+            self._enter_wait()
+            timed_out = False
             try:
-                await workflow.wait_condition(lambda: self._resume is not None or self._superseded)
+                condition = lambda: self._move_now() or self._resume is not None or self._superseded  # noqa: E731
+                if self._pause_until is None:
+                    await workflow.wait_condition(condition)
+                else:
+                    await _wait(
+                        condition, self._pause_until - workflow.now(), f"pause of {plan.summary}"
+                    )
+            except builtins.TimeoutError:
+                timed_out = True
             finally:
-                self._paused = None
+                self._leave_wait()
+                if not (self._moving and not timed_out):
+                    self._paused = self._pause_until = self._pause_call = None
                 self._publish()
-            value = self._resume.message if self._resume else "resumed by a new user message"
+            if timed_out:
+                seconds = action.seconds or 0
+                value = f"nobody resumed the conversation within {_seconds(seconds)}"
+            elif self._moving:
+                return MOVED  # the pause (and any resume) goes to the next run
+            else:
+                value = self._resume.message if self._resume else "resumed by a new user message"
             self._record(Ok(call_id=call.call_id, tool=call.name, value=value))
         elif isinstance(action, Handoff):
             if action.agent not in self._input.agents:
@@ -1174,6 +1513,7 @@ class AgentWorkflow:
             )
             return action
         elif isinstance(action, Finish):
+            self._finishing = True  # the conversation ends with this turn: no move
             self._record(Ok(call_id=call.call_id, tool=call.name, value="finished"))
             return action
         elif isinstance(action, Reply):
@@ -1396,14 +1736,30 @@ class AgentWorkflow:
         Takes an optional `{"after_turns": n}` (default 0; any other input
         counts as 0). Settled: the model answered (state `idle`), a call waits
         for a person, the loop is paused, the model failed, or the
-        conversation ended. `Conversations.start_and_wait` sends it with the
-        start (update-with-start).
+        conversation ended. When the run continues as new first, it answers
+        state `continued` (with this run's `run_id`) instead of waiting: the
+        caller asks the next run (`Conversations.wait_turn` follows the chain).
+        `Conversations.start_and_wait` sends it with the start
+        (update-with-start).
         """
         after = _after_turns(args)
-        await workflow.wait_condition(lambda: self._turns > after and self._settled())
+        await workflow.wait_condition(
+            lambda: self._continuing or (self._turns > after and self._settled())
+        )
+        if self._continuing:
+            return TurnOutcome(
+                state="continued",
+                pending=self.pending(),
+                turns=self._turns,
+                run_id=workflow.info().run_id,
+            )
         reply = self._last_text() if self._state in ("idle", "finished") else None
         return TurnOutcome(
-            state=self._state, reply=reply, pending=self.pending(), turns=self._turns
+            state=self._state,
+            reply=reply,
+            pending=self.pending(),
+            turns=self._turns,
+            run_id=workflow.info().run_id,
         )
 
     def _settled(self) -> bool:
@@ -1540,6 +1896,25 @@ class AgentWorkflow:
                 f"  run it again: `durable-tools retry {workflow.info().workflow_id}`"
             )
         workflow.set_current_details("**Pending**\n" + "\n".join(lines) if lines else "")
+
+
+class _Moved:
+    """The sentinel a wait returns when its call moves to the next run (`MOVED`)."""
+
+
+MOVED = _Moved()
+
+
+async def _wait(condition: Callable[[], bool], left: timedelta, summary: str) -> None:
+    """`workflow.wait_condition` until a deadline `left` from now.
+
+    A deadline already past (a wait carried across continue-as-new) raises
+    `TimeoutError` at once unless `condition` holds, without a timer.
+    """
+    if left > timedelta(0):
+        await workflow.wait_condition(condition, timeout=left, timeout_summary=summary)
+    elif not condition():
+        raise builtins.TimeoutError
 
 
 def _delta_start(state: CarriedState) -> int | None:

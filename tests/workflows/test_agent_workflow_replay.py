@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_support import MODELS, TOOLKITS
@@ -28,7 +29,6 @@ from durable_tools import formats
 from durable_tools.conversation import (
     ConversationInput,
     ConversationResult,
-    ModelTurn,
     PlannedCall,
 )
 from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
@@ -110,9 +110,9 @@ class ExtraTimerBeforeTools(AgentWorkflow):
     async def run(self, input: ConversationInput) -> ConversationResult:
         return await super().run(input)
 
-    async def _answer_calls(self, turn: ModelTurn):  # type: ignore[override]
+    async def _answer_plans(self, plans: Any, toolkit: str, carried: Any):  # type: ignore[override]
         await workflow.sleep(1)
-        return await super()._answer_calls(turn)
+        return await super()._answer_plans(plans, toolkit, carried)
 
 
 @pytest.mark.parametrize("modified", [RenamedToolActivities, ExtraTimerBeforeTools])
