@@ -191,6 +191,7 @@ TOOLKIT = Toolkit(
     ask_date,
     sleep_tool(),
     pause_tool(),
+    pause_tool("hold", max_seconds=2),
     finish_tool(),
     handoff_tool(["specialist"]),
     label="tests",

@@ -18,7 +18,7 @@ from agent_support import turns
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import running
+from workflow_helpers import Harness, running
 
 from durable_tools import AssistantMessage, RetryPolicy, Toolkit, tool
 from durable_tools.client import Conversations
@@ -359,3 +359,18 @@ async def test_run_says_when_no_worker_answers_and_detaches_on_stop(
             await h.client.get_workflow_handle(workflow_id).terminate("test over")
     assert followed.outcome == "detached"
     assert sum("is a worker polling" in line for line in lines) == 1, lines  # said once
+
+
+async def test_a_cancel_during_the_model_turn_ends_the_stream_with_conversation_finished(
+    harness: Harness,
+) -> None:
+    """The cancel reaches the loop as the model activity's error, not CancelledError."""
+    slow = AgentConfig(name="main", model="slow-model", toolkit="tests")
+    workflow_id = await harness.start("30", agent=slow)  # a 30 s model turn
+    await harness.wait_state(workflow_id, "model")
+    await harness.conversations.cancel(workflow_id)
+    events = await collect(
+        harness.conversations, workflow_id, lambda seen: seen[-1].kind == "conversation_finished"
+    )
+    assert events[-1].kind == "conversation_finished" and events[-1].outcome == "cancelled"
+    assert (await harness.conversations.status(workflow_id)).state == "cancelled"

@@ -220,3 +220,15 @@ async def test_send_while_an_approval_is_pending_cancels_it(harness: Harness) ->
     with pytest.raises(DecisionRejected):
         await conv.approve(wf, "r1", arguments_hash=pending.arguments_hash, wait=True)
     assert harness.ledger_rows("refund") == []
+
+
+async def test_a_pause_with_a_deadline_ends_by_itself(harness: Harness) -> None:
+    """`pause_tool(max_seconds=2)`: nobody resumes, the call's output says so."""
+    conv = harness.conversations
+    wf = await harness.start(turns([("h1", "hold", {"reason": "waiting for the invoice"})]))
+    # (Not asserted while paused: 2 s can pass before a loaded machine looks.)
+    items = await harness.wait_assistant_text(wf, "done (directed)")
+    output = outputs_by_id(items)["h1"]
+    assert not output.is_error
+    assert output.content == "nobody resumed the conversation within 2 s"
+    assert (await conv.pending(wf)).paused is None
