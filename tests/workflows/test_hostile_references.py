@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from agent_support import LEDGER_ENV
 from temporalio.api.common.v1 import Payload
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 from temporalio.testing import WorkflowEnvironment
 from test_untrusted_inputs import (
@@ -29,10 +29,12 @@ from test_untrusted_inputs import (
     start_waiting_for_refund,
     workflow_task_failures,
 )
-from workflow_helpers import Harness, running
+from workflow_helpers import Harness, eventually, running
 
+from durable_tools.codec import data_converter
 from durable_tools.storage import LOCAL_DRIVER_NAME, LocalFileStorageDriver, PayloadStorage
 from durable_tools.storage_keys import MAC_CLAIM_KEY, claim_mac
+from durable_tools.worker.check_upgrade import ReplayVerdict, check_upgrade
 
 REFERENCE_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"
 
@@ -115,3 +117,15 @@ async def test_forged_references_in_signals_and_updates_are_rejected(either: Har
     assert all("unreadable-external-payload" in r.reason for r in rejected), rejected
     await approve_and_finish(either, wf, digest)
     assert await workflow_task_failures(handle) == []
+
+    # `durable-tools check-upgrade` (a client with a plain data converter, as
+    # the CLI builds it) replays the history as the worker decided it.
+    cli_client = Client(
+        **{**either.env.client.config(), "data_converter": data_converter(storage=storage)}
+    )
+
+    async def verdicts() -> list[ReplayVerdict]:
+        return await check_upgrade(cli_client, query=f"WorkflowId = '{wf}'")
+
+    (verdict,) = await eventually(verdicts, what="the run in visibility")
+    assert verdict.problem is None, verdict.problem
