@@ -121,10 +121,14 @@ async def converse(
     flaky.fail_next(failures)
     await conversations.send(wf, big, sent_by="ana")
 
-    async def outage_over() -> bool:
-        return flaky.failed >= failures
+    async def settled() -> bool:
+        # Answered, or (what 1988051 did) recorded as rejected: either way the
+        # next message gets a model turn of its own, so histories compare.
+        if (await conversations.pending(wf)).rejected:
+            return True
+        return flaky.failed >= failures and bool(await answered(big))
 
-    await eventually(outage_over, what=f"{failures} failed reads", timeout=60)
+    await eventually(settled, what="the 300 KB message answered or rejected", timeout=60)
     await conversations.send(wf, "after", sent_by="ana")
     texts = await eventually(lambda: answered("after"), what="the answer to after", timeout=60)
     handle = conversations.client.get_workflow_handle(wf)
