@@ -26,13 +26,21 @@ is not configured.`
 
 The SDK runs the payload codec first and stores its output: with an
 encryption codec, stored objects are encrypted; without one, they are the
-plain serialized payloads (docs/operations.md, "Large payloads"). A reference a
-client sends that cannot be fetched becomes a rejected input, not a failed
-workflow task (`durable_tools.references`).
+plain serialized payloads (docs/operations.md, "Large payloads").
+
+Which references a worker fetches is decided from the reference alone
+(`durable_tools.storage_keys`): with storage keys (`PayloadStorage.keys`,
+default `DURABLE_TOOLS_STORAGE_KEYS`), only claims carrying a valid MAC; without,
+claims of the shape their driver makes. Any other reference a client sends
+becomes a rejected input, the same on every replay; a fetch that fails fails
+the workflow task, which Temporal retries (`durable_tools.references`).
 
 Example:
     ```python
-    storage = PayloadStorage(driver=LocalFileStorageDriver("/var/lib/agents/payloads"))
+    storage = PayloadStorage(
+        driver=LocalFileStorageDriver("/var/lib/agents/payloads"),
+        keys={"s1": base64.b64decode(os.environ["PAYLOAD_KEY"])},
+    )
     app = App(toolkits={"support": kit}, storage=storage)
     client = await Client.connect("localhost:7233", data_converter=data_converter(storage=storage))
     ```
@@ -64,6 +72,12 @@ from temporalio.converter import (
 )
 
 from durable_tools.errors import ConfigurationError, MissingExtra, StorageError
+from durable_tools.storage_keys import (
+    STORAGE_KEYS_ENV,
+    SignedStorageDriver,
+    check_storage_keys,
+    storage_keys_from_environment,
+)
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -129,6 +143,18 @@ class LocalFileStorageDriver(StorageDriver):
     def type(self) -> str:
         """`"durable-tools.local-file"`, the same for every instance."""
         return LOCAL_DRIVER_NAME
+
+    def claim_problem(self, claim_data: Mapping[str, str]) -> str | None:
+        """Why this driver would never have made `claim_data` (no I/O), or `None`.
+
+        Its claims are exactly `{"sha256": <64 lowercase hex digits>}`.
+        """
+        if set(claim_data) != {_CLAIM_KEY}:
+            keys = sorted(repr(str(k)[:20]) for k in claim_data)[:6]
+            return f"a local-file claim has the one entry 'sha256', not [{', '.join(keys)}]"
+        if _DIGEST.fullmatch(claim_data[_CLAIM_KEY]) is None:
+            return "a local-file claim's sha256 must be 64 lowercase hex digits"
+        return None
 
     def path_of(self, digest: str) -> Path:
         """The file of the object whose sha256 is `digest` (64 lowercase hex digits).
@@ -254,16 +280,35 @@ class PayloadStorage:
             are 1.5 MB and 1 MiB (Temporal's 2 MiB payload limit).
         on_close: Closes what the driver opened (the S3 client of
             `s3_storage`); `aclose()` calls it. Default none.
+        keys: Storage keys by key id (each at least 16 bytes; 32 random
+            bytes recommended), shared by every worker and trusted client:
+            every claim stored carries a MAC under `signing_key_id`, and only
+            references with a valid MAC under one of these keys are fetched
+            (`durable_tools.storage_keys`). `None` (default): from
+            `DURABLE_TOOLS_STORAGE_KEYS` (`s2:BASE64,s1:BASE64`, the first
+            signs); empty there or `{}`: no MAC, and a reference is fetched
+            when its claim has its driver's shape.
+        signing_key_id: The key that signs (default the first of `keys`).
+            Rotate by adding the new key everywhere first, then signing
+            with it; keep an old key while histories that may be replayed
+            hold references it signed.
+        accept_unsigned_references: Also fetch references without a MAC
+            (default `False`): only while turning keys on for a deployment
+            whose running conversations hold unsigned references.
 
     Raises:
-        ConfigurationError: `threshold` is negative, or `max_payload_bytes`
-            is not positive.
+        ConfigurationError: `threshold` is negative, `max_payload_bytes` is
+            not positive, a key or key id is malformed, `signing_key_id` is
+            not one of `keys`, or `accept_unsigned_references` without keys.
     """
 
     driver: StorageDriver
     threshold: int = DEFAULT_THRESHOLD
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     on_close: Callable[[], Awaitable[None]] | None = None
+    keys: Mapping[str, bytes] | None = None
+    signing_key_id: str | None = None
+    accept_unsigned_references: bool = False
 
     async def aclose(self) -> None:
         """Close what the driver opened (`run_worker` calls it when the worker stops)."""
@@ -280,10 +325,38 @@ class PayloadStorage:
             raise ConfigurationError(
                 f"the maximum payload size must be > 0 bytes, not {self.max_payload_bytes}"
             )
+        keys = dict(storage_keys_from_environment() if self.keys is None else self.keys)
+        check_storage_keys(keys, self.signing_key_id)
+        if self.accept_unsigned_references and not keys:
+            raise ConfigurationError(
+                "accept_unsigned_references needs storage keys: without keys every "
+                f"reference is unsigned (set keys= or {STORAGE_KEYS_ENV})"
+            )
+        object.__setattr__(self, "keys", keys)
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """The ids of the storage keys held, the signing one first (empty without keys)."""
+        held = tuple(self.keys or {})
+        first = self.signing_key_id or (held[0] if held else None)
+        return tuple(k for k in held if k == first) + tuple(k for k in held if k != first)
+
+    def stored_driver(self) -> StorageDriver:
+        """The driver the SDK is given: `driver`, wrapped in a `SignedStorageDriver` with keys."""
+        if not self.keys:
+            return self.driver
+        return SignedStorageDriver(
+            self.driver,
+            self.keys,
+            signing_key_id=self.signing_key_id,
+            accept_unsigned=self.accept_unsigned_references,
+        )
 
     def external_storage(self) -> ExternalStorage:
-        """The SDK's `ExternalStorage` for this driver and threshold."""
-        return ExternalStorage(drivers=[self.driver], payload_size_threshold=self.threshold)
+        """The SDK's `ExternalStorage` for this driver (`stored_driver()`) and threshold."""
+        return ExternalStorage(
+            drivers=[self.stored_driver()], payload_size_threshold=self.threshold
+        )
 
     def apply(self, converter: DataConverter) -> DataConverter:
         """`converter` storing large payloads here.
@@ -296,13 +369,20 @@ class PayloadStorage:
         """One line for a start-up message.
 
         E.g. `payloads of 262144 bytes or more stored in /srv/p (largest tool
-        result or arguments: 67108864 bytes)`.
+        result or arguments: 67108864 bytes); references signed with storage
+        key s2 (accepted: s2, s1)`.
         """
         driver = self.driver
         where = str(driver.root) if isinstance(driver, LocalFileStorageDriver) else driver.name()
+        ids = self.key_ids
+        signed = (
+            f"references signed with storage key {ids[0]} (accepted: {', '.join(ids)})"
+            if ids
+            else f"references unsigned (no storage keys: set {STORAGE_KEYS_ENV})"
+        )
         return (
             f"payloads of {self.threshold} bytes or more stored in {where} "
-            f"(largest tool result or arguments: {self.max_payload_bytes} bytes)"
+            f"(largest tool result or arguments: {self.max_payload_bytes} bytes); {signed}"
         )
 
 
@@ -312,6 +392,7 @@ def s3_storage(
     client: S3StorageDriverClient | None = None,
     threshold: int = DEFAULT_THRESHOLD,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    keys: Mapping[str, bytes] | None = None,
 ) -> PayloadStorage:
     """External storage in an S3 bucket (`temporalio.contrib.aws.s3driver.S3StorageDriver`).
 
@@ -325,6 +406,7 @@ def s3_storage(
         max_payload_bytes: See `PayloadStorage.max_payload_bytes`. The
             driver's own cap on one stored object is set to 4x this: a model
             turn records its calls' arguments twice, in JSON.
+        keys: See `PayloadStorage.keys` (default `DURABLE_TOOLS_STORAGE_KEYS`).
 
     Returns:
         The storage.
@@ -343,6 +425,7 @@ def s3_storage(
         threshold=threshold,
         max_payload_bytes=max_payload_bytes,
         on_close=lazy.aclose if lazy is not None else None,
+        keys=keys,
     )
 
 
@@ -352,6 +435,7 @@ def storage_from_options(
     s3_bucket: str | None = None,
     threshold: int | None = None,
     max_payload_bytes: int | None = None,
+    keys: Mapping[str, bytes] | None = None,
 ) -> PayloadStorage | None:
     """The storage the CLI's `--storage-dir` / `--storage-s3-bucket` options ask for.
 
@@ -360,13 +444,15 @@ def storage_from_options(
         s3_bucket: An S3 bucket (`s3_storage`).
         threshold: Bytes from which payloads are stored (default 256 KiB).
         max_payload_bytes: The largest tool result or arguments (default 64 MiB).
+        keys: Storage keys (default `DURABLE_TOOLS_STORAGE_KEYS`; see
+            `PayloadStorage.keys`).
 
     Returns:
         The storage, or `None` when neither a directory nor a bucket is given.
 
     Raises:
         ConfigurationError: Both a directory and a bucket are given, a size
-            without either, or a size out of range.
+            without either, a size out of range, or a malformed key.
         MissingExtra: A bucket is given and aioboto3 is not installed.
     """
     if directory is not None and s3_bucket is not None:
@@ -379,10 +465,10 @@ def storage_from_options(
     above = DEFAULT_THRESHOLD if threshold is None else threshold
     most = DEFAULT_MAX_PAYLOAD_BYTES if max_payload_bytes is None else max_payload_bytes
     if s3_bucket is not None:
-        return s3_storage(s3_bucket, threshold=above, max_payload_bytes=most)
+        return s3_storage(s3_bucket, threshold=above, max_payload_bytes=most, keys=keys)
     if directory is not None:
         driver = LocalFileStorageDriver(directory)
-        return PayloadStorage(driver=driver, threshold=above, max_payload_bytes=most)
+        return PayloadStorage(driver=driver, threshold=above, max_payload_bytes=most, keys=keys)
     return None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
+from durable_tools.references import guarded
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 
@@ -78,7 +79,8 @@ async def check_upgrade(
     replayer = Replayer(
         workflows=list(workflows),
         workflow_runner=sandbox_runner(),
-        data_converter=client.data_converter,
+        # As the worker decodes: references refused without I/O, fetch failures raise.
+        data_converter=guarded(client.data_converter),
     )
     verdicts: list[ReplayVerdict] = []
     async with replayer.workflow_replay_iterator(histories()) as results:

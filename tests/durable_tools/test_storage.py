@@ -343,7 +343,12 @@ async def test_an_s3_bucket_from_the_options_stores_large_payloads(s3_endpoint: 
 async def test_the_plugins_converter_raises_on_a_missing_object_when_decoding(
     tmp_path: Path,
 ) -> None:
-    """Clients decode strictly; only activation decoding substitutes (durable_tools.references)."""
+    """Clients and activation decoding both raise on a failed fetch: no verdict from I/O.
+
+    While an activation is decoded, the raise fails the workflow task, which
+    Temporal retries (durable_tools.references); only references refused from
+    their shape become unreadable payloads.
+    """
     from durable_tools.references import UNREADABLE_ENCODING, GuardedDataConverter
 
     storage = PayloadStorage(driver=LocalFileStorageDriver(tmp_path), threshold=10)
@@ -356,7 +361,12 @@ async def test_the_plugins_converter_raises_on_a_missing_object_when_decoding(
         stored.unlink()
     with pytest.raises(StorageError, match="is missing from"):
         await converter.decode([reference], [str])
-    # What a workflow activation's decoding does instead (the SDK's visitor step).
-    (substitute,) = await converter._external_retrieve_payload_sequence([reference])  # pyright: ignore[reportPrivateUsage]
+    # What a workflow activation's decoding does (the SDK's visitor step).
+    with pytest.raises(StorageError, match="fetching an external payload failed.*is missing from"):
+        await converter._external_retrieve_payload_sequence([reference])  # pyright: ignore[reportPrivateUsage]
+    forged = Payload()
+    forged.CopyFrom(reference)
+    forged.data = reference.data.replace(b'"sha256"', b'"sha512"')
+    (substitute,) = await converter._external_retrieve_payload_sequence([forged])  # pyright: ignore[reportPrivateUsage]
     assert substitute.metadata["encoding"] == UNREADABLE_ENCODING
-    assert b"StorageError" in substitute.data
+    assert b"a local-file claim has the one entry 'sha256'" in substitute.data
