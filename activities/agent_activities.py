@@ -12,6 +12,9 @@
   raises is bounded to one line (`bounded_failure`), its full text logged.
 * `tool.<name>` (one dynamic activity) runs one tool call. Its activity type
   names the tool, so `temporal workflow show` reads like the conversation.
+  The attempt heartbeats, delivers progress and is stopped on cancellation
+  or timeout as `tool_run.py` describes; sync tools run in the worker's
+  bounded `ToolThreads`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import os
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -39,6 +41,7 @@ from durable_tools.activities.activity_events import ActivityEvents
 from durable_tools.activities.context_window import ContextWindow, SummaryCheckpoint
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
+from durable_tools.activities.tool_run import AttemptTimedOut, run_attempt
 from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
@@ -71,6 +74,7 @@ from durable_tools.models.streaming import text_sink
 from durable_tools.redact import Redactor
 from durable_tools.results import Failure, Ok, ToolCall, failed
 from durable_tools.signals import finish_tool
+from durable_tools.tool_threads import ToolThreads
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import ToolContext, ToolFailure
 from durable_tools.transcript import (
@@ -196,6 +200,10 @@ class AgentActivities:
         context_strategies: Custom context strategies by the name a
             `CustomStrategy` in a context policy gives (default none; see
             `durable_tools.context`).
+        tool_threads: Most sync tool calls running at once, each in a thread
+            of the worker's pool (`durable_tools.tool_threads`); `None`
+            (default): the worker's `max_concurrent_activities` (the plugin
+            sets it when the worker is built), else 100.
 
     Raises:
         ConfigurationError: A declared agent is one the worker cannot serve
@@ -206,6 +214,7 @@ class AgentActivities:
         deps: The worker's dependencies, given to every tool run as
             `ToolContext.deps`; the plugin's run context sets it when the
             worker starts (`App(deps=...)`), `None` otherwise.
+        tool_threads: The pool sync tools run in (`ToolThreads`).
     """
 
     def __init__(
@@ -221,7 +230,9 @@ class AgentActivities:
         transcripts: TranscriptCache | None = None,
         max_payload_bytes: int | None = None,
         context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
+        tool_threads: int | None = None,
     ) -> None:
+        self.tool_threads = ToolThreads(tool_threads)
         self.max_payload_bytes = max_payload_bytes
         self.redact: Callable[[str], str] = redact or Redactor.from_environment()
         self.toolkits = dict(toolkits)
@@ -710,9 +721,19 @@ class AgentActivities:
             attempt=attempt,
             deps=self.deps,
         )
+        tool, parsed = prepared.tool, prepared.input
         try:
-            emit = _progress_emitter(events, identity)
-            value = await prepared.tool.run(prepared.input, emit, context)
+            value = await run_attempt(
+                lambda emit: tool.run(parsed, emit, context),
+                context=context,
+                events=events,
+                identity=identity,
+                threads=self.tool_threads,
+            )
+        except AttemptTimedOut as exc:
+            # Retried like Temporal's own start-to-close timeout, which has
+            # usually been recorded already (then this failure is dropped).
+            raise ApplicationError(str(exc), type="StartToCloseTimeout") from None
         except ToolFailure as exc:
             reason = self.redact(exc.reason)
             if exc.retryable:
@@ -793,37 +814,6 @@ async def _heartbeating(details: list[Any] | None = None) -> AsyncGenerator[None
         yield
     finally:
         timer.cancel()
-
-
-def _progress_emitter(events: ActivityEvents, identity: dict[str, Any]) -> Any:
-    """Progress becomes an activity heartbeat and a throttled `tool_progress` event.
-
-    Tools may emit from another thread (a sync tool runs in one): both go
-    through the activity's event loop then.
-    """
-    loop = asyncio.get_running_loop()
-    loop_thread = threading.get_ident()
-
-    def record(value: Any) -> None:
-        activity.heartbeat(value)
-        events.replace("progress", "tool_progress", **identity, text=_progress_text(value))
-
-    def emit(value: Any) -> None:
-        if threading.get_ident() == loop_thread:
-            record(value)
-        else:
-            loop.call_soon_threadsafe(record, value)
-
-    return emit
-
-
-def _progress_text(value: Any) -> str:
-    """A progress value as JSON (anything else as its `str`), bounded by `MAX_EVENT_TEXT`."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    except ValueError:  # circular, NaN-strict...: show something rather than fail the tool
-        text = str(value)
-    return text[:MAX_EVENT_TEXT]
 
 
 def _unique_call_ids(

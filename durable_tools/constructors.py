@@ -7,8 +7,6 @@ jsonschema) or a pydantic type known only at run time, e.g. from MCP.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from durable_tools.descriptor import ToolAnnotations
 from durable_tools.errors import ConfigurationError
 from durable_tools.schema import compile_schema
+from durable_tools.tool_threads import run_sync
 from durable_tools.tools import (
+    DEFAULT_HEARTBEAT_TIMEOUT,
     EMPTY_PARAMETERS,
     Emit,
     FailureMode,
@@ -50,8 +50,9 @@ def normalize_run(fn: Callable[..., Any]) -> ToolRun:
 
     Accepted shapes: `fn()`, `fn(input)`, `fn(input, emit)` and
     `fn(input, emit, ctx)`, sync or async; the number of positional parameters
-    decides what is passed. Sync functions run in a worker thread
-    (`asyncio.to_thread`); an awaitable they return is awaited.
+    decides what is passed. Sync functions run in a thread (`run_sync`: the
+    worker's bounded `ToolThreads`, else the default executor); an awaitable
+    they return is awaited.
 
     Args:
         fn: The function.
@@ -79,7 +80,7 @@ def normalize_run(fn: Callable[..., Any]) -> ToolRun:
         args = (parsed, emit, ctx)[:arity]
         if is_async:
             return await fn(*args)
-        result = await asyncio.to_thread(fn, *args)
+        result = await run_sync(fn, *args)
         if inspect.isawaitable(result):
             return await result
         return result
@@ -135,7 +136,7 @@ def dynamic_tool(
     output: Mapping[str, Any] | Any | None = None,
     needs_approval: NeedsApproval = False,
     timeout: float | None = 60.0,
-    heartbeat_timeout: float | None = None,
+    heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT,
     retry: RetryPolicy | int | None = None,
     annotations: ToolAnnotations | Mapping[str, Any] | None = None,
     strict: bool = False,
@@ -161,8 +162,12 @@ def dynamic_tool(
             outputs are validated and encoded with it.
         needs_approval: See `NeedsApproval` (default False).
         timeout: Seconds per attempt (default 60; `None` = no limit).
-        heartbeat_timeout: Seconds between progress events before an attempt
-            fails (default `None`).
+        heartbeat_timeout: Seconds without a heartbeat after which Temporal
+            counts an attempt as lost (default 30). The tool activity
+            heartbeats every third of it while the run works (and on every
+            `emit`), so it bounds how late a lost worker is noticed and a
+            cancellation reaches the run; see `Tool.heartbeat_timeout`.
+            `None`: no heartbeats, so neither is noticed before `timeout`.
         retry: A `RetryPolicy`, or an int for `max_attempts`; wins over the
             defaults, which follow the effect (`None`): 3 attempts, but one
             for a call that needs approval or a destructive tool, unless it is
@@ -336,7 +341,7 @@ def _function_tool(
                 kwargs[param_name] = value
         if is_async:
             return await fn(*args, **kwargs)
-        return await asyncio.to_thread(functools.partial(fn, *args, **kwargs))
+        return await run_sync(fn, *args, **kwargs)
 
     hints, policy = _annotations(annotations), _retry_policy(retry)
     return Tool(
@@ -371,7 +376,7 @@ def tool(
     description: str | None = None,
     needs_approval: NeedsApproval = False,
     timeout: float | None = 60.0,
-    heartbeat_timeout: float | None = None,
+    heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT,
     retry: RetryPolicy | int | None = None,
     annotations: ToolAnnotations | Mapping[str, Any] | None = None,
     strict: bool = False,
@@ -392,7 +397,7 @@ def tool(
     description: str | None = None,
     needs_approval: NeedsApproval = False,
     timeout: float | None = 60.0,
-    heartbeat_timeout: float | None = None,
+    heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT,
     retry: RetryPolicy | int | None = None,
     annotations: ToolAnnotations | Mapping[str, Any] | None = None,
     strict: bool = False,
@@ -410,7 +415,9 @@ def tool(
     Google-style docstring. A parameter annotated `ToolContext` receives the
     call's context and one annotated `Emit` (or named `emit`) the progress
     callback; neither is shown to the model. A return annotation becomes the
-    success schema unless `output` is given. Sync functions run in a thread.
+    success schema unless `output` is given. Sync functions run in a thread
+    of the worker's bounded pool (`durable_tools.tool_threads`); they stop
+    on cancellation only by checking `ctx.cancelled`.
 
     Args:
         fn: The function (when used as `@tool` without parentheses).
@@ -418,8 +425,12 @@ def tool(
         description: Description (default: the docstring without its sections).
         needs_approval: See `NeedsApproval` (default False).
         timeout: Seconds per attempt (default 60; `None` = no limit).
-        heartbeat_timeout: Seconds between progress events before an attempt
-            fails (default `None`).
+        heartbeat_timeout: Seconds without a heartbeat after which Temporal
+            counts an attempt as lost (default 30). The tool activity
+            heartbeats every third of it while the run works (and on every
+            `emit`), so it bounds how late a lost worker is noticed and a
+            cancellation reaches the run; see `Tool.heartbeat_timeout`.
+            `None`: no heartbeats, so neither is noticed before `timeout`.
         retry: A `RetryPolicy`, or an int for `max_attempts`; wins over the
             defaults, which follow the effect (`None`): 3 attempts, but one
             for a call that needs approval or a destructive tool, unless it is

@@ -17,8 +17,10 @@ known only at run time, e.g. from MCP), `provider_tool`, `signal_tool` and
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Generic, Literal, Self, TypeGuard, cast
@@ -32,6 +34,7 @@ from durable_tools.schema import Schema, compile_schema
 from durable_tools.strict import strict_mode_violations
 
 __all__ = [
+    "DEFAULT_HEARTBEAT_TIMEOUT",
     "DEFAULT_RETRY",
     "ONE_ATTEMPT",
     "TOOL_NAME_PATTERN",
@@ -63,6 +66,10 @@ the default) or, in plain-asyncio use of `Toolkit.run`, an exception that
 propagates to the caller (`"raise"`). The durable loop always returns."""
 
 
+DEFAULT_HEARTBEAT_TIMEOUT: Final[float] = 30.0
+"""Heartbeat timeout of a local tool that sets none, seconds (the model activity's too)."""
+
+
 DepsT = TypeVar("DepsT", default=Any)
 """The type of the worker's dependencies object (`App(deps=...)`), default `Any`."""
 
@@ -86,6 +93,24 @@ class ToolContext(Generic[DepsT]):
             object `App(deps=factory)` built once when the worker started,
             shared by every call on that worker; `None` when the app has none
             (and in `Toolkit.run` unless given).
+        cancellation: Set by the tool activity when this attempt is cancelled
+            (the conversation was cancelled, or Temporal gave up on the
+            attempt) or ran past its `timeout`. An async run gets
+            `asyncio.CancelledError` anyway; a sync run, which Python cannot
+            interrupt, must look: `cancelled`, `raise_if_cancelled()`, or
+            `cancellation.wait(seconds)` as a sleep that ends early on
+            cancellation. A new event by default (never set outside the
+            durable loop).
+
+    Example:
+        ```python
+        @tool
+        def export(rows: int, ctx: ToolContext) -> int:
+            for i in range(rows):
+                ctx.raise_if_cancelled()  # stop between rows once cancelled
+                write_row(i)
+            return rows
+        ```
     """
 
     call_id: str
@@ -93,6 +118,27 @@ class ToolContext(Generic[DepsT]):
     idempotency_key: str
     attempt: int = 1
     deps: DepsT = cast(Any, None)
+    cancellation: threading.Event = field(
+        default_factory=threading.Event, repr=False, compare=False
+    )
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this attempt was cancelled or timed out (safe from any thread)."""
+        return self.cancellation.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise when this attempt was cancelled or timed out (safe from any thread).
+
+        Raises:
+            asyncio.CancelledError: The attempt was cancelled; the call's
+                outcome is what Temporal recorded for the attempt, not this
+                exception.
+        """
+        if self.cancellation.is_set():
+            raise asyncio.CancelledError(
+                f"the call {self.call_id!r} of {self.tool!r} was cancelled"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,9 +327,21 @@ class Tool(_BaseTool):
             it; `None` means any JSON-compatible value.
         needs_approval: Whether a call waits for a person's decision (a bool, or
             a function of the parsed input and an `ApprovalContext`).
-        timeout: Start-to-close timeout of one attempt in seconds (default 60).
-        heartbeat_timeout: Seconds without a heartbeat (progress `emit`) after
-            which the attempt counts as failed; `None` disables it.
+        timeout: Start-to-close timeout of one attempt in seconds (default 60;
+            `None`: one day). When it passes, the tool activity cancels the
+            run before Temporal retries the call: an async run gets
+            `asyncio.CancelledError`, a sync run sees `ToolContext.cancelled`
+            (its thread runs on until it returns).
+        heartbeat_timeout: Seconds without a heartbeat after which Temporal
+            counts the attempt as lost (default `DEFAULT_HEARTBEAT_TIMEOUT`,
+            30). The tool activity heartbeats every third of it while the run
+            works, and on every progress `emit` (with the event as the
+            heartbeat's details), so it bounds how late a lost worker (or an
+            event loop blocked by an async run) is noticed and how late a
+            cancellation reaches the run (Temporal delivers it with a
+            heartbeat's answer). `None`: no heartbeats, so a cancellation
+            never reaches the run and a lost worker is noticed only after
+            `timeout`.
         retry: The retry policy its author chose for exceptions raised by the
             run; `None` (the default) lets the tool's effect decide (see
             `retry_policy_for`).
@@ -318,7 +376,7 @@ class Tool(_BaseTool):
     output: Schema | None = None
     needs_approval: NeedsApproval = False
     timeout: float | None = 60.0
-    heartbeat_timeout: float | None = None
+    heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT
     retry: RetryPolicy | None = None
     failure_mode: FailureMode = "return"
     dynamic: bool = False

@@ -196,6 +196,7 @@ async def running(
     allow_offline_models: bool = False,
     scripts_dir: Path | None = None,
     storage: PayloadStorage | None = None,
+    tool_threads: int | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
@@ -219,6 +220,7 @@ async def running(
         allow_offline_models=allow_offline_models,
         scripts_dir=scripts_dir,
         storage=storage,
+        tool_threads=tool_threads,
     )
     client = Client(**{**env.client.config(), "plugins": [plugin]})
     harness = Harness(

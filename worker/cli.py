@@ -720,6 +720,7 @@ def worker_command(
             deployment=version,
             agents=served.agents,
             context_strategies=served.context_strategies,
+            tool_threads=served.tool_threads,
             allow_offline_models=offline,
             scripts_dir=scripts_dir or served.scripts_dir,
             on_ready=ready,
@@ -818,6 +819,7 @@ def dev_command(
                         stop=stop,
                         agents=served.agents,
                         context_strategies=served.context_strategies,
+                        tool_threads=served.tool_threads,
                         allow_offline_models=True,
                         scripts_dir=scripts_dir or served.scripts_dir,
                     )

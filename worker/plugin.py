@@ -141,6 +141,10 @@ class DurableToolsPlugin(SimplePlugin):
         context_strategies: Custom context strategies by the name a context
             policy's `CustomStrategy` gives (`App.context_strategies`;
             default none).
+        tool_threads: Most sync tool calls running at once, each in a thread
+            of the worker's own pool (`durable_tools.tool_threads`; a thread
+            whose call was cancelled counts until its tool returns). `None`
+            (default): the worker's `max_concurrent_activities`, else 100.
 
     Raises:
         ConfigurationError: Two MCP servers share a name, or an agent names a
@@ -169,6 +173,7 @@ class DurableToolsPlugin(SimplePlugin):
         tracing: bool | None = None,
         storage: PayloadStorage | None = None,
         context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
+        tool_threads: int | None = None,
     ) -> None:
         self.storage = storage
         self.search_attributes = search_attributes
@@ -188,6 +193,7 @@ class DurableToolsPlugin(SimplePlugin):
             scripts_dir=scripts_dir,
             max_payload_bytes=storage.max_payload_bytes if storage is not None else None,
             context_strategies=context_strategies,
+            tool_threads=tool_threads,
         )
         self.verifier = DecisionVerifier(
             decision_keys if decision_keys is not None else decision_keys_from_environment()
@@ -205,7 +211,7 @@ class DurableToolsPlugin(SimplePlugin):
             workflows=[AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),
             interceptors=_tracing_interceptors(tracing),
-            run_context=self._run_context if self.mcp or deps else None,
+            run_context=self._run_context,
         )
 
     def _data_converter(self, existing: DataConverter | None) -> DataConverter:
@@ -217,8 +223,14 @@ class DurableToolsPlugin(SimplePlugin):
         return guarded(converter)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
-        """Add the plugin's parts; `NO_SEARCH_ATTRIBUTES_PATCH` follows `search_attributes`."""
+        """Add the plugin's parts; `NO_SEARCH_ATTRIBUTES_PATCH` follows `search_attributes`.
+
+        The sync tools' pool takes the worker's `max_concurrent_activities`
+        as its size unless `tool_threads` was given.
+        """
         config = super().configure_worker(config)
+        slots = config.get("max_concurrent_activities")  # pyright: ignore[reportUnknownMemberType]
+        self.agent_activities.tool_threads.configure(slots)
         given = config.get("patch_activation_callback")  # pyright: ignore[reportUnknownMemberType]
         config["patch_activation_callback"] = _patch_activation(
             given, search_attributes=self.search_attributes
@@ -227,8 +239,13 @@ class DurableToolsPlugin(SimplePlugin):
 
     @contextlib.asynccontextmanager
     async def _run_context(self) -> AsyncGenerator[None]:
-        """Build the tools' dependencies and connect the MCP servers for the worker's lifetime."""
+        """Build the tools' dependencies and connect the MCP servers for the worker's lifetime.
+
+        The sync tools' pool stops with the worker (a call still running
+        finishes in its thread).
+        """
         async with contextlib.AsyncExitStack() as stack:
+            stack.callback(self.agent_activities.tool_threads.shutdown)
             if self.deps_factory is not None:
                 self.agent_activities.deps = await _enter_deps(self.deps_factory, stack)
                 stack.callback(setattr, self.agent_activities, "deps", None)

@@ -115,6 +115,10 @@ class App:
         context_strategies: Custom context strategies by the name an agent's
             context policy gives (`CustomStrategy(name=...)`; see
             docs/context.md). Default none.
+        tool_threads: Most sync tool calls running at once in the worker's
+            own thread pool (`durable_tools.tool_threads`). `None` (default):
+            the worker's activity slots (`max_concurrent_activities`, 100 by
+            default).
 
     Example:
         ```python
@@ -152,6 +156,7 @@ class App:
     context_strategies: Mapping[str, ContextStrategyFunction] = field(
         default_factory=dict[str, ContextStrategyFunction]
     )
+    tool_threads: int | None = None
 
     def __post_init__(self) -> None:
         """Check the agents against the toolkits and models (see `check_agents`)."""
@@ -271,7 +276,16 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         decision_keys=cast(Mapping[str, bytes] | None, keys),
         storage=storage,
         context_strategies=_context_strategies(spec, getattr(found, "context_strategies", None)),
+        tool_threads=_tool_threads(spec, getattr(found, "tool_threads", None)),
     )
+
+
+def _tool_threads(spec: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(f"tool_threads of {spec!r} is {value!r}, not a positive int")
+    return value
 
 
 def _context_strategies(spec: str, value: object) -> dict[str, ContextStrategyFunction]:
@@ -310,6 +324,7 @@ async def run_worker(
     search_attributes: bool = True,
     storage: PayloadStorage | None = None,
     context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
+    tool_threads: int | None = None,
 ) -> None:
     """Connect to Temporal and run a durable-tools worker until told to stop.
 
@@ -357,6 +372,8 @@ async def run_worker(
             default none.
         context_strategies: Custom context strategies by name (see
             `App.context_strategies`); default none.
+        tool_threads: Most sync tool calls at once (see `App.tool_threads`);
+            default: `max_concurrent_activities`, else 100.
 
     With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the worker exports its spans, its
     metrics and Temporal's SDK metrics over OTLP (`configure_telemetry`,
@@ -385,6 +402,7 @@ async def run_worker(
         decision_keys=decision_keys,
         storage=storage,
         context_strategies=context_strategies,
+        tool_threads=tool_threads,
     )
     client = await Client.connect(
         client_target,

@@ -132,4 +132,5 @@ def load_served(
         scripts_dir=application.scripts_dir,
         decision_keys=application.decision_keys,
         storage=application.storage,
+        tool_threads=application.tool_threads,
     )

@@ -8,7 +8,10 @@ lists their tools and exposes each as a dynamic tool named `prefix__tool`:
   reaches the server); `structured_content` is validated against the tool's
   output schema when it has one.
 * **Results**: `is_error: true` becomes Failure `execution_error` with the
-  server's text; progress notifications become progress events (heartbeats).
+  server's text; progress notifications become progress events (heartbeats
+  and `tool_progress` events, from the tool activity's own context; the
+  activity also heartbeats by itself while a call is quiet, every third of
+  the server's `heartbeat_timeout`).
 * **Policy**: annotations are hints from the server, untrusted unless its
   configuration says `trust_annotations` (MCP specification 2025-06-18), so
   by default every tool needs approval and is *at-most-once*: once its call
@@ -179,24 +182,14 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
     needs_approval, idempotent = policy.needs_approval, policy.idempotent
     call_timeout = config.policy(spec.name).call_timeout or config.call_timeout
     server_name, tool_name = config.name, spec.name
-    keepalive_seconds = config.heartbeat_timeout / 3
 
     async def run(arguments: dict[str, Any], emit: Emit, ctx: ToolContext) -> Any:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        last_progress: list[float] = [started]
-
+        # The SDK calls this from its session's reader task (not the caller's
+        # context); the tool activity's `emit` hands it to the activity's own
+        # context. The activity heartbeats by itself while a quiet call runs.
         def progress(value: float, total: float | None, message: str | None) -> None:
-            last_progress[0] = loop.time()
             emit({"progress": value, "total": total, "message": message})
 
-        async def keepalive() -> None:  # heartbeats while a quiet call runs
-            while True:
-                await asyncio.sleep(keepalive_seconds)
-                if loop.time() - last_progress[0] >= keepalive_seconds:
-                    emit({"waiting_for": server_name, "seconds": round(loop.time() - started)})
-
-        beating = asyncio.create_task(keepalive())
         try:
             result = await connection.call_tool(
                 tool_name,
@@ -232,8 +225,6 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
             ) from exc
         except RuntimeError as exc:  # the SDK's own result checks (output schema)
             raise ToolFailure("output_validation_error", str(exc)) from exc
-        finally:
-            beating.cancel()
         if result.is_error:
             raise ToolFailure("execution_error", _error_text(result))
         return _content_value(result)
