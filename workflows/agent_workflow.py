@@ -1066,11 +1066,13 @@ class AgentWorkflow:
             )
         if isinstance(cause, TimeoutError):
             if cause.type == TimeoutType.HEARTBEAT:
+                # The tool activity heartbeats by itself while the tool runs.
                 return failed(
                     call,
                     "timed_out",
-                    f"the tool sent no progress for {plan.heartbeat_timeout or 0:g} s "
-                    "(heartbeat timeout); it may have taken effect",
+                    f"the worker running the tool sent no heartbeat for "
+                    f"{plan.heartbeat_timeout or 0:g} s (it was lost, or the tool blocked its "
+                    "event loop); it may have taken effect",
                 )
             return timed_out(call, plan.timeout)
         if isinstance(cause, CancelledError):
