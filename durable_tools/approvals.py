@@ -8,7 +8,12 @@ be signed (`sign_decision`): HMAC-SHA256 with a key the worker holds, over
 the workflow id, call id, digest, verdict, `decided_by`, `decided_at` and the
 groups the signing service asserts; the worker checks it
 (`verify_signature`) and the tool's approvers (`approver_problem`).
-`plan_approvals` is the pure part of the loop's approval handling.
+
+Whether a decision is bound to its call (`digest_problem`) and what it does
+(`decision_outcome`: run, or the `denied` Failure the model reads) are
+written once, here, and applied by every path: the durable loop,
+`Toolkit.run`, and `plan_approvals` (a pure split of a turn's calls, for
+code that runs tools outside the loop).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ __all__ = [
     "DecisionCheck",
     "DecisionVerdict",
     "approver_problem",
+    "decision_outcome",
+    "digest_problem",
     "arguments_hash",
     "call_digest",
     "canonical_json",
@@ -378,8 +385,33 @@ def approver_problem(decision: Decision, approvers: Sequence[str]) -> str | None
     )
 
 
+def digest_problem(call_id: str, digest: str, decision: Decision) -> str | None:
+    """Why `decision` is not bound to the call `call_id` whose digest is `digest`, or `None`.
+
+    The one check every path applies (the loop against the digest it
+    recorded when the call was planned, `Toolkit.run` and `plan_approvals`
+    against `call_digest` of the call): DESIGN.md invariant 3.
+
+    Args:
+        call_id: The pending call's id.
+        digest: Its `call_digest` (tool name, call id, canonical arguments).
+        decision: The decision that claims to answer it.
+
+    Returns:
+        `None` if it applies, else the reason it is rejected (one line).
+    """
+    if decision.call_id != call_id:
+        return f"decision is for call {decision.call_id!r}, not {call_id!r}"
+    if decision.arguments_hash != digest:
+        return (
+            f"arguments hash does not match call {call_id!r}: the digest covers the "
+            "tool name, the call id and the arguments shown"
+        )
+    return None
+
+
 def check_decision(call: ToolCall, decision: Decision) -> str | None:
-    """Check that a decision is bound to `call`.
+    """Check that a decision is bound to `call` (`digest_problem` with the call's digest).
 
     Args:
         call: The pending call.
@@ -388,14 +420,21 @@ def check_decision(call: ToolCall, decision: Decision) -> str | None:
     Returns:
         `None` if it applies, else the reason it is rejected.
     """
-    if decision.call_id != call.call_id:
-        return f"decision is for call {decision.call_id!r}, not {call.call_id!r}"
-    if decision.arguments_hash != call_digest(call.name, call.call_id, call.arguments):
-        return (
-            f"digest does not match call {call.call_id!r}: the decision was made for "
-            "another tool, call or arguments"
-        )
-    return None
+    return digest_problem(
+        call.call_id, call_digest(call.name, call.call_id, call.arguments), decision
+    )
+
+
+def decision_outcome(call: ToolCall, decision: Decision) -> Failure | None:
+    """What a decision bound to `call` does: `None` runs it, else the `denied` Failure.
+
+    The denial's reason (what the model reads) names the decider and the
+    reason given: `denied by ana: over the limit`.
+    """
+    if decision.approved:
+        return None
+    who = f" by {decision.decided_by}" if decision.decided_by else ""
+    return denied(call, f"denied{who}: {decision.reason or 'no reason given'}")
 
 
 class ApprovalPlan(BaseModel):
@@ -446,10 +485,10 @@ def plan_approvals(
             if decision is not None and problem is not None:
                 plan.invalid_decisions.append((decision, problem))
             plan.pending.append(call)
-        elif decision.approved:
-            plan.approved.append(call)
         else:
-            reason = decision.reason or "a person denied this tool call"
-            who = f" ({decision.decided_by})" if decision.decided_by else ""
-            plan.rejected.append(denied(call, f"denied{who}: {reason}"))
+            refusal = decision_outcome(call, decision)
+            if refusal is None:
+                plan.approved.append(call)
+            else:
+                plan.rejected.append(refusal)
     return plan

@@ -863,7 +863,9 @@ class CarriedState(BaseModel):
         inbox: User messages not yet given to the model.
         agent: Current agent configuration name.
         turns: Model turns so far in the conversation.
-        descriptors: Descriptors the model saw last.
+        descriptors: Descriptors the model saw last (empty in runs recorded
+            since `NO_DESCRIPTOR_CARRY_PATCH`: nothing reads them; `digest`
+            is what the model activity compares).
         digest: Their digest.
         early_decisions: Decisions that arrived before their call was pending.
         early_answers: Answers that arrived before their call was pending.

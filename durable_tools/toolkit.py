@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from durable_tools.approvals import Decision, call_digest, check_decision
+from durable_tools.approvals import Decision, call_digest, check_decision, decision_outcome
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 from durable_tools.constructors import normalize_run
 from durable_tools.descriptor import ToolDescriptor
@@ -22,7 +22,7 @@ from durable_tools.executor import (
     execute_prepared,
     prepare_call,
 )
-from durable_tools.results import Failure, ToolCall, denied
+from durable_tools.results import Failure, ToolCall
 from durable_tools.tools import (
     AnyTool,
     ApprovalContext,
@@ -276,8 +276,9 @@ class Toolkit:
                         call, call_digest(call.name, call.call_id, call.arguments)
                     )
                     continue
-                if not decision.approved:
-                    yield Output(denied(call, decision.reason or "a person denied this tool call"))
+                refusal = decision_outcome(call, decision)
+                if refusal is not None:
+                    yield Output(refusal)
                     continue
             runnable.append(prepared)
 

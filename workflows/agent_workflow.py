@@ -57,6 +57,8 @@ with workflow.unsafe.imports_passed_through():
         DecisionCheck,
         DecisionVerdict,
         approver_problem,
+        decision_outcome,
+        digest_problem,
     )
     from durable_tools.carry import MAX_EARLIER_RUNS, cut_text, tail_start
     from durable_tools.conversation import (
@@ -103,7 +105,6 @@ with workflow.unsafe.imports_passed_through():
         Ok,
         ToolCall,
         cancelled,
-        denied,
         execution_error,
         expired,
         failed,
@@ -157,6 +158,14 @@ BOUNDED_CARRY_PATCH = "bounded-carry"
 Without the marker a run carries its whole transcript and stays in the run
 once that is over `_MAX_CARRY_BYTES`; with it, a bounded tail
 (`durable_tools.carry`).
+"""
+
+NO_DESCRIPTOR_CARRY_PATCH = "no-descriptor-carry"
+"""Patch id: histories recorded before it carried the descriptors across continue-as-new.
+
+Nothing reads `CarriedState.descriptors` (the model activity compares the
+descriptors' digest, which is carried): with the marker the carry leaves
+them out (each tool's schema, once per continue-as-new, twice in history).
 """
 
 FOLLOW_VERSIONS_PATCH = "follow-versions-at-waits"
@@ -520,7 +529,7 @@ class AgentWorkflow:
             inbox=self._inbox,
             agent=self._agent,
             turns=self._turns,
-            descriptors=self._descriptors,
+            descriptors=[] if workflow.patched(NO_DESCRIPTOR_CARRY_PATCH) else self._descriptors,
             digest=self._digest,
             early_decisions=self._early_decisions,
             early_answers=self._early_answers,
@@ -1173,10 +1182,7 @@ class AgentWorkflow:
         decision = self._decisions.get(call.call_id)
         if decision is None:
             return cancelled(call, "a new user message arrived before a decision; not run")
-        if decision.approved:
-            return None
-        who = f" by {decision.decided_by}" if decision.decided_by else ""
-        return denied(call, f"denied{who}: {decision.reason or 'no reason given'}")
+        return decision_outcome(call, decision)
 
     def _decision_problem(self, decision: Decision) -> str | None:
         """Why `decision` cannot apply now (`_UNKNOWN`: no such call), or `None`.
@@ -1189,11 +1195,9 @@ class AgentWorkflow:
         if pending is not None:
             if call_id in self._decisions:
                 return f"a decision for call {call_id!r} was already received"
-            if decision.arguments_hash != pending.arguments_hash:
-                return (
-                    f"arguments hash does not match call {call_id!r}: the digest covers the "
-                    "tool name, the call id and the arguments shown"
-                )
+            mismatch = digest_problem(call_id, pending.arguments_hash, decision)
+            if mismatch is not None:
+                return mismatch
             if pending.signed and not decision.signature:
                 return f"call {call_id!r} needs a signed decision (key_id and signature)"
             return approver_problem(decision, pending.approvers) if pending.signed else None
