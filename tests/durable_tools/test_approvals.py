@@ -269,7 +269,7 @@ def test_a_decision_for_other_arguments_is_rejected() -> None:
     shown = call("c1", '{"amount": 5}')
     actual = call("c1", '{"amount": 5000}')
     problem = check_decision(actual, decide(shown, True))
-    assert problem is not None and "digest does not match" in problem
+    assert problem is not None and "arguments hash does not match" in problem
 
 
 # plan_approvals --------------------------------------------------------------------------
@@ -319,7 +319,7 @@ def test_a_hash_mismatch_keeps_the_call_pending_and_reports_the_decision() -> No
     assert plan.approved == [] and plan.rejected == []
     [(decision, problem)] = plan.invalid_decisions
     assert decision == stale
-    assert "digest does not match" in problem
+    assert "arguments hash does not match" in problem
 
 
 def test_a_denial_with_a_wrong_hash_does_not_deny_either() -> None:
