@@ -69,6 +69,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected, StorageError
 from durable_tools.storage import LocalFileStorageDriver, PayloadStorage, storage_from_options
+from durable_tools.worker.exits import exit_process
 from durable_tools.worker.follow import Commands, Followed, Follower, LostServer
 from durable_tools.worker.render import (
     PendingConversation,
@@ -90,10 +91,12 @@ T = TypeVar("T")
 class _Typer(typer.Typer):
     """A Typer app that exits without a traceback and before interpreter finalization.
 
-    An unexpected exception still ends as one line on stderr. Leaving with
-    `os._exit` once output is flushed avoids temporalio's Rust core aborting a
-    finalizing interpreter (`Fatal Python error: PyGILState_Release`, exit
-    code 134; sdk-python issue #300), seen here after a failed connect.
+    An unexpected exception still ends as one line on stderr. Leaving through
+    `exit_process` (output flushed, then `os._exit`) avoids temporalio's Rust
+    core aborting a finalizing interpreter (`Fatal Python error:
+    PyGILState_Release`, exit code 134; sdk-python issue #300; see
+    `durable_tools.worker.exits`), seen here after a failed connect and
+    after a worker's SIGTERM.
     """
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -110,9 +113,7 @@ class _Typer(typer.Typer):
         except KeyboardInterrupt:
             sys.stderr.write("error: interrupted\n")
             code = 130
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_process(code)
 
 
 app = _Typer(
