@@ -70,6 +70,7 @@ from durable_tools.conversation import (
 from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected, StorageError
 from durable_tools.storage import LocalFileStorageDriver, PayloadStorage, storage_from_options
 from durable_tools.worker.exits import exit_process
+from durable_tools.worker.extras import missing_extra, require_extra
 from durable_tools.worker.follow import Commands, Followed, Follower, LostServer
 from durable_tools.worker.render import (
     PendingConversation,
@@ -107,6 +108,9 @@ class _Typer(typer.Typer):
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if isinstance(exc.code, str):
                 sys.stderr.write(f"{exc.code}\n")
+        except ConfigurationError as exc:  # e.g. MissingExtra before a command's `_run`
+            sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+            code = EXIT_BAD_INPUT
         except Exception as exc:  # a bug: report it without the traceback
             sys.stderr.write(f"error: {' '.join(f'{type(exc).__name__}: {exc}'.split())}\n")
             code = EXIT_FAILURE
@@ -874,8 +878,16 @@ def dev_command(
 
 
 async def _dev_inbox(address: str, port: int, stop: asyncio.Event) -> asyncio.Task[None] | None:
-    """Serve the inbox in dev mode beside the dev server; print its URL once it listens."""
+    """Serve the inbox in dev mode beside the dev server; print its URL once it listens.
+
+    Without the `inbox` extra, print one line naming it instead: the server
+    and the worker run on.
+    """
     if port == 0:
+        return None
+    missing = missing_extra("the approval inbox", "inbox")
+    if missing is not None:
+        _out.print(f"Inbox: not started; {missing}", soft_wrap=True, markup=False)
         return None
     from durable_tools.worker.inbox import build_auth, serve_inbox
 
@@ -950,6 +962,7 @@ def inbox_command(
     ] = None,
 ) -> None:
     """Serve the approval inbox: a web page and an HTTP API for the people who decide."""
+    require_extra("durable-tools inbox", "inbox")
     from durable_tools.worker.inbox import build_auth, serve_inbox
     from durable_tools.worker.inbox.server import (
         DECISION_KEY_ENV,
@@ -1909,6 +1922,7 @@ def codec_server_command(
     ] = None,
 ) -> None:
     """Serve Temporal's codec server protocol (POST /encode, /decode) for the Web UI."""
+    require_extra("durable-tools codec-server", "inbox")  # starlette and uvicorn
     from durable_tools.worker.codec_server import DEFAULT_ORIGINS, serve
 
     spec = codec or _globals.codec_spec

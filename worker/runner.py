@@ -368,7 +368,7 @@ async def run_worker(
         ConfigurationError: A search attribute is missing or has another
             type; the one-line message holds the command that registers it.
         ConfigurationError: `OTEL_EXPORTER_OTLP_ENDPOINT` is set and its
-            exporter is not installed (the `otel` extra).
+            exporter is not installed (`MissingExtra`, the `otel` extra).
         RuntimeError: The client could not connect (`Failed client connect: ...`),
             or the worker failed (e.g. its validation at startup).
         temporalio.service.RPCError: The namespace does not exist (`NOT_FOUND`),
