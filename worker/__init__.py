@@ -3,10 +3,14 @@
 ```python
 from durable_tools.worker import App, run_worker
 ```
+
+A script that runs a worker or a client ends with `run_and_exit(main)`
+(`durable_tools.worker.exits`: no abort at interpreter finalization).
 """
 
 from __future__ import annotations
 
+from durable_tools.worker.exits import run_and_exit
 from durable_tools.worker.plugin import PASSTHROUGH_MODULES, DurableToolsPlugin, sandbox_runner
 from durable_tools.worker.runner import App, load_app, run_worker
 
@@ -15,6 +19,7 @@ __all__ = [
     "App",
     "DurableToolsPlugin",
     "load_app",
+    "run_and_exit",
     "run_worker",
     "sandbox_runner",
 ]

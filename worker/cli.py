@@ -69,6 +69,8 @@ from durable_tools.conversation import (
 )
 from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected, StorageError
 from durable_tools.storage import LocalFileStorageDriver, PayloadStorage, storage_from_options
+from durable_tools.worker.exits import exit_process
+from durable_tools.worker.extras import missing_extra, require_extra
 from durable_tools.worker.follow import Commands, Followed, Follower, LostServer
 from durable_tools.worker.render import (
     PendingConversation,
@@ -90,10 +92,12 @@ T = TypeVar("T")
 class _Typer(typer.Typer):
     """A Typer app that exits without a traceback and before interpreter finalization.
 
-    An unexpected exception still ends as one line on stderr. Leaving with
-    `os._exit` once output is flushed avoids temporalio's Rust core aborting a
-    finalizing interpreter (`Fatal Python error: PyGILState_Release`, exit
-    code 134; sdk-python issue #300), seen here after a failed connect.
+    An unexpected exception still ends as one line on stderr. Leaving through
+    `exit_process` (output flushed, then `os._exit`) avoids temporalio's Rust
+    core aborting a finalizing interpreter (`Fatal Python error:
+    PyGILState_Release`, exit code 134; sdk-python issue #300; see
+    `durable_tools.worker.exits`), seen here after a failed connect and
+    after a worker's SIGTERM.
     """
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -104,15 +108,16 @@ class _Typer(typer.Typer):
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if isinstance(exc.code, str):
                 sys.stderr.write(f"{exc.code}\n")
+        except ConfigurationError as exc:  # e.g. MissingExtra before a command's `_run`
+            sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+            code = EXIT_BAD_INPUT
         except Exception as exc:  # a bug: report it without the traceback
             sys.stderr.write(f"error: {' '.join(f'{type(exc).__name__}: {exc}'.split())}\n")
             code = EXIT_FAILURE
         except KeyboardInterrupt:
             sys.stderr.write("error: interrupted\n")
             code = 130
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        exit_process(code)
 
 
 app = _Typer(
@@ -875,8 +880,16 @@ def dev_command(
 
 
 async def _dev_inbox(address: str, port: int, stop: asyncio.Event) -> asyncio.Task[None] | None:
-    """Serve the inbox in dev mode beside the dev server; print its URL once it listens."""
+    """Serve the inbox in dev mode beside the dev server; print its URL once it listens.
+
+    Without the `inbox` extra, print one line naming it instead: the server
+    and the worker run on.
+    """
     if port == 0:
+        return None
+    missing = missing_extra("the approval inbox", "inbox")
+    if missing is not None:
+        _out.print(f"Inbox: not started; {missing}", soft_wrap=True, markup=False)
         return None
     from durable_tools.worker.inbox import build_auth, serve_inbox
 
@@ -951,6 +964,7 @@ def inbox_command(
     ] = None,
 ) -> None:
     """Serve the approval inbox: a web page and an HTTP API for the people who decide."""
+    require_extra("durable-tools inbox", "inbox")
     from durable_tools.worker.inbox import build_auth, serve_inbox
     from durable_tools.worker.inbox.server import (
         DECISION_KEY_ENV,
@@ -1910,6 +1924,7 @@ def codec_server_command(
     ] = None,
 ) -> None:
     """Serve Temporal's codec server protocol (POST /encode, /decode) for the Web UI."""
+    require_extra("durable-tools codec-server", "inbox")  # starlette and uvicorn
     from durable_tools.worker.codec_server import DEFAULT_ORIGINS, serve
 
     spec = codec or _globals.codec_spec

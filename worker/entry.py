@@ -8,18 +8,18 @@ rich) are the optional `cli` extra; without them `durable-tools` prints
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
-from durable_tools.errors import MissingExtra
+from durable_tools.worker.extras import missing_extra
 
 __all__ = ["main"]
 
 
 def main() -> None:
     """Run the CLI (`durable_tools.worker.cli.app`), or exit 2 if the `cli` extra is missing."""
-    if not all(importlib.util.find_spec(name) for name in ("typer", "rich")):
-        print(f"error: {MissingExtra('the durable-tools command', 'cli')}", file=sys.stderr)
+    missing = missing_extra("the durable-tools command", "cli")
+    if missing is not None:
+        print(f"error: {missing}", file=sys.stderr)
         raise SystemExit(2)
     from durable_tools.worker.cli import app
 

@@ -18,12 +18,12 @@ import contextlib
 import inspect
 import os
 import pkgutil
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import PatchActivationInput, WorkerConfig, WorkflowRunner
+from temporalio.worker import PatchActivationInput, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_tools.activities.agent_activities import AgentActivities
@@ -40,6 +40,7 @@ from durable_tools.redact import Redactor, secret_env_values
 from durable_tools.references import guarded
 from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit, compose
+from durable_tools.worker.search_attributes import check_search_attributes
 from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
 
 if TYPE_CHECKING:
@@ -110,9 +111,10 @@ class DurableToolsPlugin(SimplePlugin):
             worker starts (its run context); see `App.deps`.
         search_attributes: Whether conversations this worker starts running
             upsert `DurableToolsPendingCount` / `DurableToolsPendingKinds`
-            (default True; they must be registered on the namespace). False
-            records `NO_SEARCH_ATTRIBUTES_PATCH` in each run it runs first,
-            so replays on any worker skip the upserts as well.
+            (default True; they must be registered on the namespace, which
+            the worker checks when it starts: see below). False records
+            `NO_SEARCH_ATTRIBUTES_PATCH` in each run it runs first, so
+            replays on any worker skip the upserts as well, and skips the check.
         agents: The agents conversations choose by name (`App.agents`, see
             `durable_tools.agents`); none (default): development mode.
         allow_offline_models: Let conversations name the offline models
@@ -153,8 +155,12 @@ class DurableToolsPlugin(SimplePlugin):
             undeclared agent or an override its agent does not allow fails
             its model activity with a non-retryable `ConfigurationError`.
 
-    When the worker starts (its run context), it raises `ConfigurationError`
-    if an allow-listed MCP server fails to start or lacks a listed tool, and
+    When the worker starts (`Worker.run`, or `async with Worker(...)`), before
+    it polls, it raises `ConfigurationError` if the namespace lacks the search
+    attributes or has them with another type (unless `search_attributes` is
+    False; the one-line message holds the `temporal operator search-attribute
+    create ...` command, as `run_worker`'s: `check_search_attributes`), if an
+    allow-listed MCP server fails to start or lacks a listed tool, and
     `DuplicateToolName` if an MCP tool's name collides with another tool.
     """
 
@@ -236,6 +242,34 @@ class DurableToolsPlugin(SimplePlugin):
             given, search_attributes=self.search_attributes
         )
         return config
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Check the namespace's search attributes (unless turned off), then run the worker.
+
+        Every way to build a worker passes here (`run_worker`, the CLI, and
+        `Worker(client, ...)` on a client with this plugin), so a namespace
+        without them stops the worker at start instead of failing every
+        conversation's workflow task at its first upsert.
+
+        Raises:
+            ConfigurationError: See `check_search_attributes`.
+        """
+        try:
+            if self.search_attributes:
+                client = worker.client
+                await check_search_attributes(
+                    client,
+                    address=client.service_client.config.target_host,
+                    namespace=client.namespace,
+                )
+            await super().run_worker(worker, next)  # the run context, then the worker
+        except BaseException:
+            if not worker.is_running and not worker.is_shutdown:
+                # Refused before the worker started: mark it shut down, as
+                # temporalio's Worker._run does when its own validation fails,
+                # or `async with Worker(...)` waits in `shutdown()` forever.
+                worker._shutdown_complete_event.set()  # pyright: ignore[reportPrivateUsage]
+            raise
 
     @contextlib.asynccontextmanager
     async def _run_context(self) -> AsyncGenerator[None]:

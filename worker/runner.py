@@ -28,7 +28,7 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +38,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.converter import PayloadCodec
+from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from durable_tools.agents import Agent, check_agents
@@ -50,7 +51,6 @@ from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit
 from durable_tools.worker.health import keep_fresh
 from durable_tools.worker.plugin import DepsFactory, DurableToolsPlugin
-from durable_tools.worker.search_attributes import check_search_attributes
 from durable_tools.worker.telemetry import configure_telemetry
 
 __all__ = ["DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT", "App", "load_app", "run_worker"]
@@ -360,13 +360,15 @@ async def run_worker(
         handle_signals: Stop on SIGTERM and SIGINT (only possible on the main
             thread's event loop; ignored elsewhere).
         stop: Set it to stop the worker (an alternative to cancelling the task).
-        on_ready: Called with the worker once it runs (polling starts then).
+        on_ready: Called with the worker once its startup checks passed and
+            its MCP servers and dependencies are up (polling starts then).
         health_file: A file kept fresh while the worker runs, for container
             health checks (`durable_tools.worker.health`); default none.
         search_attributes: Check at start that the namespace has the search
             attributes conversations upsert (`SEARCH_ATTRIBUTES`), and fail if
-            not (default True). False: no check, and conversations this worker
-            runs first make no upserts, on any worker that replays them
+            not (default True; the plugin's check, `DurableToolsPlugin.run_worker`).
+            False: no check, and conversations this worker runs first make no
+            upserts, on any worker that replays them
             (`DurableToolsPlugin(search_attributes=False)`).
         storage: External storage for large payloads (see `App.storage`);
             default none.
@@ -383,7 +385,7 @@ async def run_worker(
         ConfigurationError: A search attribute is missing or has another
             type; the one-line message holds the command that registers it.
         ConfigurationError: `OTEL_EXPORTER_OTLP_ENDPOINT` is set and its
-            exporter is not installed (the `otel` extra).
+            exporter is not installed (`MissingExtra`, the `otel` extra).
         RuntimeError: The client could not connect (`Failed client connect: ...`),
             or the worker failed (e.g. its validation at startup).
         temporalio.service.RPCError: The namespace does not exist (`NOT_FOUND`),
@@ -428,8 +430,6 @@ async def run_worker(
             stop=stop,
             on_ready=on_ready,
             health_file=health_file,
-            check_attributes=search_attributes,
-            address=client_target,
         )
 
 
@@ -437,7 +437,6 @@ async def _serve(
     client: Client,
     *,
     namespace: str,
-    address: str,
     task_queue: str,
     deployment: WorkerDeploymentVersion | None,
     graceful_shutdown_timeout: float,
@@ -446,26 +445,23 @@ async def _serve(
     stop: asyncio.Event | None,
     on_ready: Callable[[Worker], None] | None,
     health_file: Path | None,
-    check_attributes: bool,
 ) -> None:
     # Fail with the server's NOT_FOUND before the worker starts polling a
     # namespace that does not exist (the worker would only log it).
     await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
-    if check_attributes:
-        await check_search_attributes(client, address=address, namespace=namespace)
+    # The search attribute check is the plugin's (DurableToolsPlugin.run_worker).
     worker = Worker(
         client,
         task_queue=task_queue,
         graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_timeout),
         max_concurrent_activities=max_concurrent_activities,
         deployment_config=deployment_config(deployment),
+        plugins=[_OnRun(on_ready)] if on_ready is not None else [],
     )
     stopping = stop or asyncio.Event()
     installed = _install_signal_handlers(stopping.set) if handle_signals else []
     try:
         running = asyncio.create_task(worker.run())
-        if on_ready is not None:
-            on_ready(worker)
         stopped = asyncio.create_task(stopping.wait())
         fresh = asyncio.create_task(keep_fresh(health_file)) if health_file else None
         try:
@@ -483,6 +479,23 @@ async def _serve(
         loop = asyncio.get_running_loop()
         for sig in installed:
             loop.remove_signal_handler(sig)
+
+
+class _OnRun(SimplePlugin):
+    """Calls `on_ready` when the client's plugins let the worker run (their checks passed).
+
+    A worker's own plugins run inside its client's (`Worker.run` chains them
+    in order), so this runs after `DurableToolsPlugin`'s checks and run context.
+    """
+
+    def __init__(self, on_ready: Callable[[Worker], None]) -> None:
+        super().__init__("durable-tools-on-ready")  # pyright: ignore[reportUnknownMemberType]
+        self._on_ready = on_ready
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Call `on_ready`, then run the worker."""
+        self._on_ready(worker)
+        await next(worker)
 
 
 def deployment_config(version: WorkerDeploymentVersion | None) -> WorkerDeploymentConfig | None:

@@ -4,10 +4,12 @@ A conversation upserts `DurableToolsPendingCount` (Int) and
 `DurableToolsPendingKinds` (KeywordList) whenever what it waits for changes.
 On a namespace that lacks them, Temporal fails that workflow task
 (`BadSearchAttributes`) and retries it forever: the conversation is stuck.
-So `run_worker` checks the namespace first and refuses to start, naming the
-`temporal operator search-attribute create ...` command that registers them,
-unless it runs with search attributes off (`run_worker(search_attributes=False)`,
-`durable-tools worker --no-search-attributes`).
+So every worker with `DurableToolsPlugin` (`run_worker`, `durable-tools
+worker`, or `Worker(client, ...)` on a client with the plugin) checks the
+namespace when it starts and refuses to, naming the `temporal operator
+search-attribute create ...` command that registers them, unless it runs with
+search attributes off (`durable-tools worker --no-search-attributes`,
+`run_worker(search_attributes=False)`, `DurableToolsPlugin(search_attributes=False)`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ _TYPE_NAMES: Mapping[int, str] = {
 }
 
 _log = logging.getLogger(__name__)
+
+_OPT_OUT = (
+    "or run the worker without them (--no-search-attributes; in code search_attributes=False)"
+)
 
 
 def create_command(address: str, namespace: str, missing: Mapping[str, str]) -> str:
@@ -109,12 +115,12 @@ async def check_search_attributes(client: Client, *, address: str, namespace: st
             f"namespace {namespace!r} has search attributes of the wrong type ({found}): "
             "remove them (`temporal operator search-attribute remove`) and run "
             f"`{create_command(address, namespace, {n: w for n, (_, w) in wrong.items()})}`, "
-            "or start the worker with --no-search-attributes"
+            + _OPT_OUT
         )
     missing = {name: kind for name, kind in SEARCH_ATTRIBUTES.items() if name not in registered}
     if missing:
         raise ConfigurationError(
             f"namespace {namespace!r} lacks the search attributes conversations upsert "
             f"({', '.join(missing)}): run `{create_command(address, namespace, missing)}`, "
-            "or start the worker with --no-search-attributes"
+            + _OPT_OUT
         )

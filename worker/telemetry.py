@@ -37,7 +37,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 
-from durable_tools.errors import ConfigurationError
+from durable_tools.errors import ConfigurationError, MissingExtra
 
 __all__ = ["ExportOnce", "Telemetry", "configure_telemetry", "telemetry_enabled"]
 
@@ -141,10 +141,11 @@ def _exporters(protocol: str) -> tuple[Any, Any]:
             )
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     except ImportError as exc:
-        package = f"opentelemetry-exporter-otlp-proto-{'grpc' if protocol == 'grpc' else 'http'}"
-        hint = "" if protocol == "grpc" else " (pip install 'durable-tools[otel]')"
+        if protocol != "grpc":
+            raise MissingExtra("OTLP export (OTEL_EXPORTER_OTLP_ENDPOINT is set)", "otel") from None
         raise ConfigurationError(
-            f"OTEL_EXPORTER_OTLP_ENDPOINT is set but {package} is not installed{hint}"
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set with OTEL_EXPORTER_OTLP_PROTOCOL=grpc but "
+            "opentelemetry-exporter-otlp-proto-grpc is not installed"
         ) from exc
     return cast(Any, OTLPSpanExporter()), cast(Any, OTLPMetricExporter())
 
@@ -160,9 +161,10 @@ def configure_telemetry(environ: Mapping[str, str] | None = None) -> Telemetry |
         when no OTLP endpoint is set.
 
     Raises:
-        ConfigurationError: An endpoint is set but the exporter for
-            `OTEL_EXPORTER_OTLP_PROTOCOL` is not installed, or the protocol
-            is neither `http/protobuf` nor `grpc`.
+        MissingExtra: An endpoint is set and the `otel` extra (the
+            `http/protobuf` exporter) is not installed.
+        ConfigurationError: The `grpc` exporter is asked for and not
+            installed, or the protocol is neither `http/protobuf` nor `grpc`.
     """
     global _installed
     env = os.environ if environ is None else environ
