@@ -258,3 +258,27 @@ def payloads_of(message: Message, *, skip: str = "") -> list[Payload]:
             if isinstance(item, Message):
                 found += payloads_of(item, skip=skip)
     return found
+
+
+async def set_current_version(env: WorkflowEnvironment, deployment: str, build_id: str) -> None:
+    """Make `deployment:build_id` the current Worker Deployment Version (the Temporal CLI).
+
+    The version exists once a worker of it has polled: tried until it does
+    (30 s).
+    """
+    from durable_tools.worker.dev_server import find_temporal_cli
+
+    async def attempt() -> bool:
+        process = await asyncio.create_subprocess_exec(
+            find_temporal_cli(),
+            *("worker", "deployment", "set-current-version"),
+            *("--deployment-name", deployment, "--build-id", build_id, "--yes"),
+            *("--address", env.client.service_client.config.target_host),
+            *("--namespace", env.client.namespace),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        await asyncio.wait_for(process.communicate(), 30)
+        return process.returncode == 0
+
+    await eventually(attempt, what=f"{deployment}:{build_id} current", timeout=30, interval=0.5)

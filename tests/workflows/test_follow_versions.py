@@ -26,14 +26,13 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-from workflow_helpers import eventually, outputs_by_id
+from workflow_helpers import eventually, outputs_by_id, set_current_version
 
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions, ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage
-from durable_tools.worker.dev_server import find_temporal_cli
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow
@@ -59,24 +58,6 @@ def _worker(
         deployment_config=deployment_config(version),
         max_cached_workflows=0,
     )
-
-
-async def _set_current(env: WorkflowEnvironment, deployment: str, build_id: str) -> None:
-    async def attempt() -> bool:
-        process = await asyncio.create_subprocess_exec(
-            find_temporal_cli(),
-            *("worker", "deployment", "set-current-version"),
-            *("--deployment-name", deployment, "--build-id", build_id, "--yes"),
-            *("--address", env.client.service_client.config.target_host),
-            *("--namespace", env.client.namespace),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        await asyncio.wait_for(process.communicate(), 30)
-        return process.returncode == 0
-
-    # The version exists once its worker has polled.
-    await eventually(attempt, what=f"{deployment}:{build_id} current", timeout=30, interval=0.5)
 
 
 async def _runs(client: Client, workflow_id: str) -> list[tuple[str, list[Any]]]:
@@ -113,7 +94,7 @@ async def test_retry_after_a_model_failure_runs_on_the_version_that_fixes_it(
     broken = {**MODELS, "directed": ScriptedModel(_broken)}
 
     async with _worker(client, task_queue, v1, broken):
-        await _set_current(dev_env, deployment, "v1")
+        await set_current_version(dev_env, deployment, "v1")
         handle = await conversations.start(
             workflow_id,
             agent=AGENT,
@@ -127,7 +108,7 @@ async def test_retry_after_a_model_failure_runs_on_the_version_that_fixes_it(
         failure = await eventually(failed, what="the model failure on v1")
         assert "v1 bug" in failure.message
         async with _worker(client, task_queue, v2, MODELS):
-            await _set_current(dev_env, deployment, "v2")
+            await set_current_version(dev_env, deployment, "v2")
             process = await asyncio.create_subprocess_exec(
                 CLI,
                 *("retry", workflow_id),
@@ -160,7 +141,7 @@ async def test_an_approval_waits_across_two_version_changes_and_runs_on_the_last
     options = ConversationOptions(idle_timeout=2, version_check_interval=1, approval_deadline=3600)
 
     async with _worker(client, task_queue, versions[0], MODELS):
-        await _set_current(dev_env, deployment, "v1")
+        await set_current_version(dev_env, deployment, "v1")
         handle = await conversations.start(
             workflow_id, agent=AGENT, message=script, options=options
         )
@@ -170,7 +151,7 @@ async def test_an_approval_waits_across_two_version_changes_and_runs_on_the_last
 
         (approval,) = await eventually(waiting, what="the approval on v1")
         async with _worker(client, task_queue, versions[1], MODELS):
-            await _set_current(dev_env, deployment, "v2")
+            await set_current_version(dev_env, deployment, "v2")
 
             async def moved_to(build: str) -> bool:
                 runs = await _runs(client, workflow_id)
@@ -180,7 +161,7 @@ async def test_an_approval_waits_across_two_version_changes_and_runs_on_the_last
 
             await eventually(lambda: moved_to("v2"), what="the waiting run on v2", timeout=30)
             async with _worker(client, task_queue, versions[2], MODELS):
-                await _set_current(dev_env, deployment, "v3")
+                await set_current_version(dev_env, deployment, "v3")
                 await eventually(lambda: moved_to("v3"), what="the waiting run on v3", timeout=30)
                 (still,) = (await conversations.pending(workflow_id)).approvals
                 # The same pending approval: same digest, same deadline.

@@ -2,9 +2,11 @@
 
 A conversation waits for an approval on version v1; v2, whose loop is NOT
 replay-compatible with v1's histories (it starts a timer before every model
-turn), becomes current; the approval arrives and is handled on v1 (the run is
-pinned); at the next turn boundary the conversation continues as new with
-AUTO_UPGRADE and its later turns run on v2. No workflow task fails.
+turn), becomes current; the approval arrives, the v1 run (pinned: its history
+never meets v2's code) notices the new version at that wait and continues as
+new with AUTO_UPGRADE, carrying the decision, and the call and the later turns
+run on v2 (tests/workflows/test_follow_versions.py has more). No workflow
+task fails.
 
 A rolling deploy without versioning that drops or changes a tool under an
 approved call gives the model a clear Failure.
@@ -25,13 +27,12 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-from workflow_helpers import eventually, outputs_by_id
+from workflow_helpers import eventually, outputs_by_id, set_current_version
 
 from durable_tools import Toolkit, tool
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationInput, ConversationOptions, ConversationResult
-from durable_tools.worker.dev_server import find_temporal_cli
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow
@@ -72,32 +73,6 @@ def _worker(
     )
 
 
-async def _set_current(env: WorkflowEnvironment, deployment: str, build_id: str) -> None:
-    async def attempt() -> bool:
-        process = await asyncio.create_subprocess_exec(
-            find_temporal_cli(),
-            "worker",
-            "deployment",
-            "set-current-version",
-            "--deployment-name",
-            deployment,
-            "--build-id",
-            build_id,
-            "--yes",
-            "--address",
-            env.client.service_client.config.target_host,
-            "--namespace",
-            env.client.namespace,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        await asyncio.wait_for(process.communicate(), 30)
-        return process.returncode == 0
-
-    # The version exists once its worker has polled.
-    await eventually(attempt, what=f"{deployment}:{build_id} current", timeout=30, interval=0.5)
-
-
 async def _runs(client: Client, workflow_id: str) -> list[list[Any]]:
     """Every run's history events, first run first (follows continue-as-new)."""
     runs: list[list[Any]] = []
@@ -130,7 +105,7 @@ async def test_pinned_run_finishes_on_v1_then_upgrades_to_v2(
     )
 
     async with _worker(client, task_queue, v1, AgentWorkflow):
-        await _set_current(dev_env, deployment, "v1")
+        await set_current_version(dev_env, deployment, "v1")
         handle: WorkflowHandle[Any, Any] = await conversations.start(
             workflow_id,
             agent=AGENT,
@@ -143,7 +118,7 @@ async def test_pinned_run_finishes_on_v1_then_upgrades_to_v2(
 
         (approval,) = await eventually(waiting, what="the approval on v1")
         async with _worker(client, task_queue, v2, AgentWorkflowV2):
-            await _set_current(dev_env, deployment, "v2")
+            await set_current_version(dev_env, deployment, "v2")
             await conversations.approve(
                 workflow_id,
                 approval.call_id,
@@ -158,7 +133,7 @@ async def test_pinned_run_finishes_on_v1_then_upgrades_to_v2(
     runs = await _runs(client, workflow_id)
     assert len(runs) >= 2, "the conversation continued as new onto v2"
     first, *later = runs
-    # The approved call ran in the pinned v1 run; v1's history never met v2's code.
+    # v1's history never met v2's code (the run moved at its wait).
     assert not _has_marker(first)
     assert any(
         e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW for e in first
