@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install format lint typecheck test test-local-model demo bench bench-long chromium
+.PHONY: install format lint typecheck test test-local-model demo bench bench-long bench-schedules chromium
 
 # constraints.txt pins what the dev extras resolve to (see its header).
 $(STAMP): pyproject.toml constraints.txt
@@ -53,6 +53,13 @@ bench: $(STAMP)
 # minutes on 2 cores; run it on an otherwise idle machine).
 bench-long: $(STAMP)
 	$(PY) bench/long_conversation.py --turns 10000 --rounds 4
+
+# Issue 22's acceptance property, at length: random schedules of messages,
+# decisions, answers, worker restarts, new worker versions and storage faults
+# against scripted conversations on a dev server (`make test` runs 3).
+bench-schedules: $(STAMP) $(NODE_STAMP)
+	DT_SCHEDULE_EXAMPLES=$${DT_SCHEDULE_EXAMPLES:-50} $(PY) -m pytest -q \
+		--timeout 7200 --hypothesis-show-statistics tests/workflows/test_schedules.py
 
 # Opt-in tier, not part of `make test`: a real OpenAI-compatible server,
 # llama-cpp-python's, built from source (about 15 minutes on 2 cores, once),
