@@ -236,15 +236,16 @@ class ConversationOptions(BaseModel):
             version while the conversation waits durably (idle, an approval,
             a question, a sleep, a pause, `model_failed`) on a versioned
             worker (Worker Deployments): Temporal tells a run that a new
-            version became current only in its next workflow task, so a
-            wait with nothing else happening starts a timer this long
-            (default 3,600: about 5 history events an hour of waiting);
-            `None`: only a signal or update wakes it. At each check (and
+            version became current only in its next workflow task, so the
+            wait's timer is cut into slices this long (default 3,600: about
+            5 history events an hour of waiting with nothing happening; a
+            wait that ends earlier costs nothing more); `None`: only a
+            signal or update wakes it. At each check (and
             whenever a signal or update arrives) a run whose target version
             changed, or whose history Temporal suggests continuing, continues
             as new at that wait, keeping every pending approval, question,
             sleep, pause and deadline (docs/operations.md, "Upgrades").
-            Unversioned workers start no timer.
+            Unversioned workers never slice a timer.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -293,8 +293,6 @@ class AgentWorkflow:
         # Following new worker versions at durable waits (FOLLOW_VERSIONS_PATCH):
         # `None` until the run's first durable wait decides it.
         self._follow: bool | None = None
-        self._waits = 0  # durable waits now (the version-check timer runs while > 0)
-        self._ticker: asyncio.Task[None] | None = None
         # Set when the turn's waits hand over to the next run (a new version).
         self._moving = False
         self._finishing = False  # a `finish` call of this turn was interpreted
@@ -371,22 +369,16 @@ class AgentWorkflow:
                 now = workflow.now()
                 until = self._idle_until or now + timedelta(seconds=self._options.idle_timeout)
                 self._idle_until = until
-                self._enter_wait()
                 try:
-                    if until > now:
-                        await workflow.wait_condition(
-                            lambda: self._move_due() or bool(self._inbox),
-                            timeout=until - now,
-                            timeout_summary="idle: waiting for the next user message",
-                        )
-                    elif not self._inbox:
-                        raise builtins.TimeoutError
+                    await self._wait(
+                        lambda: self._move_due() or bool(self._inbox),
+                        until,
+                        "idle: waiting for the next user message",
+                    )
                 except builtins.TimeoutError:
                     if not self._inbox:
                         return self._result("idle_timeout", self._last_text())
                     # A message arrived with the timer: it is answered, not dropped.
-                finally:
-                    self._leave_wait()
                 if self._move_due():  # a new worker version: the next run takes the message
                     await self._continue_as_new()
                     continue
@@ -732,16 +724,15 @@ class AgentWorkflow:
         self._model_failed = failure
         self._state = "model_failed"
         self._publish()
-        self._enter_wait()
         try:
-            await workflow.wait_condition(
-                lambda: self._move_due() or self._retry_requested or bool(self._inbox)
+            await self._wait(
+                lambda: self._move_due() or self._retry_requested or bool(self._inbox),
+                None,
+                "model_failed: waiting for retry or a new message",
             )
         except asyncio.CancelledError:
             self._model_failed = None
             raise
-        finally:
-            self._leave_wait()
         if self._move_due():
             return False  # `_model_failed` (and a retry) go to the next run, on the new code
         self._model_failed = None
@@ -898,34 +889,44 @@ class AgentWorkflow:
             or info.is_continue_as_new_suggested()
         )
 
-    def _enter_wait(self) -> None:
-        """A durable wait begins: check for new versions while it lasts."""
-        self._waits += 1
-        if not self._follows_versions():
-            return
-        if self._ticker is None and self._options.version_check_interval is not None:
-            self._ticker = asyncio.create_task(self._tick(self._options.version_check_interval))
+    async def _wait(
+        self, condition: Callable[[], bool], until: datetime | None, summary: str
+    ) -> None:
+        """A durable wait: until `condition` holds, or `until` passes (`TimeoutError`).
 
-    def _leave_wait(self) -> None:
-        self._waits -= 1
-
-    async def _tick(self, interval: float) -> None:
-        """While anything waits durably, a timer every `interval` seconds.
-
-        Temporal reports a new target version only in a workflow task; a
-        conversation waiting days for a person has none without this timer.
-        The timer is cancelled when the waiting ends.
+        `until` `None`: no deadline. A deadline already past (a wait carried
+        across continue-as-new) raises at once unless `condition` holds,
+        without a timer. In a run that follows new worker versions
+        (`_follows_versions`) the deadline's timer is cut into slices of
+        `ConversationOptions.version_check_interval` seconds: Temporal tells a
+        run its target version changed only in a workflow task, and a slice
+        that ends is one (a wait with no deadline gets slices too). A wait
+        that ends early cancels its timer as before, so slices cost history
+        events only while nothing else happens. Elsewhere (histories before
+        FOLLOW_VERSIONS_PATCH, unversioned workers) one timer, as before.
         """
+        interval = self._options.version_check_interval if self._follows_versions() else None
         while True:
-            await workflow.wait_condition(lambda: self._waits > 0)
+            left = None if until is None else until - workflow.now()
+            if left is not None and left <= timedelta(0):
+                if condition():
+                    return
+                raise builtins.TimeoutError
+            step = left
+            if interval is not None and (step is None or step > timedelta(seconds=interval)):
+                step = timedelta(seconds=interval)
+            if step is None:
+                await workflow.wait_condition(condition)
+                return
             try:
-                await workflow.wait_condition(
-                    lambda: self._waits == 0,
-                    timeout=timedelta(seconds=interval),
-                    timeout_summary="check for a new worker version",
-                )
+                await workflow.wait_condition(condition, timeout=step, timeout_summary=summary)
+                return
             except builtins.TimeoutError:
-                pass
+                if step == left:
+                    raise  # the deadline itself
+                # A slice ended in a workflow task of its own: a move may be due now.
+                if condition():
+                    return
 
     def _move_now(self) -> bool:
         """A call's wait condition, first: move the turn's waits to a new run?
@@ -1160,20 +1161,17 @@ class AgentWorkflow:
     async def _await_decision(self, plan: PlannedCall) -> Failure | _Moved | None:
         call = plan.call
         seconds = self._deadline(plan)
-        left = self._approvals[call.call_id].deadline - workflow.now()
         self._state = "waiting"
-        self._enter_wait()
         try:
-            await _wait(
+            await self._wait(
                 lambda: self._move_now() or call.call_id in self._decisions or self._superseded,
-                left,
+                self._approvals[call.call_id].deadline,
                 f"approval deadline of {plan.summary}",
             )
         except builtins.TimeoutError:
             self._approvals.pop(call.call_id, None)
             return expired(call, f"no decision within {_seconds(seconds)}; the tool did not run")
         finally:
-            self._leave_wait()
             if not self._moving:
                 self._approvals.pop(call.call_id, None)
             self._publish()
@@ -1363,20 +1361,17 @@ class AgentWorkflow:
     async def _await_answer(self, plan: PlannedCall) -> Ok | Failure | _Moved:
         call = plan.call
         seconds = self._deadline(plan)
-        left = self._interactions[call.call_id].deadline - workflow.now()
         self._state = "waiting"
-        self._enter_wait()
         try:
-            await _wait(
+            await self._wait(
                 lambda: self._move_now() or call.call_id in self._answers or self._superseded,
-                left,
+                self._interactions[call.call_id].deadline,
                 f"answer deadline of {plan.summary}",
             )
         except builtins.TimeoutError:
             self._interactions.pop(call.call_id, None)
             return expired(call, f"no answer within {_seconds(seconds)}")
         finally:
-            self._leave_wait()
             if not self._moving:
                 self._interactions.pop(call.call_id, None)
             self._publish()
@@ -1454,11 +1449,10 @@ class AgentWorkflow:
             )
             self._sleeping = True
             self._state = "sleeping"
-            self._enter_wait()
             try:
-                await _wait(
+                await self._wait(
                     lambda: self._move_now() or self._superseded,
-                    wake_at - workflow.now(),
+                    wake_at,
                     f"sleep {_seconds(action.seconds)}",
                 )
                 woke = "woken early by a new user message"
@@ -1467,7 +1461,6 @@ class AgentWorkflow:
             except builtins.TimeoutError:
                 woke = f"slept {_seconds(action.seconds)}"
             finally:
-                self._leave_wait()
                 self._sleeping = False
             self._sleeps.pop(call.call_id, None)
             self._record(Ok(call_id=call.call_id, tool=call.name, value=woke))
@@ -1483,20 +1476,16 @@ class AgentWorkflow:
             self._publish()
             if not resumed:
                 self._event("conversation_paused", call_id=call.call_id, reason=self._paused)
-            self._enter_wait()
             timed_out = False
             try:
-                condition = lambda: self._move_now() or self._resume is not None or self._superseded  # noqa: E731
-                if self._pause_until is None:
-                    await workflow.wait_condition(condition)
-                else:
-                    await _wait(
-                        condition, self._pause_until - workflow.now(), f"pause of {plan.summary}"
-                    )
+                await self._wait(
+                    lambda: self._move_now() or self._resume is not None or self._superseded,
+                    self._pause_until,
+                    f"pause of {plan.summary}",
+                )
             except builtins.TimeoutError:
                 timed_out = True
             finally:
-                self._leave_wait()
                 if not (self._moving and not timed_out):
                     self._paused = self._pause_until = self._pause_call = None
                 self._publish()
@@ -1909,18 +1898,6 @@ class _Moved:
 
 
 MOVED = _Moved()
-
-
-async def _wait(condition: Callable[[], bool], left: timedelta, summary: str) -> None:
-    """`workflow.wait_condition` until a deadline `left` from now.
-
-    A deadline already past (a wait carried across continue-as-new) raises
-    `TimeoutError` at once unless `condition` holds, without a timer.
-    """
-    if left > timedelta(0):
-        await workflow.wait_condition(condition, timeout=left, timeout_summary=summary)
-    elif not condition():
-        raise builtins.TimeoutError
 
 
 def _delta_start(state: CarriedState) -> int | None:
