@@ -31,8 +31,10 @@ from temporalio.worker import Replayer, Worker
 from workflow_helpers import eventually, outputs_by_id, set_current_version
 
 from durable_tools.activities.agent_activities import AgentActivities
+from durable_tools.approvals import Decision
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
+    Answer,
     ConversationInput,
     ConversationOptions,
     ConversationResult,
@@ -594,3 +596,82 @@ async def test_start_and_wait_and_wait_turn_follow_a_first_approval_to_the_new_v
         and e.activity_task_scheduled_event_attributes.activity_type.name == "tool.refund"
     ]
     assert len(refunds) == 1
+
+
+async def test_what_arrives_before_the_moved_runs_first_task_reaches_its_waits(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """A decision, an answer and a resume sent after the v1 run moved but before the v2
+    run's first workflow task (no v2 worker polls meanwhile) are handled in the same
+    activation as the carried state: they apply to the carried waits."""
+    client = dev_env.client
+    deployment, (v1, v2) = _versions("v1", "v2")
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"follow-window-{uuid.uuid4()}"
+    script = turns(
+        [
+            ("c1", "refund", {"order": "A-1", "amount": 5}),
+            ("q1", "ask", {"question": "Refund order A-1?"}),
+            ("p1", "pause", {"reason": "waiting for stock"}),
+        ]
+    )
+    options = ConversationOptions(idle_timeout=2, version_check_interval=None)
+
+    async with _worker(client, task_queue, v1, _tagged("v1")):
+        await set_current_version(dev_env, deployment, "v1")
+        handle = await conversations.start(
+            workflow_id, agent=AGENT, message=script, options=options
+        )
+
+        async def waiting() -> Any:
+            pending = await conversations.pending(workflow_id)
+            return (
+                pending if pending.approvals and pending.interactions and pending.paused else None
+            )
+
+        pending = await eventually(waiting, what="the three waits on v1")
+        (approval,), (question,) = pending.approvals, pending.interactions
+        async with _worker(client, task_queue, v2, _tagged("v2")):
+            await set_current_version(dev_env, deployment, "v2")
+        # v2 is current and none of its workers polls. A signal the conversation ignores
+        # (`retry` outside `model_failed`) gives the v1 run a workflow task: it moves.
+        await client.get_workflow_handle(workflow_id).signal("retry")
+
+        async def moved() -> bool:
+            return len(await _runs(client, workflow_id)) == 2
+
+        await eventually(moved, what="the v1 run continued as new")
+        await conversations.approve(
+            workflow_id, "c1", arguments_hash=approval.arguments_hash, decided_by="ana"
+        )
+        await conversations.answer(workflow_id, "q1", "yes", arguments_hash=question.arguments_hash)
+        await conversations.resume(workflow_id, "stock arrived", resumed_by="ana")
+        async with _worker(client, task_queue, v2, _tagged("v2")):
+            result = await asyncio.wait_for(handle.result(), 30)
+            history = await conversations.history(workflow_id)
+            assert not (await conversations.pending(workflow_id)).rejected
+
+    outputs = outputs_by_id(history)
+    assert outputs["c1"].content == "refunded 5 on A-1"
+    assert outputs["q1"].content == "yes"
+    assert outputs["p1"].content == "stock arrived"
+    assert result.output == "v2: done (directed)"
+    v1_run, v2_run = await _checked_runs(client, workflow_id, ["v1", "v2"])
+    assert _signals(v1_run) == ["retry"] and _signals(v2_run) == ["decide", "answer", "resume"]
+    # All three arrived before the v2 run's first workflow task.
+    first_task = next(
+        e.event_id
+        for e in v2_run.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+    )
+    signaled = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    assert all(e.event_id < first_task for e in v2_run.events if e.event_type == signaled)
+    # The `decide_now` / `answer_now` validators, which a first activation also runs
+    # before the loop, read the same state: a run built from the carried input has it.
+    restored = AgentWorkflow(_carried(v1_run))
+    decision = Decision(call_id="c1", approved=True, arguments_hash=approval.arguments_hash)
+    answer = Answer(call_id="q1", value="yes", arguments_hash=question.arguments_hash)
+    assert restored._decision_problem(decision) is None  # pyright: ignore[reportPrivateUsage]
+    assert restored._answer_problem(answer) is None  # pyright: ignore[reportPrivateUsage]
+    assert restored.pending().approvals == [approval]
+    assert restored.pending().interactions == [question]
