@@ -353,6 +353,14 @@ async def test_a_question_moves_by_the_timer_alone_and_its_answer_is_taken_on_th
     assert outputs_by_id(history)["q1"].content == "yes"
     v1_run, v2_run = await _checked_runs(client, workflow_id, ["v1", "v2"])
     assert _signals(v1_run) == [] and _signals(v2_run) == ["answer"]
+    # The answer deadline's timer in v2 ends where v1's would have.
+    (v1_deadline,) = [t for t in _timers(v1_run) if t.summary.startswith("answer deadline")]
+    (v2_deadline,) = [t for t in _timers(v2_run) if t.summary.startswith("answer deadline")]
+    assert v1_deadline.duration == timedelta(seconds=3600) and v1_deadline.fired_at is None
+    end = v1_deadline.set_at + v1_deadline.duration
+    assert v2_deadline.duration < v1_deadline.duration
+    assert abs(v2_deadline.set_at + v2_deadline.duration - end) < timedelta(milliseconds=1)
+    assert abs(end - question.deadline) < timedelta(milliseconds=1)
 
 
 async def test_a_pause_moves_and_a_resume_afterwards_resumes_it_on_the_new_version(
