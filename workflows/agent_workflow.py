@@ -335,6 +335,8 @@ class AgentWorkflow:
         self._last_poll: datetime | None = None
         if self._stream is not None:
             self._count_polls(self._stream)
+        if state.turn is not None:
+            self._restore_turn(state.turn)
 
     # ------------------------------------------------------------------ run
 
@@ -773,9 +775,11 @@ class AgentWorkflow:
     ) -> Finish | _Moved | None:
         """Answer each of a turn's calls exactly once; `MOVED` if waits moved to a new run.
 
-        `carried`: the previous run's waits for these calls (its approvals,
-        questions, sleeps and pause, with their deadlines and what had
-        arrived for them), restored instead of registered anew.
+        `carried`: the calls that already wait (their approvals, questions,
+        sleeps and pause, with their deadlines and what arrived for them):
+        restored by `__init__` in a run that a move started (`_restore_turn`),
+        still registered in a run whose continue-as-new did not fit; not
+        registered anew.
         """
         # A message that arrived while the model was thinking supersedes this
         # turn's waits exactly as one arriving while they wait does (`send`).
@@ -787,16 +791,13 @@ class AgentWorkflow:
         limit = asyncio.Semaphore(self._options.max_concurrent_tool_calls)
         for plan in plans:
             self._open[plan.call.call_id] = plan.call
-        restored = {c.plan.call.call_id: c for c in carried.calls} if carried else {}
-        if carried is not None:
-            self._paused, self._resume = carried.paused, carried.resume
+        restored = {c.plan.call.call_id for c in carried.calls} if carried else set[str]()
         # Register every wait before anything runs, so a decision arriving in
         # the same workflow task finds its call pending.
         for plan in plans:
-            wait = restored.get(plan.call.call_id)
-            if wait is not None:
-                self._restore(wait)
-            elif plan.failure is None and plan.kind == "local" and plan.needs_approval:
+            if plan.call.call_id in restored:
+                continue
+            if plan.failure is None and plan.kind == "local" and plan.needs_approval:
                 self._register_approval(plan)
             elif plan.failure is None and plan.kind == "interaction":
                 self._register_interaction(plan)
@@ -814,6 +815,23 @@ class AgentWorkflow:
                 finish = outcome
             moved = moved or isinstance(outcome, _Moved)
         return MOVED if moved else finish
+
+    def _restore_turn(self, carried: CarriedTurn) -> None:
+        """Make the carried turn's calls wait again as they did in the previous run.
+
+        Called by `__init__`, before any handler of the run's first activation
+        runs: a decision, an answer or a `resume` that arrived after the
+        previous run moved and before this run's first workflow task finds its
+        call waiting (registered by the loop, they were rejected as unknown
+        calls, and the resume kept for a later pause).
+        """
+        self._toolkit = carried.toolkit
+        self._superseded = carried.superseded
+        self._paused, self._resume = carried.paused, carried.resume
+        for wait in carried.calls:
+            self._plans[wait.plan.call.call_id] = wait.plan
+            self._open[wait.plan.call.call_id] = wait.plan.call
+            self._restore(wait)
 
     def _restore(self, wait: CarriedCall) -> None:
         """Make a carried call wait again as it did in the previous run."""
