@@ -276,7 +276,7 @@ class AgentWorkflow:
         self._paused: str | None = None
         self._resume: Resume | None = None
         self._early_resume: Resume | None = state.early_resume
-        self._sleeping = False
+        self._sleepers = 0  # calls of this turn in a `sleep`
         self._superseded = False
         # Not settled until the loop says where it is (an `await_turn` that a
         # new run's first activation handles before its loop must wait).
@@ -1192,6 +1192,7 @@ class AgentWorkflow:
         finally:
             if not self._moving:
                 self._approvals.pop(call.call_id, None)
+            self._state = self._calls_state()
             self._publish()
         if self._moving:
             return MOVED  # the pending approval (and any decision) goes to the next run
@@ -1392,6 +1393,7 @@ class AgentWorkflow:
         finally:
             if not self._moving:
                 self._interactions.pop(call.call_id, None)
+            self._state = self._calls_state()
             self._publish()
         if self._moving:
             return MOVED  # the pending question (and any answer) goes to the next run
@@ -1465,7 +1467,7 @@ class AgentWorkflow:
             wake_at = self._sleeps.setdefault(
                 call.call_id, workflow.now() + timedelta(seconds=action.seconds)
             )
-            self._sleeping = True
+            self._sleepers += 1
             self._state = "sleeping"
             try:
                 await self._wait(
@@ -1479,7 +1481,8 @@ class AgentWorkflow:
             except builtins.TimeoutError:
                 woke = f"slept {_seconds(action.seconds)}"
             finally:
-                self._sleeping = False
+                self._sleepers -= 1
+                self._state = self._calls_state()
             self._sleeps.pop(call.call_id, None)
             self._record(Ok(call_id=call.call_id, tool=call.name, value=woke))
         elif isinstance(action, Pause):
@@ -1506,6 +1509,7 @@ class AgentWorkflow:
             finally:
                 if not (self._moving and not timed_out):
                     self._paused = self._pause_until = self._pause_call = None
+                self._state = self._calls_state()
                 self._publish()
             if timed_out:
                 seconds = action.seconds or 0
@@ -1556,7 +1560,7 @@ class AgentWorkflow:
         sees the new message next.
         """
         self._inbox.append(message)
-        if self._approvals or self._interactions or self._paused is not None or self._sleeping:
+        if self._approvals or self._interactions or self._paused is not None or self._sleepers:
             self._superseded = True
 
     # ------------------------------------------------------ raw input routing
@@ -1780,7 +1784,22 @@ class AgentWorkflow:
             self._state in ("idle", "paused", "model_failed", "finished", "cancelled")
             or bool(self._approvals)
             or bool(self._interactions)
+            or self._paused is not None
         )
+
+    def _calls_state(self) -> str:
+        """The `status` state while a turn's calls are open: what they wait on, if anything.
+
+        Calls of one turn wait side by side (a sleep, a pause, approvals):
+        when one wait ends, the state is what the others still wait on.
+        """
+        if self._approvals or self._interactions:
+            return "waiting"
+        if self._paused is not None:
+            return "paused"
+        if self._sleepers:
+            return "sleeping"
+        return "tools"
 
     @workflow.query(name="pending")
     def pending(self, *_ignored: object) -> PendingState:
