@@ -232,3 +232,28 @@ async def test_a_pause_with_a_deadline_ends_by_itself(harness: Harness) -> None:
     assert not output.is_error
     assert output.content == "nobody resumed the conversation within 2 s"
     assert (await conv.pending(wf)).paused is None
+
+
+async def test_a_pause_beside_sleeps_settles_as_paused(harness: Harness) -> None:
+    """Calls of one turn wait side by side: when the sleeps end, the turn is paused."""
+    conv = harness.conversations
+    script = turns(
+        [
+            ("s1", "sleep", {"seconds": 1}),
+            ("p1", "pause", {"reason": "waiting for the invoice"}),
+            ("s2", "sleep", {"seconds": 1}),
+        ]
+    )
+    wf = await harness.start(script)
+    outcome = await conv.wait_turn(wf)  # hung before: the last sleep left state "sleeping"
+    assert outcome.pending.paused == "waiting for the invoice"
+
+    async def slept() -> bool:
+        outputs = outputs_by_id(await conv.history(wf))
+        return "s1" in outputs and "s2" in outputs
+
+    await eventually(slept, what="both sleeps over")
+    assert (await conv.status(wf)).state == "paused"
+    await conv.resume(wf, "invoice attached")
+    items = await harness.wait_assistant_text(wf, "done (directed)")
+    assert outputs_by_id(items)["p1"].content == "invoice attached"
