@@ -230,8 +230,10 @@ class AgentWorkflow:
     would fail every workflow task on unversioned workers) each run is pinned
     to the version it started on, so its history is only ever replayed by the code
     that wrote it; when a new version becomes current, the conversation
-    continues as new at its next turn boundary with `AUTO_UPGRADE`, and the
-    new run starts on the new version (docs/operations.md, "Upgrades").
+    continues as new with `AUTO_UPGRADE` at its next turn boundary or durable
+    wait (idle, an approval, a question, a sleep, a pause, `model_failed`;
+    FOLLOW_VERSIONS_PATCH), carrying what waits, and the new run starts on
+    the new version (docs/operations.md, "Upgrades").
     """
 
     @workflow.init
