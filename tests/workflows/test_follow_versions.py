@@ -35,6 +35,7 @@ from durable_tools.approvals import Decision
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
     Answer,
+    CarriedState,
     ConversationInput,
     ConversationOptions,
     ConversationResult,
@@ -189,6 +190,17 @@ def _timers(run: _Run) -> list[_Timer]:
             )
         )
     return timers
+
+
+def _state(run: _Run) -> CarriedState:
+    """The state a run that continued as new carried to the next run."""
+    state = _carried(run).state
+    assert state is not None
+    return state
+
+
+def _ends(timer: _Timer) -> datetime:
+    return timer.set_at + timer.duration
 
 
 def _task_time(by_id: Mapping[int, Any], completed_event_id: int) -> datetime:
@@ -353,13 +365,14 @@ async def test_a_question_moves_by_the_timer_alone_and_its_answer_is_taken_on_th
     assert outputs_by_id(history)["q1"].content == "yes"
     v1_run, v2_run = await _checked_runs(client, workflow_id, ["v1", "v2"])
     assert _signals(v1_run) == [] and _signals(v2_run) == ["answer"]
-    # The answer deadline's timer in v2 ends where v1's would have.
-    (v1_deadline,) = [t for t in _timers(v1_run) if t.summary.startswith("answer deadline")]
-    (v2_deadline,) = [t for t in _timers(v2_run) if t.summary.startswith("answer deadline")]
-    assert v1_deadline.duration == timedelta(seconds=3600) and v1_deadline.fired_at is None
-    end = v1_deadline.set_at + v1_deadline.duration
-    assert v2_deadline.duration < v1_deadline.duration
-    assert abs(v2_deadline.set_at + v2_deadline.duration - end) < timedelta(milliseconds=1)
+    # The answer deadline's timer is cut into 1 s checks; v2 waits for the same deadline.
+    v1_slices = [t for t in _timers(v1_run) if t.summary.startswith("answer deadline")]
+    v2_slices = [t for t in _timers(v2_run) if t.summary.startswith("answer deadline")]
+    assert {t.duration for t in v1_slices + v2_slices} == {timedelta(seconds=1)}
+    end = v1_slices[0].set_at + timedelta(seconds=3600)
+    (carried,) = _state(v1_run).turn.calls  # type: ignore[union-attr]
+    assert carried.interaction is not None
+    assert abs(carried.interaction.deadline - end) < timedelta(milliseconds=1)
     assert abs(end - question.deadline) < timedelta(milliseconds=1)
 
 
@@ -473,14 +486,17 @@ async def test_a_sleep_that_moves_ends_at_its_original_wake_time(
     assert result.output == "v2: done (directed)"
     v1_run, v2_run = await _checked_runs(client, workflow_id, ["v1", "v2"])
     summary = f"sleep {seconds} s"
-    (slept,) = [t for t in _timers(v1_run) if t.summary == summary]
-    assert slept.duration == timedelta(seconds=seconds)
-    assert slept.fired_at is None  # it moved mid-sleep
-    wake_at = slept.set_at + slept.duration
-    (rest,) = [t for t in _timers(v2_run) if t.summary == summary]
+    # The sleep's timer is cut into 1 s checks (it follows versions).
+    v1_slices = [t for t in _timers(v1_run) if t.summary == summary]
+    wake_at = v1_slices[0].set_at + timedelta(seconds=seconds)
+    assert all(_ends(t) < wake_at for t in v1_slices)  # it moved mid-sleep
+    (carried,) = _state(v1_run).turn.calls  # type: ignore[union-attr]
+    assert carried.wake_at is not None and abs(carried.wake_at - wake_at) < timedelta(
+        milliseconds=1
+    )
     # Not restarted: the v2 run sleeps what was left, to the same wake time.
-    assert rest.duration < slept.duration
-    assert abs(rest.set_at + rest.duration - wake_at) < timedelta(milliseconds=1)
+    *_, rest = [t for t in _timers(v2_run) if t.summary == summary]
+    assert abs(_ends(rest) - wake_at) < timedelta(milliseconds=1)
     assert rest.fired_at is not None and rest.fired_at >= wake_at
     # The next model turn: after the wake, and before a sleep restarted at the move would end.
     by_id = {e.event_id: e for e in v2_run.events}
@@ -492,7 +508,8 @@ async def test_a_sleep_that_moves_ends_at_its_original_wake_time(
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         and e.activity_task_scheduled_event_attributes.activity_type.name == "model.turn"
     ]
-    assert wake_at <= next_turn < rest.set_at + slept.duration
+    moved_at = v2_run.events[0].event_time.ToDatetime(UTC)
+    assert wake_at <= next_turn < moved_at + timedelta(seconds=seconds)
 
 
 async def test_an_idle_conversation_moves_and_keeps_its_idle_deadline(
@@ -521,13 +538,11 @@ async def test_an_idle_conversation_moves_and_keeps_its_idle_deadline(
     v1_run, v2_run = await _checked_runs(client, workflow_id, ["v1", "v2"])
     assert _signals(v1_run) == [] and _signals(v2_run) == ["send"]
     summary = "idle: waiting for the next user message"
-    (waited,) = [t for t in _timers(v1_run) if t.summary == summary]
-    assert waited.duration == timedelta(seconds=idle) and waited.fired_at is None
+    v1_slices = [t for t in _timers(v1_run) if t.summary == summary]
+    # The idle wait began after the reply to "hello" and ends `idle` s later.
+    deadline = v1_slices[0].set_at + timedelta(seconds=idle)
+    assert all(_ends(t) < deadline for t in v1_slices)
     # The v2 run's first idle wait ends when the v1 run's would have (not `idle` from the move).
-    carried_idle, *_ = [t for t in _timers(v2_run) if t.summary == summary]
-    assert carried_idle.duration < waited.duration
-    deadline = waited.set_at + waited.duration
-    assert abs(carried_idle.set_at + carried_idle.duration - deadline) < timedelta(milliseconds=1)
     carried = _carried(v1_run).state
     assert carried is not None and carried.idle_until is not None
     assert abs(carried.idle_until - deadline) < timedelta(milliseconds=1)
