@@ -9,6 +9,7 @@ directory, so the user's modules are the ones on `sys.path`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -168,11 +169,14 @@ def test_conversation_in_temporal_tutorial_layout(venv: Path, tmp_path: Path) ->
         (app_dir / name).write_text(textwrap.dedent(text).lstrip())
     env = _env(venv)
     cli = str(venv / "bin" / "durable-tools")
-    port, ui_port = free_port(), free_port()
+    # Every port free, the inbox's too: its default (8234) is one per machine,
+    # and a suite running beside this one starts a `dev` of its own.
+    port, ui_port, inbox_port = free_port(), free_port(), free_port()
     stdout = app_dir / "dev.out"
     with stdout.open("w") as out:
         dev = subprocess.Popen(
-            [cli, "dev", "--app", "shop:app", "--port", str(port), "--ui-port", str(ui_port)],
+            [cli, "dev", "--app", "shop:app", "--port", str(port), "--ui-port", str(ui_port)]
+            + ["--inbox-port", str(inbox_port)],
             cwd=app_dir,
             env=env,
             stdout=out,
@@ -198,7 +202,8 @@ def test_conversation_in_temporal_tutorial_layout(venv: Path, tmp_path: Path) ->
         assert "✓ lookup_order" in ran.stdout, ran.stdout
         assert "Failed validating workflow" not in stdout.read_text()
     finally:
-        os.killpg(dev.pid, signal.SIGINT)
+        with contextlib.suppress(ProcessLookupError):  # dev exited: the assertion above says why
+            os.killpg(dev.pid, signal.SIGINT)
         try:
             dev.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -370,7 +375,8 @@ def test_each_command_names_its_missing_extra(wheel: Path, tmp_path: Path) -> No
         ran = run("run", "--model", "scripted:hello.yaml", "--address", f"127.0.0.1:{port}", "hi")
         assert ran.returncode == 0 and "scripted hello" in ran.stdout, ran.stdout + ran.stderr
     finally:
-        os.killpg(dev.pid, signal.SIGINT)
+        with contextlib.suppress(ProcessLookupError):  # dev exited: the assertion above says why
+            os.killpg(dev.pid, signal.SIGINT)
         try:
             dev.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -1,8 +1,11 @@
 """The README's Python code blocks run as written.
 
 The first block is saved as `shop.py` and served by `durable-tools dev --app
-shop:app` on localhost:7233 (the address the blocks use); the other blocks are
-the application's code, imported and called here. The agent's model is
+shop:app`; the other blocks are the application's code, imported and called
+here. The blocks connect to localhost:7233, where `dev` serves by default;
+the test's `dev` serves a free port and that address is the one string changed
+in the code that runs (7233 is one per machine: a developer's server or a test
+suite running beside this one may hold it). The agent's model is
 `openai:gpt-4o`: the worker's OpenAI SDK is pointed (with `OPENAI_BASE_URL`,
 as the README's model table says) at a local server that replays recorded
 Chat Completions answers, the only part replaced (a paid API). The model asks
@@ -12,8 +15,8 @@ approves it, then answers.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import inspect
 import io
 import json
 import os
@@ -34,10 +37,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from durable_tools.client import Conversations
 from durable_tools.transcript import AssistantMessage, ToolCallOutput
-from durable_tools.worker.dev_server import free_port, port_in_use
+from durable_tools.worker.cli import dev_command
+from durable_tools.worker.dev_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+README_ADDRESS = "localhost:7233"
 
 
 def _python_blocks() -> list[str]:
@@ -116,8 +121,15 @@ async def test_readme_python_blocks_run_as_written(
     shop, *application = _python_blocks()
     assert shop.startswith("# shop.py\n") and len(application) >= 2
     (tmp_path / "shop.py").write_text(shop)
-    (tmp_path / "readme_app.py").write_text("\n\n".join(application))
-    assert not port_in_use("127.0.0.1", 7233), "the README's address localhost:7233 is taken"
+    code = "\n\n".join(application)
+    # The blocks' address is where `durable-tools dev` serves by default.
+    assert f'"{README_ADDRESS}"' in code
+    assert inspect.signature(dev_command).parameters["port"].default == 7233
+    port = free_port()
+    address = f"localhost:{port}"
+    code = code.replace(f'"{README_ADDRESS}"', f'"{address}"')
+    assert "7233" not in code
+    (tmp_path / "readme_app.py").write_text(code)
 
     base_url, requests = openai_replay
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "DURABLE_"))}
@@ -130,8 +142,9 @@ async def test_readme_python_blocks_run_as_written(
     log = tmp_path / "dev.log"
     with log.open("w") as out:
         dev = subprocess.Popen(
-            [str(BIN / "durable-tools"), "dev", "--app", "shop:app", "--port", "7233"]
-            + ["--ui-port", str(free_port()), "--db-filename", str(tmp_path / "t.db")],
+            [str(BIN / "durable-tools"), "dev", "--app", "shop:app", "--port", str(port)]
+            + ["--ui-port", str(free_port()), "--inbox-port", str(free_port())]
+            + ["--db-filename", str(tmp_path / "t.db")],
             cwd=tmp_path,
             env=env,
             stdout=out,
@@ -148,27 +161,26 @@ async def test_readme_python_blocks_run_as_written(
         import readme_app  # the README's application code, as written
 
         await readme_app.open_ticket()
-        client = await Client.connect("localhost:7233", data_converter=pydantic_data_converter)
+        client = await Client.connect(address, data_converter=pydantic_data_converter)
         conversations = Conversations(client, task_queue="agents")
-        for _ in range(400):
-            if (await conversations.pending("ticket-42")).approvals:
-                break
-            await asyncio.sleep(0.05)
+        # Until the conversation settles: lookup_order ran, refund waits.
+        waiting = await conversations.wait_turn("ticket-42")
+        assert [a.call_id for a in waiting.pending.approvals] == ["call_2"], waiting
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             await readme_app.approve_refunds()
         # The summary the README's comment shows.
         assert printed.getvalue().strip() == "refund(order_id='A-1001', amount_cents=1290)"
 
-        for _ in range(400):
-            items = await conversations.history("ticket-42")
-            if any(isinstance(i, AssistantMessage) and i.text for i in items):
-                break
-            await asyncio.sleep(0.05)
+        answered = await conversations.wait_turn("ticket-42", after_turns=waiting.turns)
+        assert answered.reply == "Done: 12.90 is refunded to your card.", answered
+        items = await conversations.history("ticket-42")
         outputs = {i.call_id: i for i in items if isinstance(i, ToolCallOutput)}
         assert '"status":"delivered"' in outputs["call_1"].content.replace(" ", "")
         assert "rf-ticket-42/call_2" in outputs["call_2"].content
-        assert items[-1].text == "Done: 12.90 is refunded to your card."  # type: ignore[union-attr]
+        last = items[-1]
+        assert isinstance(last, AssistantMessage)
+        assert last.text == "Done: 12.90 is refunded to your card."
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("readme_app", None)

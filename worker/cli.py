@@ -807,6 +807,13 @@ def dev_command(
             loop.add_signal_handler(sig, stop.set)
         try:
             async with server:
+                _out.print(f"Temporal frontend: [bold]{server.address}[/]", soft_wrap=True)
+                _out.print(f"Web UI: [bold]{server.ui_url}[/]", soft_wrap=True)
+                # Before the worker: an inbox that cannot start (its port taken)
+                # fails the command while nothing but the server runs. A worker
+                # started first was left running against the stopped server and
+                # `dev` never exited.
+                inbox = await _dev_inbox(server.address, inbox_port, stop)
                 worker = asyncio.create_task(
                     run_worker(
                         server.address,
@@ -829,9 +836,6 @@ def dev_command(
                         scripts_dir=scripts_dir or served.scripts_dir,
                     )
                 )
-                _out.print(f"Temporal frontend: [bold]{server.address}[/]", soft_wrap=True)
-                _out.print(f"Web UI: [bold]{server.ui_url}[/]", soft_wrap=True)
-                inbox = await _dev_inbox(server.address, inbox_port, stop)
                 _out.print(
                     f"persistence: {escape(str(db_filename))}; worker on task queue "
                     f"{escape(task_queue)}; "
@@ -910,7 +914,10 @@ async def _dev_inbox(address: str, port: int, stop: asyncio.Event) -> asyncio.Ta
             on_ready=listening,
         )
     )
-    await asyncio.wait({task, asyncio.create_task(ready.wait())}, timeout=10)
+    # serve_inbox either listens (on_ready) or ends with the reason it cannot.
+    listening_or_failed = asyncio.create_task(ready.wait())
+    await asyncio.wait({task, listening_or_failed}, return_when=asyncio.FIRST_COMPLETED)
+    listening_or_failed.cancel()
     if task.done():
         await task  # re-raises a bind failure
     return task

@@ -8,6 +8,7 @@ a failed connect once ended in `Fatal Python error: PyGILState_Release`
 
 from __future__ import annotations
 
+import inspect
 import socket
 import uuid
 from pathlib import Path
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 from cli_process import cli
 from temporalio.testing import WorkflowEnvironment
+
+from durable_tools.worker.dev_server import DevServer, free_port, port_in_use
 
 
 def closed_address() -> str:
@@ -135,3 +138,43 @@ async def test_dev_with_its_port_taken_is_one_line(tmp_path: Path) -> None:
     line = done.error_line()
     assert done.code == 1
     assert f"127.0.0.1:{port} is in use" in line
+
+
+async def test_dev_with_its_inbox_port_taken_is_one_line_and_stops_its_server(
+    tmp_path: Path,
+) -> None:
+    """Two `dev`s on one machine, the second on the first's inbox port (8234 by
+    default). It used to stop its Temporal server and hang with its worker still
+    running, printing nothing; now it exits 2 with the one line."""
+    # dev starts its server (bounded by DevServer's startup_timeout), the inbox
+    # fails, and the server is stopped (SIGTERM, SIGKILL after stop's timeout);
+    # cli's own default covers starting and ending the process, as elsewhere.
+    exits_within = sum(
+        [
+            inspect.signature(DevServer).parameters["startup_timeout"].default,
+            inspect.signature(DevServer.stop).parameters["timeout"].default,
+            inspect.signature(cli).parameters["timeout"].default,
+        ]
+    )
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        inbox_port = taken.getsockname()[1]
+        done = await cli(
+            "dev",
+            "--port",
+            str(port),
+            "--ui-port",
+            "0",
+            "--inbox-port",
+            str(inbox_port),
+            cwd=tmp_path,
+            timeout=exits_within,
+        )
+    assert done.error_line() == (
+        f"error: port {inbox_port} on 127.0.0.1 is in use; pass another port "
+        "(--port / --inbox-port)"
+    )
+    assert done.code == 2
+    assert not port_in_use("127.0.0.1", port), "dev left its Temporal server running"

@@ -5,14 +5,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import signal
+import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 from cli_process import Running, cli
 from temporalio.testing import WorkflowEnvironment
 
+import durable_tools.worker.inbox.server as inbox_server
+from durable_tools.client import Conversations
+from durable_tools.errors import ConfigurationError
 from durable_tools.worker.dev_server import free_port
+from durable_tools.worker.inbox import build_auth, serve_inbox
 
 
 def _status(url: str, headers: dict[str, str]) -> int:
@@ -76,3 +82,31 @@ async def test_inbox_refuses_a_malformed_decision_key_file(tmp_path: Path) -> No
     done = await cli("inbox", "--dev-user", "ana", "--decision-key-file", str(tmp_path / "none"))
     assert done.code == 2
     assert "cannot read" in done.error_line()
+
+
+async def test_inbox_whose_port_is_taken_at_bind_is_a_configuration_error(
+    dev_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port is taken after serve_inbox's check and before uvicorn binds (two
+    `dev`s starting at once): uvicorn calls sys.exit(3), which ended `dev` with
+    status 3 and no `error:` line; serve_inbox raises ConfigurationError instead."""
+    monkeypatch.setattr(inbox_server, "port_in_use", lambda host, port: False)
+    conversations = Conversations(dev_env.client, task_queue="agents")
+    auth = build_auth(host="127.0.0.1", dev_user="ana")
+
+    def serve(port: int) -> BaseException | None:
+        # Its own event loop: a SystemExit leaves the loop it is raised in.
+        try:
+            asyncio.run(serve_inbox(conversations, auth, port=port))
+        except BaseException as exc:
+            return exc
+        return None
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        raised = await asyncio.to_thread(serve, port)
+    assert isinstance(raised, ConfigurationError), repr(raised)
+    assert str(raised).startswith(f"the inbox could not listen on 127.0.0.1:{port} (")
+    assert "address already in use" in str(raised)

@@ -171,7 +171,22 @@ async def serve_inbox(
         app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
     )
     server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
+
+    async def serve() -> None:
+        try:
+            await server.serve()
+        except SystemExit as exc:
+            # uvicorn logs the OSError and calls sys.exit(3) when it cannot bind
+            # (e.g. the port was taken since the check above). Raised in a task,
+            # SystemExit leaves the caller's event loop at once: `durable-tools
+            # dev` ended with status 3 and no `error:` line.
+            reason = exc.__context__ if isinstance(exc.__context__, OSError) else exc
+            raise ConfigurationError(
+                f"the inbox could not listen on {host}:{port} ({reason}); "
+                "pass another port (--port / --inbox-port)"
+            ) from exc
+
+    serving = asyncio.create_task(serve())
     try:
         while not server.started:
             if serving.done():
