@@ -3,7 +3,8 @@
 `running(...)` runs a real worker (the `DurableToolsPlugin` with the shared
 test toolkit and fresh scripted models) against one of the conftest servers
 and yields a `Harness`: a `Conversations` client plus bounded polling helpers.
-Every wait here has a deadline; nothing polls forever.
+Every wait here has a deadline, or (`quiet`) ends with the run's own work;
+nothing polls forever.
 """
 
 from __future__ import annotations
@@ -77,6 +78,30 @@ async def eventually(
                 f"timed out after {timeout:g} s waiting for {what}; last: {last!r}"
             )
         await asyncio.sleep(interval)
+
+
+async def quiet(handle: WorkflowHandle[Any, Any]) -> None:
+    """Wait until the run has no workflow task and no activity in flight.
+
+    For workers with `max_cached_workflows=0`, before a query. Such a worker
+    replays the run for every task and evicts it after; a query that reaches
+    it while it works on the same run (a workflow task, or another query such
+    as the model activity's transcript read) can be dropped at that eviction
+    (temporalio's core logs "There were leftover buffered tasks when evicting
+    run"), and the caller waits out the server's query timeout: 30 s here,
+    while the run itself finished its work in under a second. A query sent
+    once the run is quiet meets nothing on the worker to collide with.
+
+    Asks the server (DescribeWorkflowExecution), never the worker. Bounded by
+    the run's own work: a signal's workflow task is scheduled before `signal`
+    returns, and each activity completion schedules the next task, so the run
+    is quiet only once everything that followed has been done.
+    """
+    while True:
+        raw = (await handle.describe()).raw_description
+        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
+            return
+        await asyncio.sleep(0.05)
 
 
 def outputs_by_id(items: Sequence[TranscriptItem]) -> dict[str, ToolCallOutput]:

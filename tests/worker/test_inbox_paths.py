@@ -1,7 +1,8 @@
 """Workflow ids and call ids with `/` and `%` in the inbox's URLs.
 
 A workflow id may be any text (`tenant/42`); the inbox quotes it as one path
-segment (`tenant%2F42`) and routes on the path as sent."""
+segment (`tenant%2F42`) and routes on the path as sent. The ids `.` and `..`,
+which clients would drop as dot segments, travel as `:.` and `:..`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import httpx
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from inbox_support import basic, csrf_token, inbox_client, listed, turns
 from starlette.applications import Starlette
@@ -40,9 +41,9 @@ _ECHO = KeepEncodedSlashes(
 )
 
 # Any text a workflow or call id may hold: `/`, `%`, escapes that look like
-# `%2F`, spaces, `?`, `#` and characters past ASCII included.
+# `%2F` or `%3A`, spaces, `?`, `#`, dots, `:` and characters past ASCII included.
 _ID = st.text(
-    st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from("/%2F5#?"),
+    st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from("/%2F5#?.:3A"),
     min_size=1,
     max_size=40,
 )
@@ -50,6 +51,13 @@ _ID = st.text(
 
 @settings(max_examples=150, deadline=None)
 @given(workflow_id=_ID, call_id=_ID)
+# Dot segments, which httpx (as browsers) removes from a path: once found at
+# random in a `make test` run ('.' reached `/c/`, a 404); and the ids their
+# escape would look like.
+@example(workflow_id=".", call_id="..")
+@example(workflow_id="..", call_id=".")
+@example(workflow_id=":.", call_id=":..")
+@example(workflow_id="%3A.", call_id="...")
 async def test_any_id_quoted_as_one_segment_reaches_the_endpoint_unchanged(
     workflow_id: str, call_id: str
 ) -> None:
@@ -121,6 +129,7 @@ async def test_a_conversation_whose_id_has_slashes_is_listed_opened_and_decided(
 
         page = await client.get(f"/conversations/{quoted}", headers=ANA)
         assert page.status_code == 200, page.text
+        assert f'data-segment="{quoted}"' in page.text  # what the page's script follows
         actions = {unescape(a) for a in re.findall(r'action="([^"]+)"', page.text)}
         assert f"/conversations/{quoted}/decide" in actions
         assert f"/conversations/{quoted}/send" in actions

@@ -237,7 +237,9 @@ function describe(event) {
   return what + tool + call + outcome;
 }
 
-function followConversation(id) {
+// `segment`: the workflow id as the server quotes it in paths (data-segment;
+// the ids "." and ".." are not encodeURIComponent's).
+function followConversation(segment) {
   const live = document.getElementById("live");
   let timer = null, running = false, again = false;
 
@@ -246,7 +248,7 @@ function followConversation(id) {
     running = true;
     try {
       // The conversation's own page (after a form's conflict, location is the form's target).
-      const url = "/conversations/" + encodeURIComponent(id);
+      const url = "/conversations/" + segment;
       const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
       if (!r.ok) return;
       const fresh = new DOMParser().parseFromString(await r.text(), "text/html");
@@ -274,7 +276,7 @@ function followConversation(id) {
   function schedule() { clearTimeout(timer); timer = setTimeout(redraw, 200); }
 
   const after = document.body.dataset.offset || "-1";
-  const source = new EventSource("/api/conversations/" + encodeURIComponent(id) + "/events?after=" + encodeURIComponent(after));
+  const source = new EventSource("/api/conversations/" + segment + "/events?after=" + encodeURIComponent(after));
   source.onmessage = (message) => {
     let event;
     try { event = JSON.parse(message.data); } catch (e) { return; }
@@ -308,7 +310,7 @@ function live() {
   if (document.body.dataset.live !== "1") return;
   const id = document.body.dataset.workflowId;
   if (id === undefined) followList();
-  else if (document.getElementById("live")) followConversation(id);
+  else if (document.getElementById("live")) followConversation(document.body.dataset.segment);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
