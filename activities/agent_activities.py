@@ -637,7 +637,12 @@ class AgentActivities:
                 non_retryable=True,
             )
         request = activity.payload_converter().from_payload(args[0].payload, ToolActivityInput)
-        call = await self._call(request)
+        # Reading the call may wait on the `tool_call` query (a worker that
+        # replays to answer it): heartbeat meanwhile, with the details this
+        # attempt started with, or a slow query outlives the heartbeat timeout
+        # and the attempt (the call's only one, when approved) is cancelled.
+        async with _heartbeating(list(info.heartbeat_details)):
+            call = await self._call(request)
         if request.call is None:
             request = request.model_copy(update={"call": call})
         started = time.monotonic()
