@@ -37,6 +37,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools import telemetry
+from durable_tools._wire import (
+    CallReference,
+    DeltaEntry,
+    ModelTurn,
+    ModelTurnRequest,
+    ToolActivityInput,
+    ToolActivityResult,
+)
 from durable_tools.activities.activity_events import ActivityEvents
 from durable_tools.activities.context_window import ContextWindow, SummaryCheckpoint
 from durable_tools.activities.model_output import safe_turn
@@ -46,18 +54,7 @@ from durable_tools.activities.transcript_cache import ProducedItems, TranscriptC
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 from durable_tools.context import ContextStrategyFunction, Summarize, check_policy
-from durable_tools.conversation import (
-    AgentConfig,
-    CallReference,
-    DeltaEntry,
-    ModelRequest,
-    ModelTurn,
-    ModelTurnRequest,
-    ToolActivityInput,
-    ToolActivityResult,
-    TranscriptPage,
-    TranscriptSlice,
-)
+from durable_tools.conversation import AgentConfig, TranscriptPage, TranscriptSlice
 from durable_tools.descriptor import ToolDescriptor, descriptors_digest
 from durable_tools.errors import ConfigurationError
 from durable_tools.events import (
@@ -67,7 +64,7 @@ from durable_tools.events import (
     TEXT_DELTA_INTERVAL,
 )
 from durable_tools.executor import encode_result, prepare_call
-from durable_tools.models.base import Model
+from durable_tools.models.base import Model, ModelRequest
 from durable_tools.models.errors import CONTEXT_LENGTH_EXCEEDED, bounded_failure
 from durable_tools.models.registry import resolve_model
 from durable_tools.models.streaming import text_sink

@@ -13,13 +13,13 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from durable_tools._wire import PlannedCall
 from durable_tools.approvals import call_digest
 from durable_tools.arguments import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     ArgumentsError,
     summarize_call,
 )
-from durable_tools.conversation import PlannedCall
 from durable_tools.executor import prepare_call
 from durable_tools.results import Failure, ToolCall, failed
 from durable_tools.schema import SchemaViolation

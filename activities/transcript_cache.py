@@ -48,7 +48,8 @@ from typing import Final
 
 from temporalio.exceptions import ApplicationError
 
-from durable_tools.conversation import DeltaEntry, TranscriptDelta, TranscriptPage, TranscriptSlice
+from durable_tools._wire import DeltaEntry, TranscriptDelta
+from durable_tools.conversation import TranscriptPage, TranscriptSlice
 from durable_tools.transcript import AssistantMessage, TranscriptItem
 from durable_tools.transcript_digest import (
     EMPTY_DIGEST,

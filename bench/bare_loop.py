@@ -17,8 +17,7 @@ from pydantic import BaseModel
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from durable_tools.conversation import ModelRequest
-    from durable_tools.models.base import Model
+    from durable_tools.models.base import Model, ModelRequest
     from durable_tools.results import ToolCall
     from durable_tools.transcript import AssistantMessage
 

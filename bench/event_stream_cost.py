@@ -40,8 +40,9 @@ from temporalio.worker import Worker
 
 from durable_tools import AssistantMessage, ToolCall, Toolkit, tool
 from durable_tools.client import Conversations
-from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest
+from durable_tools.conversation import AgentConfig, ConversationOptions
 from durable_tools.events import ConversationEvent
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.streaming import text_delta
 from durable_tools.testing import ScriptedModel
 from durable_tools.tools import Emit

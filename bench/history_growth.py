@@ -39,7 +39,8 @@ from temporalio.worker import Worker
 from durable_tools import AssistantMessage, ToolCall, Toolkit, tool
 from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY
 from durable_tools.client import Conversations
-from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest
+from durable_tools.conversation import AgentConfig, ConversationOptions
+from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import ToolCallOutput
 from durable_tools.worker.dev_server import DEFAULT_DYNAMIC_CONFIG, DevServer

@@ -69,7 +69,8 @@ from temporalio.worker import Worker
 from durable_tools import AssistantMessage, ToolCall, Toolkit, tool
 from durable_tools.activities.transcript_cache import TranscriptCache
 from durable_tools.client import Conversations
-from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest
+from durable_tools.conversation import AgentConfig, ConversationOptions
+from durable_tools.models.base import ModelRequest
 from durable_tools.worker.dev_server import DEFAULT_DYNAMIC_CONFIG, DevServer
 from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
 

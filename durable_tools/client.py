@@ -36,6 +36,7 @@ from temporalio.common import RawValue, WorkflowIDConflictPolicy
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
+from durable_tools._wire import conversation_input
 from durable_tools.approvals import Decision, sign_decision
 from durable_tools.conversation import (
     AgentConfig,
@@ -51,7 +52,6 @@ from durable_tools.conversation import (
     TranscriptPage,
     TranscriptSlice,
     TurnOutcome,
-    conversation_input,
 )
 from durable_tools.errors import (
     ConfigurationError,

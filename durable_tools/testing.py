@@ -39,8 +39,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from durable_tools.conversation import ModelRequest
 from durable_tools.errors import MissingExtra
+from durable_tools.models.base import ModelRequest
 from durable_tools.results import ToolCall
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage
 

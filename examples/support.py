@@ -41,7 +41,8 @@ from durable_tools import (
     sleep_tool,
     tool,
 )
-from durable_tools.conversation import AgentConfig, ModelRequest
+from durable_tools.conversation import AgentConfig
+from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel, call
 from durable_tools.worker import App
 

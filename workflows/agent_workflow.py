@@ -50,6 +50,20 @@ from durable_tools.workflows.model_failure import describe_model_failure, model_
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools import telemetry
+    from durable_tools._wire import (
+        CallReference,
+        CarriedCall,
+        CarriedState,
+        CarriedTurn,
+        ConversationInput,
+        DeltaEntry,
+        ModelTurn,
+        ModelTurnRequest,
+        PlannedCall,
+        ToolActivityInput,
+        ToolActivityResult,
+        TranscriptDelta,
+    )
     from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
     from durable_tools.activities.decision_activities import VERIFY_DECISION_ACTIVITY
     from durable_tools.approvals import (
@@ -64,29 +78,17 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.conversation import (
         AgentConfig,
         Answer,
-        CallReference,
-        CarriedCall,
-        CarriedState,
-        CarriedTurn,
-        ConversationInput,
         ConversationResult,
         ConversationStatus,
         DecisionReceipt,
-        DeltaEntry,
         ModelFailure,
-        ModelTurn,
-        ModelTurnRequest,
         PendingApproval,
         PendingInteraction,
         PendingState,
-        PlannedCall,
         RejectedDecision,
         Resume,
         RunSpan,
         SendMessage,
-        ToolActivityInput,
-        ToolActivityResult,
-        TranscriptDelta,
         TranscriptPage,
         TranscriptSlice,
         TurnOutcome,

@@ -36,12 +36,8 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from durable_tools.conversation import (
-        AgentConfig,
-        ConversationOptions,
-        ConversationResult,
-        conversation_input,
-    )
+    from durable_tools._wire import conversation_input
+    from durable_tools.conversation import AgentConfig, ConversationOptions, ConversationResult
 
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 

@@ -71,9 +71,9 @@ from typing import Any, ClassVar, Final, cast
 
 from temporalio.exceptions import ApplicationError
 
-from durable_tools.conversation import ModelRequest
 from durable_tools.errors import ConfigurationError
 from durable_tools.models._settings import merge_settings, rename
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.errors import (
     ProviderContext,
     connection_error,

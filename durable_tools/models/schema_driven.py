@@ -48,9 +48,9 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
-from durable_tools.conversation import ModelRequest
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import MissingExtra
+from durable_tools.models.base import ModelRequest
 from durable_tools.results import ToolCall
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage
 

@@ -46,8 +46,8 @@ from typing import Any, cast
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from durable_tools.conversation import ModelRequest
 from durable_tools.errors import ConfigurationError
+from durable_tools.models.base import ModelRequest
 from durable_tools.results import ToolCall
 from durable_tools.transcript import AssistantMessage, ToolCallOutput
 

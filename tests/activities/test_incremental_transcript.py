@@ -24,18 +24,14 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from workflow_helpers import eventually
 
+from durable_tools._wire import DeltaEntry, TranscriptDelta
 from durable_tools.activities import context_window
 from durable_tools.activities.transcript_cache import CachedTranscript, TranscriptCache
 from durable_tools.client import Conversations
 from durable_tools.context_view import item_chars
-from durable_tools.conversation import (
-    ConversationOptions,
-    ConversationStatus,
-    DeltaEntry,
-    ModelRequest,
-    TranscriptDelta,
-)
+from durable_tools.conversation import ConversationOptions, ConversationStatus
 from durable_tools.descriptor import ToolDescriptor
+from durable_tools.models.base import ModelRequest
 from durable_tools.results import ToolCall
 from durable_tools.testing import ScriptedModel
 from durable_tools.toolkit import Toolkit

@@ -10,7 +10,7 @@ from tracing_support import RAW, meter_provider, tracer_provider
 from durable_tools.activities.agent_activities import (
     _traced_model_call,  # pyright: ignore[reportPrivateUsage]
 )
-from durable_tools.conversation import ModelRequest
+from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage, Usage
 

@@ -7,14 +7,9 @@ whose query ignores `known_digest` and answers a list.
 
 from __future__ import annotations
 
+from durable_tools._wire import CarriedState, ConversationInput
 from durable_tools.activities.transcript_cache import CachedTranscript, TranscriptCache
-from durable_tools.conversation import (
-    AgentConfig,
-    CarriedState,
-    ConversationInput,
-    TranscriptPage,
-    TranscriptSlice,
-)
+from durable_tools.conversation import AgentConfig, TranscriptPage, TranscriptSlice
 from durable_tools.transcript import ToolCallOutput, TranscriptItem, UserMessage
 from durable_tools.transcript_digest import EMPTY_DIGEST, PrefixDigests, extend_digest, item_json
 from durable_tools.workflows.agent_workflow import AgentWorkflow

@@ -19,7 +19,7 @@ from agent_support import MODELS, TOOLKIT, get_weather, slow_heartbeat
 
 from durable_tools import AssistantMessage, RetryPolicy, ToolContext, Toolkit, tool
 from durable_tools.agents import Agent, AgentOverrides
-from durable_tools.conversation import ModelRequest
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.streaming import text_delta
 from durable_tools.testing import ScriptedModel, last_user_text
 from durable_tools.tools import Emit

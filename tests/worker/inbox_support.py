@@ -20,7 +20,8 @@ from temporalio.client import Client
 from workflow_helpers import Harness, eventually
 
 from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, tool
-from durable_tools.conversation import AgentConfig, ModelRequest
+from durable_tools.conversation import AgentConfig
+from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.worker.dev_server import free_port
 from durable_tools.worker.inbox import Authenticators, TokenAuth, create_app, serve_inbox

@@ -23,7 +23,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from typer.testing import CliRunner
 
-from durable_tools.conversation import ConversationInput
+from durable_tools._wire import ConversationInput
 from durable_tools.worker.cli import app
 from durable_tools.worker.dev_server import DevServer
 from durable_tools.worker.runner import load_app, run_worker

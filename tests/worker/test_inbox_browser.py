@@ -35,7 +35,8 @@ from playwright.async_api import Browser, Page, Route, async_playwright, expect
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, eventually, running
 
-from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest, ModelRetry
+from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRetry
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.errors import ProviderContext, status_error
 from durable_tools.models.scripted import ScriptedFileModel
 from durable_tools.transcript import AssistantMessage

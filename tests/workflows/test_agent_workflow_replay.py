@@ -26,11 +26,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from durable_tools import formats
-from durable_tools.conversation import (
-    ConversationInput,
-    ConversationResult,
-    PlannedCall,
-)
+from durable_tools._wire import ConversationInput, PlannedCall
+from durable_tools.conversation import ConversationResult
 from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 

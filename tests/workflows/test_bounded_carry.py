@@ -18,12 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from durable_tools._wire import CarriedState, ConversationInput
 from durable_tools.activities.transcript_cache import TranscriptCache
 from durable_tools.carry import CARRY_LIMIT_BYTES, cut_text, tail_start
 from durable_tools.conversation import (
     AgentConfig,
-    CarriedState,
-    ConversationInput,
     ConversationOptions,
     RunSpan,
     TranscriptPage,

@@ -25,7 +25,8 @@ from durable_tools.context import (
     KeepLastTurns,
     Summarize,
 )
-from durable_tools.conversation import AgentConfig, ModelFailure, ModelRequest
+from durable_tools.conversation import AgentConfig, ModelFailure
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.errors import ContextLengthExceeded
 from durable_tools.testing import AgentTestEnvironment, ScriptedModel, call, last_user_text
 from durable_tools.toolkit import Toolkit

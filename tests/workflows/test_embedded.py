@@ -22,11 +22,7 @@ from workflow_helpers import eventually
 with workflow.unsafe.imports_passed_through():
     from durable_tools.approvals import Decision
     from durable_tools.client import Conversations
-    from durable_tools.conversation import (
-        ConversationOptions,
-        ConversationStatus,
-        PendingState,
-    )
+    from durable_tools.conversation import ConversationOptions, ConversationStatus, PendingState
     from durable_tools.worker.plugin import DurableToolsPlugin
 
 from durable_tools.workflows.embedded import run_agent, start_child_conversation

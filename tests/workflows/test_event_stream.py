@@ -22,8 +22,9 @@ from workflow_helpers import Harness, running
 
 from durable_tools import AssistantMessage, RetryPolicy, Toolkit, tool
 from durable_tools.client import Conversations
-from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest, ModelRetry
+from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRetry
 from durable_tools.events import EVENTS_TOPIC, STARTED_DELAY, ConversationEvent
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.streaming import text_delta
 from durable_tools.tools import Emit, ToolContext
 from durable_tools.worker.follow import Commands, Follower

@@ -30,17 +30,12 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 from workflow_helpers import eventually, outputs_by_id, set_current_version
 
+from durable_tools._wire import CarriedState, ConversationInput
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.approvals import Decision
 from durable_tools.client import Conversations
-from durable_tools.conversation import (
-    Answer,
-    CarriedState,
-    ConversationInput,
-    ConversationOptions,
-    ConversationResult,
-    ModelRequest,
-)
+from durable_tools.conversation import Answer, ConversationOptions, ConversationResult
+from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage
 from durable_tools.worker.plugin import sandbox_runner

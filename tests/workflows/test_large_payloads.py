@@ -31,7 +31,8 @@ from workflow_helpers import eventually, payloads_of
 from durable_tools import AssistantMessage, Toolkit, tool
 from durable_tools.client import Conversations
 from durable_tools.codec import data_converter
-from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest
+from durable_tools.conversation import AgentConfig, ConversationOptions
+from durable_tools.models.base import ModelRequest
 from durable_tools.storage import LocalFileStorageDriver, PayloadStorage
 from durable_tools.testing import ScriptedModel, call, terminate_running
 from durable_tools.transcript import ToolCallOutput

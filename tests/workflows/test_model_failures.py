@@ -25,14 +25,9 @@ from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, assistant_texts, eventually, running
 
-from durable_tools.conversation import (
-    AgentConfig,
-    ConversationOptions,
-    ModelFailure,
-    ModelRequest,
-    ModelRetry,
-)
+from durable_tools.conversation import AgentConfig, ConversationOptions, ModelFailure, ModelRetry
 from durable_tools.errors import RetryRejected
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.errors import ProviderContext, status_error
 from durable_tools.testing import last_user_text
 from durable_tools.transcript import AssistantMessage, UserMessage

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, assistant_texts, outputs_by_id, running
 
-from durable_tools.conversation import AgentConfig, ModelRequest
+from durable_tools.conversation import AgentConfig
+from durable_tools.models.base import ModelRequest
 from durable_tools.results import ToolCall
 from durable_tools.transcript import AssistantMessage, is_reconciled
 

@@ -27,9 +27,9 @@ from durable_tools.conversation import (
     AgentConfig,
     ConversationOptions,
     ConversationResult,
-    ModelRequest,
     SendMessage,
 )
+from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage, UserMessage
 from durable_tools.worker.plugin import DurableToolsPlugin

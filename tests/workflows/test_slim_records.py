@@ -22,15 +22,10 @@ from temporalio.worker import Worker
 from workflow_helpers import payloads_of
 
 from durable_tools import Toolkit, tool
+from durable_tools._wire import ModelTurn, PlannedCall
 from durable_tools.arguments import SUMMARY_LIMIT
 from durable_tools.client import Conversations
-from durable_tools.conversation import (
-    AgentConfig,
-    ConversationOptions,
-    ModelTurn,
-    PendingApproval,
-    PlannedCall,
-)
+from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
 from durable_tools.results import ToolCall
 from durable_tools.testing import ScriptedModel, call
 from durable_tools.transcript import AssistantMessage, ToolCallOutput

@@ -32,7 +32,8 @@ from workflow_helpers import Harness, assistant_texts, eventually, running
 
 from durable_tools.client import Conversations
 from durable_tools.codec import data_converter
-from durable_tools.conversation import AgentConfig, ConversationOptions, ModelRequest
+from durable_tools.conversation import AgentConfig, ConversationOptions
+from durable_tools.models.base import ModelRequest
 from durable_tools.storage import LocalFileStorageDriver, PayloadStorage
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage, UserMessage

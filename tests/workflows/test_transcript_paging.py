@@ -7,12 +7,8 @@ the query forever.
 
 import json
 
-from durable_tools.conversation import (
-    AgentConfig,
-    CarriedState,
-    ConversationInput,
-    TranscriptSlice,
-)
+from durable_tools._wire import CarriedState, ConversationInput
+from durable_tools.conversation import AgentConfig, TranscriptSlice
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 

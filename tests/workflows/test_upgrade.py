@@ -30,9 +30,10 @@ from temporalio.worker import Worker
 from workflow_helpers import eventually, outputs_by_id, set_current_version
 
 from durable_tools import Toolkit, tool
+from durable_tools._wire import ConversationInput
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.client import Conversations
-from durable_tools.conversation import ConversationInput, ConversationOptions, ConversationResult
+from durable_tools.conversation import ConversationOptions, ConversationResult
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow

@@ -15,8 +15,8 @@ import pytest
 from provider_replay import INSTRUCTIONS, TOOLS, TRANSCRIPT, Replay
 from temporalio.exceptions import ApplicationError
 
-from durable_tools.conversation import ModelRequest
 from durable_tools.models.anthropic import AnthropicModel
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.errors import (
     CONTEXT_LENGTH_EXCEEDED,
     MAX_FAILURE_MESSAGE_CHARS,

@@ -13,9 +13,8 @@ import pytest
 from provider_replay import INSTRUCTIONS, TOOLS, TRANSCRIPT, Replay, fixture
 from temporalio.exceptions import ApplicationError
 
-from durable_tools.conversation import ModelRequest
 from durable_tools.errors import ConfigurationError
-from durable_tools.models.base import Model
+from durable_tools.models.base import Model, ModelRequest
 from durable_tools.models.openai import OpenAIChatModel
 from durable_tools.results import ToolCall
 from durable_tools.transcript import AssistantMessage, Usage, UserMessage

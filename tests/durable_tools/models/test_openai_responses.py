@@ -10,8 +10,8 @@ import pytest
 from provider_replay import INSTRUCTIONS, TOOLS, TRANSCRIPT, Replay, fixture
 from temporalio.exceptions import ApplicationError
 
-from durable_tools.conversation import ModelRequest
 from durable_tools.errors import ConfigurationError
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.openai import OpenAIResponsesModel
 from durable_tools.results import ToolCall
 from durable_tools.transcript import AssistantMessage, Usage, UserMessage

@@ -10,8 +10,9 @@ from temporalio.testing import ActivityEnvironment
 
 import durable_tools.models as models
 from durable_tools import Toolkit, tool
+from durable_tools._wire import ModelTurnRequest
 from durable_tools.activities.agent_activities import AgentActivities
-from durable_tools.conversation import AgentConfig, ModelTurnRequest
+from durable_tools.conversation import AgentConfig
 from durable_tools.errors import ConfigurationError
 from durable_tools.models import SchemaDrivenModel, ScriptedFileModel, resolve_model
 from durable_tools.transcript import UserMessage

@@ -15,8 +15,8 @@ from jsonschema import Draft7Validator, Draft202012Validator
 from pydantic import BaseModel, Field
 
 from durable_tools import Toolkit, finish_tool, interaction_tool, pause_tool, tool
-from durable_tools.conversation import ModelRequest
 from durable_tools.descriptor import ToolDescriptor
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.schema_driven import SchemaDrivenModel, example_arguments
 from durable_tools.results import Ok, failed
 from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from durable_tools.conversation import ModelRequest
 from durable_tools.errors import ConfigurationError
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.scripted import ScriptedFileModel, load_script
 from durable_tools.results import Ok, failed
 from durable_tools.testing import call

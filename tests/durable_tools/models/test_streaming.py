@@ -20,8 +20,8 @@ import pytest
 from provider_replay import FIXTURES, INSTRUCTIONS, TOOLS, TRANSCRIPT, Replay, fixture
 from temporalio.exceptions import ApplicationError
 
-from durable_tools.conversation import ModelRequest
 from durable_tools.models.anthropic import AnthropicModel
+from durable_tools.models.base import ModelRequest
 from durable_tools.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from durable_tools.models.streaming import text_sink
 from durable_tools.results import ToolCall
