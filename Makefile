@@ -30,8 +30,23 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# pyright reads workflows/, activities/ and worker/ through the links in
+# durable_tools/ (pyproject's [tool.pyright]: each file once, by its one
+# name). A checkout without symbolic links (git's core.symlinks=false, as on
+# Windows) has small files there instead, and pyright cannot put a package
+# together from several folders: it then checks a view of the package made
+# of links under build/ (the same files, the same settings).
+PYRIGHT_VIEW := build/pyright-view
 typecheck: $(STAMP)
-	$(PY) -m pyright
+	@if [ -d durable_tools/workflows ]; then $(PY) -m pyright; else \
+	  rm -rf $(PYRIGHT_VIEW) && mkdir -p $(PYRIGHT_VIEW)/durable_tools && \
+	  for path in durable_tools/*; do \
+	    name=$${path#durable_tools/}; \
+	    case $$name in workflows|activities|worker) target=$(CURDIR)/$$name;; *) target=$(CURDIR)/$$path;; esac; \
+	    ln -s "$$target" $(PYRIGHT_VIEW)/durable_tools/$$name; \
+	  done && \
+	  ln -s $(CURDIR)/pyproject.toml $(CURDIR)/$(VENV) $(PYRIGHT_VIEW)/ && \
+	  $(PY) -m pyright -p $(PYRIGHT_VIEW); fi
 
 # The inbox's browser tests drive Debian's chromium through Playwright (never
 # `playwright install`, which downloads a browser).

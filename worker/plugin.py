@@ -52,6 +52,10 @@ DepsFactory = Callable[[], Any]
 """`App.deps`: returns the dependencies, an awaitable of them, or an async
 context manager of them (entered for the worker's lifetime)."""
 
+_MAPPED_SUBPACKAGES = frozenset({"activities", "workflows", "worker"})
+"""`durable_tools` subpackages whose code lives in the checkout's top-level
+folders of the same names (pyproject.toml's `package-dir`)."""
+
 _SANDBOXED_SUBPACKAGES = frozenset({"workflows", "worker"})
 """`durable_tools` subpackages the sandbox re-imports per run: the workflow code
 itself (so the sandbox's determinism checks apply to it) and the worker, which
@@ -62,12 +66,16 @@ def _durable_tools_passthrough() -> tuple[str, ...]:
     # Temporal passes a listed module's children through too, so listing
     # `durable_tools` would pass `durable_tools.workflows` (the loop) through
     # and exempt it from the sandbox's checks; list the pure subpackages instead.
+    # The subpackages mapped from the top-level folders (pyproject's
+    # `package-dir`) are not under `durable_tools.__path__` in an editable
+    # install from a checkout without symbolic links: name them too.
     import durable_tools
 
+    names = {info.name for info in pkgutil.iter_modules(durable_tools.__path__)}
     return tuple(
-        f"durable_tools.{info.name}"
-        for info in pkgutil.iter_modules(durable_tools.__path__)
-        if info.name not in _SANDBOXED_SUBPACKAGES
+        f"durable_tools.{name}"
+        for name in sorted(names | _MAPPED_SUBPACKAGES)
+        if name not in _SANDBOXED_SUBPACKAGES
     )
 
 
