@@ -34,18 +34,18 @@ lint: $(STAMP)
 # durable_tools/ (pyproject's [tool.pyright]: each file once, by its one
 # name). A checkout without symbolic links (git's core.symlinks=false, as on
 # Windows) has small files there instead, and pyright cannot put a package
-# together from several folders: it then checks a view of the package made
-# of links under build/ (the same files, the same settings).
+# together from several folders (nor follows links out of its root): it then
+# checks a copy of the package, laid out as installed, under build/ with the
+# same settings.
 PYRIGHT_VIEW := build/pyright-view
 typecheck: $(STAMP)
 	@if [ -d durable_tools/workflows ]; then $(PY) -m pyright; else \
-	  rm -rf $(PYRIGHT_VIEW) && mkdir -p $(PYRIGHT_VIEW)/durable_tools && \
-	  for path in durable_tools/*; do \
-	    name=$${path#durable_tools/}; \
-	    case $$name in workflows|activities|worker) target=$(CURDIR)/$$name;; *) target=$(CURDIR)/$$path;; esac; \
-	    ln -s "$$target" $(PYRIGHT_VIEW)/durable_tools/$$name; \
+	  rm -rf $(PYRIGHT_VIEW) && mkdir -p $(PYRIGHT_VIEW) && \
+	  cp -R durable_tools $(PYRIGHT_VIEW)/ && \
+	  for name in workflows activities worker; do \
+	    rm -f $(PYRIGHT_VIEW)/durable_tools/$$name && cp -R $$name $(PYRIGHT_VIEW)/durable_tools/; \
 	  done && \
-	  ln -s $(CURDIR)/pyproject.toml $(CURDIR)/$(VENV) $(PYRIGHT_VIEW)/ && \
+	  $(PY) -c 'import json, tomllib; c = tomllib.load(open("pyproject.toml", "rb"))["tool"]["pyright"]; print(json.dumps({**c, "venvPath": "$(CURDIR)"}))' > $(PYRIGHT_VIEW)/pyrightconfig.json && \
 	  $(PY) -m pyright -p $(PYRIGHT_VIEW); fi
 
 # The inbox's browser tests drive Debian's chromium through Playwright (never

@@ -384,3 +384,115 @@ def test_each_command_names_its_missing_extra(wheel: Path, tmp_path: Path) -> No
             dev.wait()
     assert dev.returncode == 0, stdout.read_text()
     assert "worker and dev server stopped" in stdout.read_text()
+
+
+def _package_folders() -> set[str]:
+    """Every import package of the checkout, by its installed name."""
+    found: set[str] = set()
+    for top, installed in (
+        ("durable_tools", "durable_tools"),
+        ("workflows", "durable_tools.workflows"),
+        ("activities", "durable_tools.activities"),
+        ("worker", "durable_tools.worker"),
+    ):
+        for init in (ROOT / top).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / top)
+            if top == "durable_tools" and relative.parts[:1] in (
+                ("workflows",),
+                ("activities",),
+                ("worker",),
+            ):
+                continue  # the links to the top-level folders
+            found.add(".".join((installed, *relative.parts)))
+    return found
+
+
+def test_pyproject_lists_every_package_folder() -> None:
+    # The packages are listed, not discovered (discovery would follow the
+    # links, which a checkout without symbolic links lacks): a new folder
+    # left out of the list would be missing from the wheel.
+    import tomllib
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert set(listed) == _package_folders()
+
+
+def test_checkout_without_symbolic_links_installs_and_imports(tmp_path: Path) -> None:
+    # A Windows checkout (git's core.symlinks=false) has small text files
+    # where durable_tools/ links to workflows/, activities/ and worker/.
+    checkout = tmp_path / "checkout"
+    subprocess.run(
+        ["git", "-c", "core.symlinks=false", "clone", "-q", str(ROOT), str(checkout)],
+        check=True,
+        timeout=120,
+    )
+    assert (checkout / "durable_tools" / "workflows").is_file()
+    # An editable install of that checkout, beside this venv's dependencies.
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "-e",
+            str(checkout),
+            "--target",
+            str(target),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    # `-S`: none of this venv's own .pth files (its editable install of this
+    # checkout, whose finder module has the same name); its site-packages,
+    # last on the path, give the dependencies.
+    dependencies = next(Path(p) for p in sys.path if p.endswith("site-packages"))
+    probe = textwrap.dedent(
+        f"""
+        import site, sys
+        site.addsitedir({str(target)!r})
+        sys.path.append({str(dependencies)!r})
+        import durable_tools.workflows.agent_workflow as workflow
+        import durable_tools.activities.agent_activities as activities
+        import durable_tools.worker.inbox.app as inbox
+        from durable_tools.worker.plugin import PASSTHROUGH_MODULES
+        print(workflow.__file__, activities.__file__, inbox.__file__)
+        print("durable_tools.activities" in PASSTHROUGH_MODULES)
+        """
+    )
+    shown = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    files, passed_through = shown.stdout.splitlines()
+    assert files.split() == [
+        str(checkout / "workflows" / "agent_workflow.py"),
+        str(checkout / "activities" / "agent_activities.py"),
+        str(checkout / "worker" / "inbox" / "app.py"),
+    ]
+    assert passed_through == "True"
+    # And its wheel holds the same files under durable_tools/.
+    out = tmp_path / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(checkout)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("durable_tools-*.whl")
+    names = set(zipfile.ZipFile(built).namelist())
+    for sub in (
+        "workflows/agent_workflow.py",
+        "activities/agent_activities.py",
+        "worker/inbox/app.py",
+        "worker/inbox/templates/base.html",
+    ):
+        assert f"durable_tools/{sub}" in names
