@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, get_origin, get_type_hints, overload
 
 import docstring_parser
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from durable_tools.descriptor import ToolAnnotations
 from durable_tools.errors import ConfigurationError
-from durable_tools.schema import compile_schema
+from durable_tools.schema import Schema, compile_schema
 from durable_tools.tool_threads import run_sync
 from durable_tools.tools import (
     DEFAULT_HEARTBEAT_TIMEOUT,
@@ -127,6 +128,67 @@ def _annotations(annotations: ToolAnnotations | Mapping[str, Any] | None) -> Too
     return ToolAnnotations.model_validate(dict(annotations))
 
 
+def _parameters(parameters: Mapping[str, Any] | type | None, *, what: str = "schema") -> Schema:
+    """A tool's parameters schema; `None` is a tool without parameters."""
+    spec = parameters if parameters is not None else dict(EMPTY_PARAMETERS)
+    return compile_schema(spec, what=what)
+
+
+@dataclass(frozen=True)
+class _LocalOptions:
+    """What `@tool` and `dynamic_tool` take alike: see their arguments."""
+
+    needs_approval: NeedsApproval
+    timeout: float | None
+    heartbeat_timeout: float | None
+    retry: RetryPolicy | int | None
+    annotations: ToolAnnotations | Mapping[str, Any] | None
+    strict: bool
+    failure_mode: FailureMode
+    approval_deadline: float | None
+    approvers: Sequence[str]
+    idempotent: bool | None
+    at_most_once: bool
+
+    def tool(
+        self,
+        *,
+        name: str,
+        description: str,
+        parameters: Schema,
+        run: ToolRun,
+        output: Schema | None,
+        dynamic: bool = False,
+    ) -> Tool:
+        """The local tool with these options."""
+        hints, policy = _annotations(self.annotations), _retry_policy(self.retry)
+        effect = _effect(
+            self.annotations,
+            hints,
+            idempotent=self.idempotent,
+            at_most_once=self.at_most_once,
+            retry=policy,
+        )
+        return Tool(
+            name=name,
+            description=description,
+            parameters=parameters,
+            strict=self.strict,
+            annotations=hints,
+            run=run,
+            output=output,
+            needs_approval=self.needs_approval,
+            timeout=self.timeout,
+            heartbeat_timeout=self.heartbeat_timeout,
+            retry=policy,
+            failure_mode=self.failure_mode,
+            approval_deadline=self.approval_deadline,
+            approvers=tuple(self.approvers),
+            dynamic=dynamic,
+            **effect,
+        )
+
+
 def dynamic_tool(
     name: str,
     *,
@@ -200,32 +262,29 @@ def dynamic_tool(
         ConfigurationError: `at_most_once=True` with `retry` of more than one
             attempt or with `idempotent=True`.
     """
-    params = compile_schema(
-        parameters if parameters is not None else dict(EMPTY_PARAMETERS),
-        what=f"parameters schema of tool {name!r}",
+    params = _parameters(parameters, what=f"parameters schema of tool {name!r}")
+    options = _LocalOptions(
+        needs_approval=needs_approval,
+        timeout=timeout,
+        heartbeat_timeout=heartbeat_timeout,
+        retry=retry,
+        annotations=annotations,
+        strict=strict,
+        failure_mode=failure_mode,
+        approval_deadline=approval_deadline,
+        approvers=approvers,
+        idempotent=idempotent,
+        at_most_once=at_most_once,
     )
-    hints, policy = _annotations(annotations), _retry_policy(retry)
-    return Tool(
+    return options.tool(
         name=name,
         description=description,
         parameters=params,
-        strict=strict,
-        annotations=hints,
         run=normalize_run(run),
         output=compile_schema(output, what=f"output schema of tool {name!r}")
         if output is not None
         else None,
-        needs_approval=needs_approval,
-        timeout=timeout,
-        heartbeat_timeout=heartbeat_timeout,
-        retry=policy,
-        failure_mode=failure_mode,
-        approval_deadline=approval_deadline,
-        approvers=tuple(approvers),
         dynamic=True,
-        **_effect(
-            annotations, hints, idempotent=idempotent, at_most_once=at_most_once, retry=policy
-        ),
     )
 
 
@@ -255,18 +314,8 @@ def _function_tool(
     *,
     name: str | None,
     description: str | None,
-    needs_approval: NeedsApproval,
-    timeout: float | None,
-    heartbeat_timeout: float | None,
-    retry: RetryPolicy | int | None,
-    annotations: ToolAnnotations | Mapping[str, Any] | None,
-    strict: bool,
-    failure_mode: FailureMode,
-    approval_deadline: float | None,
-    approvers: Sequence[str],
     output: Any,
-    idempotent: bool | None,
-    at_most_once: bool,
+    options: _LocalOptions,
 ) -> Tool:
     tool_name = check_tool_name(name or fn.__name__)
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
@@ -343,25 +392,8 @@ def _function_tool(
             return await fn(*args, **kwargs)
         return await run_sync(fn, *args, **kwargs)
 
-    hints, policy = _annotations(annotations), _retry_policy(retry)
-    return Tool(
-        name=tool_name,
-        description=text,
-        parameters=schema,
-        strict=strict,
-        annotations=hints,
-        run=run,
-        output=out_schema,
-        needs_approval=needs_approval,
-        timeout=timeout,
-        heartbeat_timeout=heartbeat_timeout,
-        retry=policy,
-        failure_mode=failure_mode,
-        approval_deadline=approval_deadline,
-        approvers=tuple(approvers),
-        **_effect(
-            annotations, hints, idempotent=idempotent, at_most_once=at_most_once, retry=policy
-        ),
+    return options.tool(
+        name=tool_name, description=text, parameters=schema, run=run, output=out_schema
     )
 
 
@@ -475,25 +507,22 @@ def tool(
             '''
         ```
     """  # noqa: D214 - the example's own docstring has an indented "Args:"
+    options = _LocalOptions(
+        needs_approval=needs_approval,
+        timeout=timeout,
+        heartbeat_timeout=heartbeat_timeout,
+        retry=retry,
+        annotations=annotations,
+        strict=strict,
+        failure_mode=failure_mode,
+        approval_deadline=approval_deadline,
+        approvers=tuple(approvers),
+        idempotent=idempotent,
+        at_most_once=at_most_once,
+    )
 
     def build(f: Callable[..., Any]) -> Tool:
-        return _function_tool(
-            f,
-            name=name,
-            description=description,
-            needs_approval=needs_approval,
-            timeout=timeout,
-            heartbeat_timeout=heartbeat_timeout,
-            retry=retry,
-            annotations=annotations,
-            strict=strict,
-            failure_mode=failure_mode,
-            approval_deadline=approval_deadline,
-            approvers=tuple(approvers),
-            output=output,
-            idempotent=idempotent,
-            at_most_once=at_most_once,
-        )
+        return _function_tool(f, name=name, description=description, output=output, options=options)
 
     return build(fn) if fn is not None else build
 
@@ -521,7 +550,7 @@ def provider_tool(
     return ProviderTool(
         name=name,
         description=description,
-        parameters=compile_schema(parameters if parameters is not None else dict(EMPTY_PARAMETERS)),
+        parameters=_parameters(parameters),
         provider=provider,
         config=dict(config or {}),
     )
@@ -551,7 +580,7 @@ def signal_tool(
     return SignalTool(
         name=name,
         description=description,
-        parameters=compile_schema(parameters if parameters is not None else dict(EMPTY_PARAMETERS)),
+        parameters=_parameters(parameters),
         handler=handler,
         annotations=_annotations(annotations),
     )
@@ -581,7 +610,7 @@ def interaction_tool(
     return InteractionTool(
         name=name,
         description=description,
-        parameters=compile_schema(parameters if parameters is not None else dict(EMPTY_PARAMETERS)),
+        parameters=_parameters(parameters),
         answer=compile_schema(answer, what=f"answer schema of tool {name!r}")
         if answer is not None
         else None,
