@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypedDict, TypeVar, cast, overload
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -36,7 +36,7 @@ from temporalio.common import RawValue, WorkflowIDConflictPolicy
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.exceptions import ApplicationError
 
-from durable_tools._wire import conversation_input
+from durable_tools._wire import ConversationInput, conversation_input
 from durable_tools.approvals import Decision, sign_decision
 from durable_tools.conversation import (
     AgentConfig,
@@ -105,6 +105,15 @@ class Conversations:
     def _handle(self, workflow_id: str) -> WorkflowHandle[Any, Any]:
         return self.client.get_workflow_handle(workflow_id)
 
+    def _start_options(self, workflow_id: str) -> _StartOptions:
+        """How `start` and `start_and_wait` start (or attach to) a conversation's workflow."""
+        return _StartOptions(
+            id=workflow_id,
+            task_queue=self.task_queue,
+            result_type=ConversationResult,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+
     async def start(
         self,
         workflow_id: str,
@@ -164,19 +173,10 @@ class Conversations:
             ```
         """
         agent = _with_overrides(agent, model=model, settings=settings, variables=variables)
-        conversation = conversation_input(
-            agent,
-            message=message,
-            handoffs=[AgentConfig(name=h) if isinstance(h, str) else h for h in handoffs],
-            options=options,
-        )
         return await self.client.start_workflow(
             WORKFLOW_TYPE,
-            conversation,
-            id=workflow_id,
-            task_queue=self.task_queue,
-            result_type=ConversationResult,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            _conversation(agent, message, handoffs, options),
+            **self._start_options(workflow_id),
             static_summary=summary
             or f"conversation with {agent.name}" + (f" ({agent.model})" if agent.model else ""),
         )
@@ -224,19 +224,10 @@ class Conversations:
             temporalio.client.WorkflowUpdateFailedError: The update failed.
         """
         agent = _with_overrides(agent, model=model, settings=settings, variables=variables)
-        conversation = conversation_input(
-            agent,
-            message=message,
-            handoffs=[AgentConfig(name=h) if isinstance(h, str) else h for h in handoffs],
-            options=options,
-        )
         start: WithStartWorkflowOperation[Any, ConversationResult] = WithStartWorkflowOperation(
             WORKFLOW_TYPE,
-            conversation,
-            id=workflow_id,
-            task_queue=self.task_queue,
-            result_type=ConversationResult,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            _conversation(agent, message, handoffs, options),
+            **self._start_options(workflow_id),
             static_summary=summary or f"conversation with {agent.name} ({agent.model})",
         )
         outcome: TurnOutcome = await self.client.execute_update_with_start_workflow(  # pyright: ignore[reportUnknownMemberType]
@@ -656,6 +647,28 @@ class Conversations:
     async def cancel(self, workflow_id: str) -> None:
         """Cancel the conversation; open calls are answered `cancelled` or `interrupted`."""
         await self._handle(workflow_id).cancel()
+
+
+class _StartOptions(TypedDict):
+    id: str
+    task_queue: str
+    result_type: type[ConversationResult]
+    id_conflict_policy: WorkflowIDConflictPolicy
+
+
+def _conversation(
+    agent: AgentConfig,
+    message: str | None,
+    handoffs: Sequence[str | AgentConfig],
+    options: ConversationOptions | None,
+) -> ConversationInput:
+    """The workflow input of a new conversation; handoffs given by name become configurations."""
+    return conversation_input(
+        agent,
+        message=message,
+        handoffs=[AgentConfig(name=h) if isinstance(h, str) else h for h in handoffs],
+        options=options,
+    )
 
 
 async def _update(handle: WorkflowHandle[Any, Any], name: str, arg: Any) -> DecisionReceipt:
