@@ -16,17 +16,21 @@ from typing import Any, cast
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import StrictModeError
 from durable_tools.strict import strict_mode_violations
+from durable_tools.transcript import Usage
 
 __all__ = [
+    "arguments_text",
     "as_list",
     "as_object",
     "check_strict",
     "config_of",
     "count",
     "dump_arguments",
+    "function_fields",
     "json_or_text",
     "load_object",
     "object_or_none",
+    "openai_usage",
     "parameters_of",
     "require",
     "require_str",
@@ -41,6 +45,21 @@ def parameters_of(descriptor: ToolDescriptor) -> dict[str, Any]:
 def config_of(descriptor: ToolDescriptor) -> dict[str, Any] | None:
     """A copy of a provider tool's `provider_config`, `None` when empty."""
     return copy.deepcopy(descriptor.provider_config) if descriptor.provider_config else None
+
+
+def function_fields(descriptor: ToolDescriptor) -> dict[str, Any]:
+    """An OpenAI function tool's fields: name, description, parameters and an explicit `strict`.
+
+    Raises:
+        StrictModeError: `strict=True` and the schema breaks an OpenAI strict-mode rule.
+    """
+    check_strict(descriptor)
+    function: dict[str, Any] = {"name": descriptor.name}
+    if descriptor.description:
+        function["description"] = descriptor.description
+    function["parameters"] = parameters_of(descriptor)
+    function["strict"] = descriptor.strict
+    return function
 
 
 def check_strict(descriptor: ToolDescriptor) -> None:
@@ -107,6 +126,45 @@ def count(obj: Mapping[str, Any] | None, key: str) -> int:
 def object_or_none(value: Any) -> dict[str, Any] | None:
     """Return `value` if it is a JSON object, else `None` (for optional blocks)."""
     return cast(dict[str, Any], value) if isinstance(value, dict) else None
+
+
+def openai_usage(
+    response: Mapping[str, Any], *, input_key: str, output_key: str, details_key: str
+) -> Usage | None:
+    """Read an OpenAI `usage` block: two counts and `cached_tokens` in a details block.
+
+    Chat Completions and Responses name the same three numbers differently.
+
+    Args:
+        response: The decoded response body.
+        input_key: The prompt's token count (`prompt_tokens`, `input_tokens`).
+        output_key: The answer's token count (`completion_tokens`, `output_tokens`).
+        details_key: The block holding `cached_tokens`.
+
+    Returns:
+        The `Usage`, or `None` when the body has no `usage` object.
+    """
+    usage = object_or_none(response.get("usage"))
+    if usage is None:
+        return None
+    details = object_or_none(usage.get(details_key))
+    return Usage(
+        input_tokens=count(usage, input_key),
+        output_tokens=count(usage, output_key),
+        cached_input_tokens=count(details, "cached_tokens"),
+    )
+
+
+def arguments_text(arguments: Any) -> str:
+    """An OpenAI function call's `arguments`: a string exactly as sent, else JSON text.
+
+    Argument strings are kept even when they are not valid JSON (the executor
+    answers those calls with an `input_validation_error`); a missing value is
+    `""`, and a decoded object (some compatible servers send one) is encoded.
+    """
+    if isinstance(arguments, str):
+        return arguments
+    return "" if arguments is None else dump_arguments(arguments)
 
 
 def dump_arguments(arguments: Any) -> str:

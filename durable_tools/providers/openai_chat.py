@@ -35,13 +35,11 @@ from typing import Any
 
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.providers._wire import (
+    arguments_text,
     as_list,
     as_object,
-    check_strict,
-    count,
-    dump_arguments,
-    object_or_none,
-    parameters_of,
+    function_fields,
+    openai_usage,
     require,
     require_str,
 )
@@ -50,7 +48,6 @@ from durable_tools.transcript import (
     AssistantMessage,
     ContextSummary,
     TranscriptItem,
-    Usage,
     UserMessage,
 )
 
@@ -79,13 +76,7 @@ def render_tools(descriptors: Iterable[ToolDescriptor]) -> list[dict[str, Any]]:
     for descriptor in descriptors:
         if descriptor.kind == "provider":
             continue
-        check_strict(descriptor)
-        function: dict[str, Any] = {"name": descriptor.name}
-        if descriptor.description:
-            function["description"] = descriptor.description
-        function["parameters"] = parameters_of(descriptor)
-        function["strict"] = descriptor.strict
-        tools.append({"type": "function", "function": function})
+        tools.append({"type": "function", "function": function_fields(descriptor)})
     return tools
 
 
@@ -143,18 +134,6 @@ _STOP_REASONS = {
     "function_call": "tool_calls",
     "length": "max_tokens",
 }
-
-
-def _usage_of(response: Mapping[str, Any]) -> Usage | None:
-    usage = object_or_none(response.get("usage"))
-    if usage is None:
-        return None
-    details = object_or_none(usage.get("prompt_tokens_details"))
-    return Usage(
-        input_tokens=count(usage, "prompt_tokens"),
-        output_tokens=count(usage, "completion_tokens"),
-        cached_input_tokens=count(details, "cached_tokens"),
-    )
 
 
 def _stop_reason_of(choice: Mapping[str, Any], *, refused: bool, calls: bool) -> str:
@@ -230,20 +209,22 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
             others.append(entry)
             continue
         function = as_object(require(entry, "function", where), f"{where}.function")
-        arguments = function.get("arguments")
         calls.append(
             ToolCall(
                 call_id=require_str(entry, "id", where),
                 name=require_str(function, "name", f"{where}.function"),
-                arguments=arguments
-                if isinstance(arguments, str)
-                else ("" if arguments is None else dump_arguments(arguments)),
+                arguments=arguments_text(function.get("arguments")),
             )
         )
     return AssistantMessage(
         text=_text_of(message),
         tool_calls=tuple(calls),
         provider_items=tuple(others),
-        usage=_usage_of(response),
+        usage=openai_usage(
+            response,
+            input_key="prompt_tokens",
+            output_key="completion_tokens",
+            details_key="prompt_tokens_details",
+        ),
         stop_reason=_stop_reason_of(choice, refused=_is_refusal(message), calls=bool(calls)),
     )

@@ -37,14 +37,13 @@ from typing import Any
 
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.providers._wire import (
+    arguments_text,
     as_list,
     as_object,
-    check_strict,
     config_of,
-    count,
-    dump_arguments,
+    function_fields,
     object_or_none,
-    parameters_of,
+    openai_usage,
     require,
     require_str,
 )
@@ -53,7 +52,6 @@ from durable_tools.transcript import (
     AssistantMessage,
     ContextSummary,
     TranscriptItem,
-    Usage,
     UserMessage,
 )
 
@@ -89,13 +87,7 @@ def render_tools(descriptors: Iterable[ToolDescriptor]) -> list[dict[str, Any]]:
             if descriptor.provider == PROVIDER:
                 tools.append(config_of(descriptor) or {"type": descriptor.name})
             continue
-        check_strict(descriptor)
-        tool: dict[str, Any] = {"type": "function", "name": descriptor.name}
-        if descriptor.description:
-            tool["description"] = descriptor.description
-        tool["parameters"] = parameters_of(descriptor)
-        tool["strict"] = descriptor.strict
-        tools.append(tool)
+        tools.append({"type": "function", **function_fields(descriptor)})
     return tools
 
 
@@ -183,18 +175,6 @@ def _message_text(item: Mapping[str, Any], where: str) -> tuple[str, bool]:
     return "".join(texts), refused
 
 
-def _usage_of(response: Mapping[str, Any]) -> Usage | None:
-    usage = object_or_none(response.get("usage"))
-    if usage is None:
-        return None
-    details = object_or_none(usage.get("input_tokens_details"))
-    return Usage(
-        input_tokens=count(usage, "input_tokens"),
-        output_tokens=count(usage, "output_tokens"),
-        cached_input_tokens=count(details, "cached_tokens"),
-    )
-
-
 def _stop_reason_of(response: Mapping[str, Any], *, refused: bool, calls: bool) -> str:
     status = response.get("status")
     if status == "incomplete":
@@ -258,14 +238,11 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
             if text:
                 texts.append(text)
         elif kind == "function_call":
-            arguments = item.get("arguments")
             calls.append(
                 ToolCall(
                     call_id=require_str(item, "call_id", where),
                     name=require_str(item, "name", where),
-                    arguments=arguments
-                    if isinstance(arguments, str)
-                    else ("" if arguments is None else dump_arguments(arguments)),
+                    arguments=arguments_text(item.get("arguments")),
                 )
             )
         if keep_all or kind not in ("message", "function_call"):
@@ -274,6 +251,11 @@ def parse_response(response: Mapping[str, Any]) -> AssistantMessage:
         text="\n\n".join(texts),
         tool_calls=tuple(calls),
         provider_items=tuple(provider_items),
-        usage=_usage_of(response),
+        usage=openai_usage(
+            response,
+            input_key="input_tokens",
+            output_key="output_tokens",
+            details_key="input_tokens_details",
+        ),
         stop_reason=_stop_reason_of(response, refused=refused, calls=bool(calls)),
     )
