@@ -46,13 +46,13 @@ from typing import Any, Final
 from temporalio.exceptions import ApplicationError
 
 from durable_tools.errors import ConfigurationError
+from durable_tools.models._sdk import check_arguments, sdk_status_error
 from durable_tools.models._settings import merge_settings, rename
 from durable_tools.models.base import ModelRequest
 from durable_tools.models.errors import (
     ProviderContext,
     connection_error,
     invalid_response,
-    status_error,
     stream_broken,
 )
 from durable_tools.models.streaming import streaming_wanted, text_delta
@@ -127,16 +127,14 @@ class AnthropicModel:
         max_retries: int = 0,
         stream: bool = True,
     ) -> None:
-        if not model:
-            raise ConfigurationError(
-                "AnthropicModel: give the model name, "
-                "e.g. AnthropicModel(model='claude-sonnet-4-6')"
-            )
-        if client is not None and (base_url is not None or api_key is not None):
-            raise ConfigurationError(
-                "AnthropicModel: pass either client=... or base_url=/api_key=..., not both "
-                "(configure the client you pass instead)"
-            )
+        check_arguments(
+            "AnthropicModel",
+            model=model,
+            example="claude-sonnet-4-6",
+            client=client,
+            base_url=base_url,
+            api_key=api_key,
+        )
         self.model = model
         self.settings: dict[str, Any] = merge_settings(
             settings or {}, {}, reserved=_RESERVED, adapter="AnthropicModel"
@@ -207,14 +205,7 @@ class AnthropicModel:
                 timeout=self.timeout,
             )
         except anthropic.APIStatusError as exc:
-            raise status_error(
-                self._context,
-                status=exc.status_code,
-                headers=exc.response.headers,
-                body=exc.body,
-                fallback_message=exc.message,
-                request_id=exc.request_id,
-            ) from exc
+            raise sdk_status_error(self._context, exc) from exc
         except anthropic.APIConnectionError as exc:
             timed_out = isinstance(exc, anthropic.APITimeoutError)
             raise connection_error(self._context, exc, timed_out=timed_out) from exc

@@ -72,13 +72,13 @@ from typing import Any, ClassVar, Final, cast
 from temporalio.exceptions import ApplicationError
 
 from durable_tools.errors import ConfigurationError
+from durable_tools.models._sdk import check_arguments, sdk_status_error
 from durable_tools.models._settings import merge_settings, rename
 from durable_tools.models.base import ModelRequest
 from durable_tools.models.errors import (
     ProviderContext,
     connection_error,
     invalid_response,
-    status_error,
     stream_broken,
 )
 from durable_tools.models.streaming import streaming_wanted, text_delta
@@ -137,13 +137,14 @@ class _OpenAIModel:
         stream: bool = True,
     ) -> None:
         name = type(self).__name__
-        if not model:
-            raise ConfigurationError(f"{name}: give the model name, e.g. {name}(model='gpt-5.4')")
-        if client is not None and (base_url is not None or api_key is not None):
-            raise ConfigurationError(
-                f"{name}: pass either client=... or base_url=/api_key=..., not both "
-                "(configure the client you pass instead)"
-            )
+        check_arguments(
+            name,
+            model=model,
+            example="gpt-5.4",
+            client=client,
+            base_url=base_url,
+            api_key=api_key,
+        )
         self.model = model
         self.settings: dict[str, Any] = merge_settings(
             settings or {}, {}, reserved=self._reserved, adapter=name
@@ -175,14 +176,7 @@ class _OpenAIModel:
         try:
             return await call()
         except openai.APIStatusError as exc:
-            raise status_error(
-                self._context,
-                status=exc.status_code,
-                headers=exc.response.headers,
-                body=exc.body,
-                fallback_message=exc.message,
-                request_id=exc.request_id,
-            ) from exc
+            raise sdk_status_error(self._context, exc) from exc
         except openai.APIConnectionError as exc:
             timed_out = isinstance(exc, openai.APITimeoutError)
             raise connection_error(self._context, exc, timed_out=timed_out) from exc
