@@ -29,11 +29,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import Depends, FastAPI, Form, Header, Query, Request
@@ -71,6 +71,7 @@ from durable_tools.worker.inbox.service import (
 __all__ = ["MAX_AGE_SECONDS", "create_app", "parse_age", "parse_offset"]
 
 _HERE = Path(__file__).parent
+_Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
 MAX_AGE_SECONDS = 3650 * 86400
 """The longest age a filter takes (ten years)."""
@@ -335,6 +336,10 @@ def create_app(
         503: {"model": Problem, "description": "No worker answered."},
     }
 
+    def _action(path: str, *, tag: str) -> Callable[[_Endpoint], _Endpoint]:
+        """Register an API action: a POST answered `Accepted`, or a `Problem`."""
+        return app.post(path, response_model=Accepted, responses=problems, tags=[tag])
+
     @app.get("/api/session", response_model=Session, responses=problems, tags=["session"])
     async def api_session(request: Request, who: Who) -> Response:  # pyright: ignore[reportUnusedFunction]
         """Who you are, and the CSRF token to send as `X-CSRF-Token` (sets its cookie)."""
@@ -497,11 +502,8 @@ def create_app(
 
         return _sse(stream())
 
-    @app.post(
-        "/api/conversations/{workflow_id:segment}/calls/{call_id:segment}/decision",
-        response_model=Accepted,
-        responses=problems,
-        tags=["decisions"],
+    @_action(
+        "/api/conversations/{workflow_id:segment}/calls/{call_id:segment}/decision", tag="decisions"
     )
     async def api_decide(  # pyright: ignore[reportUnusedFunction]
         workflow_id: str, call_id: str, body: DecisionBody, who: Checked
@@ -532,34 +534,19 @@ def create_app(
         )
         return Accepted(receipt=receipt)
 
-    @app.post(
-        "/api/conversations/{workflow_id:segment}/messages",
-        response_model=Accepted,
-        responses=problems,
-        tags=["conversations"],
-    )
+    @_action("/api/conversations/{workflow_id:segment}/messages", tag="conversations")
     async def api_send(workflow_id: str, body: MessageBody, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
         """Send a user message."""
         await state.service.send(workflow_id, who, body.text)
         return Accepted()
 
-    @app.post(
-        "/api/conversations/{workflow_id:segment}/resume",
-        response_model=Accepted,
-        responses=problems,
-        tags=["conversations"],
-    )
+    @_action("/api/conversations/{workflow_id:segment}/resume", tag="conversations")
     async def api_resume(workflow_id: str, body: ResumeBody, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
         """Resume a paused conversation."""
         await state.service.resume(workflow_id, who, body.message)
         return Accepted()
 
-    @app.post(
-        "/api/conversations/{workflow_id:segment}/retry",
-        response_model=Accepted,
-        responses=problems,
-        tags=["conversations"],
-    )
+    @_action("/api/conversations/{workflow_id:segment}/retry", tag="conversations")
     async def api_retry(workflow_id: str, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
         """Run a failed model turn again."""
         await state.service.retry(workflow_id, who)
@@ -686,7 +673,14 @@ def create_app(
         if who.needs_csrf and not state.csrf.check(token, request.cookies, who):
             raise _CsrfFailed()
 
-    def _back(workflow_id: str, notice: str) -> Response:
+    async def _act(
+        request: Request, who: Identity, workflow_id: str, action: Awaitable[Any], notice: str
+    ) -> Response:
+        """Do a form's action: back to the page with `notice`, or the page with the conflict."""
+        try:
+            await action
+        except Conflict as exc:
+            return await _conversation_page(request, who, workflow_id, conflict=exc)
         url = f"/conversations/{quote_segment(workflow_id)}?{urlencode({'notice': notice})}"
         return RedirectResponse(url, status_code=303)
 
@@ -705,19 +699,16 @@ def create_app(
         if decision not in ("approve", "deny"):
             conflict = Conflict("not_waiting", "Choose Approve or Deny.")
             return await _conversation_page(request, who, workflow_id, conflict=conflict)
-        try:
-            await state.service.decide(
-                workflow_id,
-                call_id,
-                who,
-                approved=decision == "approve",
-                arguments_hash=arguments_hash,
-                reason=reason.strip(),
-            )
-        except Conflict as exc:
-            return await _conversation_page(request, who, workflow_id, conflict=exc)
+        decide = state.service.decide(
+            workflow_id,
+            call_id,
+            who,
+            approved=decision == "approve",
+            arguments_hash=arguments_hash,
+            reason=reason.strip(),
+        )
         verb = "Approved" if decision == "approve" else "Denied"
-        return _back(workflow_id, f"{verb} call {call_id}.")
+        return await _act(request, who, workflow_id, decide, f"{verb} call {call_id}.")
 
     @app.post("/conversations/{workflow_id:segment}/answer", include_in_schema=False)
     async def answer_form(  # pyright: ignore[reportUnusedFunction]
@@ -735,13 +726,10 @@ def create_app(
         except ValueError:
             conflict = Conflict("invalid_answer", "The answer is not valid JSON.")
             return await _conversation_page(request, who, workflow_id, conflict=conflict)
-        try:
-            await state.service.answer(
-                workflow_id, call_id, who, value=value, arguments_hash=arguments_hash
-            )
-        except Conflict as exc:
-            return await _conversation_page(request, who, workflow_id, conflict=exc)
-        return _back(workflow_id, f"Answered call {call_id}.")
+        answer = state.service.answer(
+            workflow_id, call_id, who, value=value, arguments_hash=arguments_hash
+        )
+        return await _act(request, who, workflow_id, answer, f"Answered call {call_id}.")
 
     @app.post("/conversations/{workflow_id:segment}/send", include_in_schema=False)
     async def send_form(  # pyright: ignore[reportUnusedFunction]
@@ -755,11 +743,8 @@ def create_app(
         if not text.strip():
             conflict = Conflict("not_waiting", "Write a message first.")
             return await _conversation_page(request, who, workflow_id, conflict=conflict)
-        try:
-            await state.service.send(workflow_id, who, text)
-        except Conflict as exc:
-            return await _conversation_page(request, who, workflow_id, conflict=exc)
-        return _back(workflow_id, "Message sent.")
+        send = state.service.send(workflow_id, who, text)
+        return await _act(request, who, workflow_id, send, "Message sent.")
 
     @app.post("/conversations/{workflow_id:segment}/resume", include_in_schema=False)
     async def resume_form(  # pyright: ignore[reportUnusedFunction]
@@ -770,22 +755,16 @@ def create_app(
         message: Annotated[str, Form()] = "",
     ) -> Response:
         _form_checked(request, who, csrf)
-        try:
-            await state.service.resume(workflow_id, who, message.strip())
-        except Conflict as exc:
-            return await _conversation_page(request, who, workflow_id, conflict=exc)
-        return _back(workflow_id, "Resumed.")
+        resume = state.service.resume(workflow_id, who, message.strip())
+        return await _act(request, who, workflow_id, resume, "Resumed.")
 
     @app.post("/conversations/{workflow_id:segment}/retry", include_in_schema=False)
     async def retry_form(  # pyright: ignore[reportUnusedFunction]
         request: Request, workflow_id: str, who: Who, csrf: CsrfToken = ""
     ) -> Response:
         _form_checked(request, who, csrf)
-        try:
-            await state.service.retry(workflow_id, who)
-        except Conflict as exc:
-            return await _conversation_page(request, who, workflow_id, conflict=exc)
-        return _back(workflow_id, "Retrying the model turn.")
+        retry = state.service.retry(workflow_id, who)
+        return await _act(request, who, workflow_id, retry, "Retrying the model turn.")
 
     return app
 
