@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, get_origin, get_type_hints, overload
 
 import docstring_parser
@@ -150,11 +150,6 @@ class _LocalOptions:
     idempotent: bool | None
     at_most_once: bool
 
-    @classmethod
-    def given(cls, arguments: Mapping[str, Any]) -> _LocalOptions:
-        """The options among a constructor's arguments (its `locals()`, taken first thing)."""
-        return cls(**{field.name: arguments[field.name] for field in fields(cls)})
-
     def tool(
         self,
         *,
@@ -267,8 +262,20 @@ def dynamic_tool(
         ConfigurationError: `at_most_once=True` with `retry` of more than one
             attempt or with `idempotent=True`.
     """
-    options = _LocalOptions.given(locals())
     params = _parameters(parameters, what=f"parameters schema of tool {name!r}")
+    options = _LocalOptions(
+        needs_approval=needs_approval,
+        timeout=timeout,
+        heartbeat_timeout=heartbeat_timeout,
+        retry=retry,
+        annotations=annotations,
+        strict=strict,
+        failure_mode=failure_mode,
+        approval_deadline=approval_deadline,
+        approvers=approvers,
+        idempotent=idempotent,
+        at_most_once=at_most_once,
+    )
     return options.tool(
         name=name,
         description=description,
@@ -500,7 +507,19 @@ def tool(
             '''
         ```
     """  # noqa: D214 - the example's own docstring has an indented "Args:"
-    options = _LocalOptions.given(locals())
+    options = _LocalOptions(
+        needs_approval=needs_approval,
+        timeout=timeout,
+        heartbeat_timeout=heartbeat_timeout,
+        retry=retry,
+        annotations=annotations,
+        strict=strict,
+        failure_mode=failure_mode,
+        approval_deadline=approval_deadline,
+        approvers=tuple(approvers),
+        idempotent=idempotent,
+        at_most_once=at_most_once,
+    )
 
     def build(f: Callable[..., Any]) -> Tool:
         return _function_tool(f, name=name, description=description, output=output, options=options)
