@@ -10,6 +10,7 @@ name `examples.support:kit`; the first `--toolkit` is also registered as
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -92,10 +93,11 @@ def load_served(
             added to the application's.
 
     Returns:
-        The application's toolkits and models plus the toolkits given by
-        spec. `default` is the first toolkit given by spec; else the
-        application's own `default`, else its first toolkit; with no toolkit
-        at all, an empty toolkit (the model can still answer in text).
+        The application (every field kept) with the toolkits given by spec
+        added to its toolkits and the MCP configuration's servers to its
+        own. `default` is the first toolkit given by spec; else the
+        application's own `default`, else its first toolkit; with no
+        toolkit at all, an empty toolkit (the model can still answer in text).
 
     Raises:
         ConfigurationError: A spec does not load (see `load_toolkit`,
@@ -121,16 +123,6 @@ def load_served(
         from durable_tools.mcp import load_mcp_config  # imports the MCP SDK: only when asked
 
         servers += load_mcp_config(mcp_config)
-    return App(
-        toolkits=toolkits,
-        models=application.models,
-        mcp_servers=servers,
-        deps=application.deps,
-        payload_codec=application.payload_codec,
-        agents=application.agents,
-        allow_offline_models=application.allow_offline_models,
-        scripts_dir=application.scripts_dir,
-        decision_keys=application.decision_keys,
-        storage=application.storage,
-        tool_threads=application.tool_threads,
-    )
+    # Every other field of the application as it is (`context_strategies` was
+    # once left out here, so an agent with a custom strategy failed to load).
+    return dataclasses.replace(application, toolkits=toolkits, mcp_servers=servers)
