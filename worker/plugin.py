@@ -40,6 +40,7 @@ from durable_tools.redact import Redactor, secret_env_values
 from durable_tools.references import guarded
 from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit, compose
+from durable_tools.worker.app import DepsFactory
 from durable_tools.worker.search_attributes import check_search_attributes
 from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
 
@@ -47,10 +48,6 @@ if TYPE_CHECKING:
     from durable_tools.mcp.toolset import McpToolsets
 
 __all__ = ["PASSTHROUGH_MODULES", "DepsFactory", "DurableToolsPlugin", "sandbox_runner"]
-
-DepsFactory = Callable[[], Any]
-"""`App.deps`: returns the dependencies, an awaitable of them, or an async
-context manager of them (entered for the worker's lifetime)."""
 
 _SANDBOXED_SUBPACKAGES = frozenset({"workflows", "worker"})
 """`durable_tools` subpackages the sandbox re-imports per run: the workflow code

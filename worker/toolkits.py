@@ -5,7 +5,7 @@ object `kit` from the module `examples.support` and registers it under the
 name `examples.support:kit`; the first `--toolkit` is also registered as
 `default`, the toolkit `durable-tools run` uses unless told otherwise.
 `--app module:attr` adds an application's toolkits and models (see
-`durable_tools.worker.runner.App`).
+`durable_tools.worker.app.App`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from durable_tools.errors import ConfigurationError
 from durable_tools.toolkit import Toolkit
-from durable_tools.worker.runner import App, load_app
+from durable_tools.worker.app import App, load_app
 
 __all__ = ["DEFAULT_TOOLKIT", "load_served", "load_toolkit"]
 
@@ -101,7 +101,7 @@ def load_served(
 
     Raises:
         ConfigurationError: A spec does not load (see `load_toolkit`,
-            `durable_tools.worker.runner.load_app`), or the MCP configuration is wrong.
+            `durable_tools.worker.app.load_app`), or the MCP configuration is wrong.
     """
     try:
         application = load_app(app_spec) if app_spec else App()
