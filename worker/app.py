@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from temporalio.converter import PayloadCodec
 
@@ -32,7 +32,7 @@ from durable_tools.models.base import Model
 from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit
 
-__all__ = ["App", "DepsFactory", "load_app"]
+__all__ = ["App", "AppOptions", "DepsFactory", "app_of", "load_app"]
 
 DepsFactory = Callable[[], Any]
 """`App.deps`: returns the dependencies, an awaitable of them, or an async
@@ -41,18 +41,27 @@ context manager of them (entered for the worker's lifetime)."""
 
 @dataclass(frozen=True, kw_only=True)
 class App:
-    """What a worker serves: toolkits, model adapters and agents, by name.
+    """What a worker serves, by name: the one configuration of a worker.
+
+    `DurableToolsPlugin(app)`, `run_worker(..., app=app)` and
+    `durable-tools worker --app module:app` all take it; their keyword
+    arguments of the same names are conveniences that build one. Each field
+    is documented here only.
 
     Clients start conversations with a declared agent by its name
     (`Conversations.start(id, agent="support", variables=...)`); a worker
     that declares no agents runs any configuration a client sends
-    (`AgentConfig(model="gpt", toolkit="support")`): the development mode.
+    (`AgentConfig(model="gpt", toolkit="support")`): the development mode
+    (see `durable_tools.agents`).
 
     Attributes:
-        toolkits: Toolkits by name.
-        models: Model adapters by name (`await adapter(request)` returns an
-            `AssistantMessage`).
-        mcp_servers: MCP servers whose tools join every toolkit (default none).
+        toolkits: Toolkits by the name agents and agent configurations use
+            (`Agent.toolkit`, `AgentConfig.toolkit`).
+        models: Model adapters by name (`Agent.model`, `AgentConfig.model`;
+            `await adapter(request)` returns an `AssistantMessage`).
+        mcp_servers: MCP servers whose tools join every toolkit (as
+            `prefix__tool`); the worker connects to them when it starts and
+            closes them when it stops (`durable_tools.mcp`). Default none.
         deps: A factory of the tools' dependencies (database pools, HTTP
             clients), called once when a worker starts; tools receive its
             result as `ToolContext.deps` (annotate `ctx: ToolContext[MyDeps]`).
@@ -61,8 +70,10 @@ class App:
             at shutdown (e.g. an `@asynccontextmanager` function that opens and
             closes a pool). Default none (`ctx.deps` is `None`).
         payload_codec: A Temporal `PayloadCodec` (e.g. encryption) for every
-            payload the worker writes and reads; clients of these
-            conversations need the same codec (`durable_tools.codec`).
+            payload the worker writes and reads, beside the pydantic payload
+            converter; clients of these conversations need the same codec
+            (`durable_tools.codec`). `None` (default): the client's own codec,
+            if any.
         agents: The agents clients choose by name, each with its model,
             instructions, toolkit, settings and what a client may override
             (`durable_tools.agents.Agent`). With agents declared, a
@@ -79,21 +90,26 @@ class App:
             path outside it (absolute, `..`, a symlink out) is refused.
             `None` (default): the worker's working directory.
         decision_keys: HMAC keys by key id that signed decisions are checked
-            with (several during a rotation); `None` (default): those in
+            with (`durable_tools.approvals.sign_decision`; several during a
+            rotation); `None` (default): those in
             `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Held by the
             worker, never recorded in history (docs/approvals.md, "Trust model").
-        storage: External storage for payloads over its threshold (tool
-            results and arguments up to its `max_payload_bytes`, default
-            64 MiB; `durable_tools.storage`). Every worker and client of the
-            conversations needs the same storage. `None` (default): payloads
-            stay in history, limited by Temporal's 2 MiB.
+        storage: External storage for payloads over its threshold, set on the
+            client's data converter (its codec and failure converter kept) and
+            raising the tool result and argument limits to its
+            `max_payload_bytes` (default 64 MiB; `durable_tools.storage`).
+            Every worker and client of the conversations needs the same
+            storage. `None` (default): the client's data converter as it is
+            (its own `external_storage`, if any, is kept), and Temporal's
+            2 MiB payload limit applies.
         context_strategies: Custom context strategies by the name an agent's
             context policy gives (`CustomStrategy(name=...)`; see
             docs/context.md). Default none.
-        tool_threads: Most sync tool calls running at once in the worker's
-            own thread pool (`durable_tools.tool_threads`). `None` (default):
-            the worker's activity slots (`max_concurrent_activities`, 100 by
-            default).
+        tool_threads: Most sync tool calls running at once, each in a thread
+            of the worker's own pool (`durable_tools.tool_threads`; a thread
+            whose call was cancelled counts until its tool returns). `None`
+            (default): the worker's activity slots
+            (`max_concurrent_activities`), else 100.
 
     Example:
         ```python
@@ -144,6 +160,75 @@ class App:
         for name, agent in self.agents.items():
             for policy in (agent.context, *agent.allow.contexts):
                 check_policy(policy, self.context_strategies, f"agent {name!r}")
+
+
+class AppOptions(TypedDict, total=False):
+    """`App`'s fields besides `toolkits` and `models`, as keyword arguments.
+
+    What `DurableToolsPlugin(...)` and `run_worker(...)` accept instead of
+    `app=App(...)`; each is documented on `App`. `agents` and
+    `context_strategies` also take `None` (none).
+    """
+
+    mcp_servers: Sequence[McpServerConfig]
+    deps: DepsFactory | None
+    payload_codec: PayloadCodec | None
+    agents: Mapping[str, Agent] | None
+    allow_offline_models: bool
+    scripts_dir: str | os.PathLike[str] | None
+    decision_keys: Mapping[str, bytes] | None
+    storage: PayloadStorage | None
+    context_strategies: Mapping[str, ContextStrategyFunction] | None
+    tool_threads: int | None
+
+
+_NONE_IS_EMPTY = frozenset({"toolkits", "models", "agents", "context_strategies"})
+"""Fields whose keyword argument `None` means none (`run_worker` and the plugin
+took `None` for `agents` and `context_strategies` before they took an `App`)."""
+
+
+def app_of(
+    app: App | None,
+    toolkits: Mapping[str, Toolkit] | None,
+    models: Mapping[str, Model] | None,
+    options: AppOptions,
+    *,
+    caller: str,
+) -> App:
+    """`app`, or the `App` that keyword arguments describe (not both).
+
+    Args:
+        app: The application given as `app=`, or `None`.
+        toolkits: `App.toolkits` given as a keyword argument, or `None`.
+        models: `App.models` given as a keyword argument, or `None`.
+        options: The other fields given as keyword arguments.
+        caller: Who asks, for the error message (e.g. `"run_worker"`).
+
+    Returns:
+        `app` as it is, else `App(toolkits=..., models=..., **options)`
+        (`None` for `toolkits`, `models`, `agents` or `context_strategies`
+        meaning none).
+
+    Raises:
+        TypeError: Both `app` and a field were given.
+        ConfigurationError: See `App`.
+    """
+    essentials = {"toolkits": toolkits, "models": models}
+    if app is not None:
+        named = [name for name, value in essentials.items() if value is not None]
+        if named or options:
+            raise TypeError(
+                f"{caller} takes app=App(...) or App's fields as keyword arguments, not both "
+                f"(given with app: {', '.join([*named, *options])})"
+            )
+        return app
+    given: dict[str, Any] = {**essentials, **options}
+    fields: dict[str, Any] = {
+        name: value
+        for name, value in given.items()
+        if value is not None or name not in _NONE_IS_EMPTY
+    }
+    return App(**fields)
 
 
 def load_app(spec: str, *, app_dir: str | None = ".") -> App:

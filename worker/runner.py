@@ -12,27 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Unpack
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-from temporalio.converter import PayloadCodec
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
-from durable_tools.agents import Agent
 from durable_tools.codec import data_converter
-from durable_tools.context import ContextStrategyFunction
-from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
-from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit
-from durable_tools.worker.app import App, DepsFactory, load_app
+from durable_tools.worker.app import App, AppOptions, app_of, load_app
 from durable_tools.worker.health import keep_fresh
 from durable_tools.worker.plugin import DurableToolsPlugin
 from durable_tools.worker.telemetry import configure_telemetry
@@ -52,17 +47,11 @@ async def run_worker(
     client_target: str,
     namespace: str,
     task_queue: str,
-    toolkits: Mapping[str, Toolkit],
-    models: Mapping[str, Model],
+    toolkits: Mapping[str, Toolkit] | None = None,
+    models: Mapping[str, Model] | None = None,
     *,
-    mcp_servers: Sequence[McpServerConfig] = (),
-    deps: DepsFactory | None = None,
-    decision_keys: Mapping[str, bytes] | None = None,
-    payload_codec: PayloadCodec | None = None,
+    app: App | None = None,
     deployment: WorkerDeploymentVersion | None = None,
-    agents: Mapping[str, Agent] | None = None,
-    allow_offline_models: bool = False,
-    scripts_dir: str | os.PathLike[str] | None = None,
     graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
     max_concurrent_activities: int | None = None,
     handle_signals: bool = True,
@@ -70,37 +59,30 @@ async def run_worker(
     on_ready: Callable[[Worker], None] | None = None,
     health_file: Path | None = None,
     search_attributes: bool = True,
-    storage: PayloadStorage | None = None,
-    context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
-    tool_threads: int | None = None,
+    **options: Unpack[AppOptions],
 ) -> None:
     """Connect to Temporal and run a durable-tools worker until told to stop.
+
+    `run_worker(address, namespace, task_queue, app=app)` serves an `App`;
+    `run_worker(address, namespace, task_queue, toolkits, models, agents=...,
+    ...)` builds one from `App`'s fields given as arguments (documented on
+    `App`), a convenience for the same.
 
     Args:
         client_target: Temporal frontend address, e.g. `"localhost:7233"`.
         namespace: Temporal namespace, e.g. `"default"`.
         task_queue: Task queue conversations are started on (`Conversations(task_queue=...)`).
-        toolkits: Toolkits by name.
-        models: Model adapters by name.
-        mcp_servers: MCP servers to connect at start; their tools join every
-            toolkit (see `durable_tools.mcp`).
-        deps: The tools' dependencies factory (see `App.deps`); built when
-            the worker starts, closed when it stops.
-        decision_keys: Keys that signed decisions are checked with (see
-            `App.decision_keys`; default `DURABLE_TOOLS_DECISION_KEYS`).
-        payload_codec: A payload codec (e.g. encryption) kept beside the
-            pydantic payload converter (see `durable_tools.codec`).
+        toolkits: `App.toolkits`, instead of `app`.
+        models: `App.models`, instead of `app`.
+        app: What the worker serves (see `App`; its `payload_codec` and
+            `storage` are set on the client's data converter, and the
+            storage is closed when the worker stops). `None` (default): the
+            `App` of `toolkits`, `models` and `**options`.
         deployment: The Worker Deployment version this worker serves
             (`WorkerDeploymentVersion(deployment_name=..., build_id=...)`);
             conversations are pinned to the version they start on and move to
             the current version at their next turn boundary. `None` (default):
             an unversioned worker. See docs/operations.md, "Upgrades".
-        agents: The agents clients choose by name (see `App.agents`); none
-            (default): development mode.
-        allow_offline_models: Allow the offline models `test` and
-            `scripted:FILE` (default False; see `App.allow_offline_models`).
-        scripts_dir: Where `scripted:FILE` paths are confined (default: the
-            working directory).
         graceful_shutdown_timeout: Seconds running activities may finish once
             shutdown begins, before they are cancelled (default 30).
         max_concurrent_activities: Most activities this worker runs at once
@@ -118,18 +100,16 @@ async def run_worker(
             False: no check, and conversations this worker runs first make no
             upserts, on any worker that replays them
             (`DurableToolsPlugin(search_attributes=False)`).
-        storage: External storage for large payloads (see `App.storage`);
-            default none.
-        context_strategies: Custom context strategies by name (see
-            `App.context_strategies`); default none.
-        tool_threads: Most sync tool calls at once (see `App.tool_threads`);
-            default: `max_concurrent_activities`, else 100.
+        **options: `App`'s other fields (`mcp_servers`, `deps`, `agents`,
+            `payload_codec`, `storage`, ...: `AppOptions`), instead of `app`.
 
     With `OTEL_EXPORTER_OTLP_ENDPOINT` set, the worker exports its spans, its
     metrics and Temporal's SDK metrics over OTLP (`configure_telemetry`,
     docs/observability.md); without it, nothing.
 
     Raises:
+        TypeError: `app` and any of `App`'s fields were both given.
+        ConfigurationError: The app is wrong (see `App`, `DurableToolsPlugin`).
         ConfigurationError: A search attribute is missing or has another
             type; the one-line message holds the command that registers it.
         ConfigurationError: `OTEL_EXPORTER_OTLP_ENDPOINT` is set and its
@@ -140,30 +120,19 @@ async def run_worker(
             or another server-side error at startup.
     """
     telemetry = configure_telemetry()
-    plugin = DurableToolsPlugin(
-        toolkits=toolkits,
-        models=models,
-        mcp_servers=mcp_servers,
-        deps=deps,
-        search_attributes=search_attributes,
-        agents=agents,
-        allow_offline_models=allow_offline_models,
-        scripts_dir=scripts_dir,
-        decision_keys=decision_keys,
-        storage=storage,
-        context_strategies=context_strategies,
-        tool_threads=tool_threads,
-    )
+    served = app_of(app, toolkits, models, options, caller="run_worker")
+    plugin = DurableToolsPlugin(served, search_attributes=search_attributes)
     client = await Client.connect(
         client_target,
         namespace=namespace,
-        data_converter=data_converter(payload_codec, storage=storage),
+        data_converter=data_converter(served.payload_codec, storage=served.storage),
         plugins=[plugin],
         runtime=telemetry.runtime if telemetry is not None else None,
     )
     async with contextlib.AsyncExitStack() as stack:
-        if storage is not None:
-            stack.push_async_callback(storage.aclose)  # the S3 client, once the worker stops
+        if served.storage is not None:
+            # The S3 client, once the worker stops.
+            stack.push_async_callback(served.storage.aclose)
         await stack.enter_async_context(
             telemetry.metrics() if telemetry is not None else contextlib.nullcontext()
         )
