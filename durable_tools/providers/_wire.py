@@ -24,7 +24,6 @@ __all__ = [
     "config_of",
     "count",
     "dump_arguments",
-    "json_or_text",
     "load_object",
     "object_or_none",
     "parameters_of",
@@ -110,7 +109,7 @@ def object_or_none(value: Any) -> dict[str, Any] | None:
 
 
 def dump_arguments(arguments: Any) -> str:
-    """Encode decoded arguments (Anthropic `input`, Gemini `args`) as JSON text.
+    """Encode decoded arguments (Anthropic `input`) as JSON text.
 
     Values decoded from a JSON response are always encodable; `default=str`
     only guards against callers handing in Python objects.
@@ -127,11 +126,3 @@ def load_object(arguments: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return cast(dict[str, Any], value) if isinstance(value, dict) else None
-
-
-def json_or_text(content: str) -> Any:
-    """Decode `content` as JSON, or return it unchanged when it is not JSON."""
-    try:
-        return json.loads(content)
-    except ValueError:
-        return content
