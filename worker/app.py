@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
@@ -29,6 +28,7 @@ from durable_tools.context import ContextStrategyFunction, check_policy
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
+from durable_tools.specs import attribute_of, put_on_path, split_spec
 from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit
 
@@ -250,30 +250,18 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
             does not exist, the object is not an application, or its agents
             do not fit its toolkits and models (see `App`).
     """
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigurationError(
-            f"invalid app spec {spec!r}: use 'module:attribute', e.g. 'examples.support:app'"
-        )
+    module_name, _ = split_spec(spec, "app", "examples.support:app")
     if app_dir is not None:
-        path = os.path.abspath(app_dir)
-        if path not in sys.path:
-            sys.path.insert(0, path)
+        put_on_path(app_dir)
     try:
-        found: object = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and module_name.startswith(exc.name):
             raise ConfigurationError(
                 f"cannot import module {module_name!r} of app spec {spec!r}: {exc}"
             ) from exc
         raise  # the module exists but one of its own imports failed: show the real error
-    for part in attribute.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            raise ConfigurationError(
-                f"module {module_name!r} has no attribute {attribute!r} (app spec {spec!r})"
-            ) from None
+    found = attribute_of(module, spec, "app")
     if isinstance(found, App):
         return found
     toolkits: object = getattr(found, "toolkits", None)

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
-import sys
 from collections.abc import Sequence
 
 from durable_tools.errors import ConfigurationError
+from durable_tools.specs import attribute_of, put_on_path, split_spec
 from durable_tools.toolkit import Toolkit
 from durable_tools.worker.app import App, load_app
 
@@ -27,16 +26,10 @@ DEFAULT_TOOLKIT = "default"
 
 
 def _import(spec: str, what: str) -> object:
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigurationError(
-            f"invalid {what} spec {spec!r}: use 'module:attribute', e.g. 'examples.support:kit'"
-        )
-    path = os.path.abspath(".")
-    if path not in sys.path:  # a checkout works without installing, as with `--app`
-        sys.path.insert(0, path)
+    module_name, _ = split_spec(spec, what, "examples.support:kit")
+    put_on_path(".")  # a checkout works without installing, as with `--app`
     try:
-        found: object = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
             f"cannot import module {module_name!r} of {what} spec {spec!r}: {exc}"
@@ -46,14 +39,7 @@ def _import(spec: str, what: str) -> object:
             f"importing module {module_name!r} of {what} spec {spec!r} raised "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    for part in attribute.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            raise ConfigurationError(
-                f"module {module_name!r} has no attribute {attribute!r} ({what} spec {spec!r})"
-            ) from None
-    return found
+    return attribute_of(module, spec, what)
 
 
 def load_toolkit(spec: str) -> Toolkit:
