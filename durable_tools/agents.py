@@ -66,7 +66,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from durable_tools.context import ContextPolicy
+from durable_tools.context import ContextPolicy, check_policy
 from durable_tools.conversation import AgentConfig
 from durable_tools.errors import ConfigurationError
 
@@ -340,14 +340,27 @@ def check_agents(
     toolkits: Mapping[str, object],
     models: Mapping[str, object],
     allow_offline_models: bool,
+    context_strategies: Mapping[str, object] | None = None,
 ) -> None:
     """Fail at construction on agents a worker could never serve.
+
+    `App` and `AgentActivities` both call it when they are built.
+
+    Args:
+        agents: The declared agents by name.
+        toolkits: The worker's toolkits by name.
+        models: The worker's registered models by name.
+        allow_offline_models: Whether unregistered offline models are allowed.
+        context_strategies: The worker's custom context strategies by name;
+            `None` (default): the agents' context policies are not checked.
 
     Raises:
         ConfigurationError: An agent is not an `Agent`, names a toolkit the
             worker does not have, or uses an offline model (`test`,
             `scripted:FILE`, its own or an allowed one) that is not
-            registered while offline models are not allowed.
+            registered while offline models are not allowed; or one of its
+            context policies (its own or an allowed one) names a custom
+            strategy not in `context_strategies` (`check_policy`).
     """
     for name, agent in agents.items():
         if not isinstance(agent, Agent):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -365,3 +378,7 @@ def check_agents(
                     f"agent {name!r} uses the offline model {model!r}: allow offline models "
                     "(App(allow_offline_models=True)) or register it in models={...}"
                 )
+    if context_strategies is not None:
+        for name, agent in agents.items():
+            for policy in (agent.context, *agent.allow.contexts):
+                check_policy(policy, context_strategies, f"agent {name!r}")

@@ -24,7 +24,7 @@ from typing import Any, TypedDict, cast
 from temporalio.converter import PayloadCodec
 
 from durable_tools.agents import Agent, check_agents
-from durable_tools.context import ContextStrategyFunction, check_policy
+from durable_tools.context import ContextStrategyFunction
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
@@ -150,16 +150,14 @@ class App:
     tool_threads: int | None = None
 
     def __post_init__(self) -> None:
-        """Check the agents against the toolkits and models (see `check_agents`)."""
+        """Check the agents against the toolkits, models and strategies (`check_agents`)."""
         check_agents(
             self.agents,
             toolkits=self.toolkits,
             models=self.models,
             allow_offline_models=self.allow_offline_models,
+            context_strategies=self.context_strategies,
         )
-        for name, agent in self.agents.items():
-            for policy in (agent.context, *agent.allow.contexts):
-                check_policy(policy, self.context_strategies, f"agent {name!r}")
 
 
 class AppOptions(TypedDict, total=False):
