@@ -241,7 +241,8 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
 
     Returns:
         The `App`. Any object with `toolkits` and `models` mappings is
-        accepted and copied into an `App`.
+        accepted and copied into an `App`, with those of `App`'s other
+        fields it has.
 
     Raises:
         ConfigurationError: The spec is malformed, the module or attribute
@@ -323,7 +324,22 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         storage=storage,
         context_strategies=_context_strategies(spec, getattr(found, "context_strategies", None)),
         tool_threads=_tool_threads(spec, getattr(found, "tool_threads", None)),
+        mcp_servers=_mcp_servers(spec, getattr(found, "mcp_servers", None)),
     )
+
+
+def _mcp_servers(spec: str, value: object) -> list[McpServerConfig]:
+    if value is None:
+        return []
+    if (
+        isinstance(value, str)
+        or not isinstance(value, Sequence)
+        or not all(isinstance(s, McpServerConfig) for s in cast(Sequence[object], value))
+    ):
+        raise ConfigurationError(
+            f"mcp_servers of {spec!r} is not a sequence of durable_tools.mcp.McpServerConfig"
+        )
+    return list(cast(Sequence[McpServerConfig], value))
 
 
 def _tool_threads(spec: str, value: object) -> int | None:

@@ -59,3 +59,24 @@ def test_an_app_with_a_custom_context_strategy_loads_with_it(
     for field in dataclasses.fields(App):
         if field.name not in ("toolkits", "mcp_servers"):
             assert getattr(served, field.name) == getattr(app, field.name), field.name
+
+
+def test_an_app_that_is_not_an_app_object_keeps_its_mcp_servers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from durable_tools.errors import ConfigurationError
+    from durable_tools.mcp import McpServerConfig
+    from durable_tools.worker import load_app
+
+    server = McpServerConfig(name="notes", command=sys.executable, args=["-c", "pass"])
+    module = types.ModuleType("duck_app_probe")
+    module.app = types.SimpleNamespace(toolkits={"kit": KIT}, models={}, mcp_servers=[server])  # type: ignore[attr-defined]
+    module.bad = types.SimpleNamespace(toolkits={}, models={}, mcp_servers="notes")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "duck_app_probe", module)
+
+    assert list(load_app("duck_app_probe:app").mcp_servers) == [server]
+    assert list(load_served("duck_app_probe:app", []).mcp_servers) == [server]
+    with pytest.raises(
+        ConfigurationError, match="not a sequence of durable_tools.mcp.McpServerConfig"
+    ):
+        load_app("duck_app_probe:bad")
