@@ -53,7 +53,7 @@ from durable_tools.activities.tool_run import AttemptTimedOut, run_attempt
 from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
 from durable_tools.agents import Agent, ResolvedAgent, check_agents, is_offline_model, resolve_agent
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
-from durable_tools.context import ContextStrategyFunction, Summarize, check_policy
+from durable_tools.context import ContextStrategyFunction, Summarize
 from durable_tools.conversation import AgentConfig, TranscriptPage, TranscriptSlice
 from durable_tools.descriptor import ToolDescriptor, descriptors_digest
 from durable_tools.errors import ConfigurationError
@@ -235,11 +235,13 @@ class AgentActivities:
         self.toolkits = dict(toolkits)
         self.models = dict(models)
         self.agents = dict(agents or {})
+        self.context = ContextWindow(context_strategies)
         check_agents(
             self.agents,
             toolkits=self.toolkits,
             models=self.models,
             allow_offline_models=allow_offline_models,
+            context_strategies=self.context.functions,
         )
         self.allow_offline_models = allow_offline_models
         self.scripts_dir = Path(scripts_dir if scripts_dir is not None else ".").resolve()
@@ -259,10 +261,6 @@ class AgentActivities:
         self._agent_configs: OrderedDict[tuple[str, str, str], AgentConfig] = OrderedDict()
         self._planned: OrderedDict[tuple[str, str], tuple[ToolCall, str]] = OrderedDict()
         self.produced = ProducedItems()
-        self.context = ContextWindow(context_strategies)
-        for name, agent in self.agents.items():
-            for policy in (agent.context, *agent.allow.contexts):
-                check_policy(policy, self.context.functions, f"agent {name!r}")
 
     def _toolkit(self, name: str) -> Toolkit:
         try:

@@ -1,16 +1,42 @@
-"""Agents declared on the worker: clients choose one by name (DESIGN invariant 8).
+"""Agents: declared on the worker, requested by a client, resolved for each model turn.
 
-A worker's `App(agents={...})` says which models, instructions, toolkits and
-settings exist; a client starts a conversation by the agent's name and passes
-only what the agent allows (`AgentOverrides`): template variables, a model
-from a list, some settings. The model activity resolves the conversation's
-`AgentConfig` against the declared agent on every turn (`resolve_agent`), so
-nothing recorded in history is trusted; a conversation asking for more than
-the agent allows fails its model turn with a one-line `ConfigurationError`
-and waits in state `model_failed`.
+One agent has three forms, one for each party that holds it (DESIGN
+invariant 8: clients choose an agent by name; the worker decides what runs):
 
-A worker that declares no agents runs whatever configuration a client sends
-(model spec, toolkit, instructions, settings): the development mode.
+| form | type | held by | checked |
+|---|---|---|---|
+| declared | `Agent` | the worker: `App(agents={"support": Agent(...)})` | when the `App` is built |
+| requested | `AgentConfig` | the conversation's workflow input, in history | on every model turn |
+| resolved | `ResolvedAgent` | one model activity attempt, in memory | it is the check's result |
+
+- **Declared.** `Agent` says which model, toolkit, instructions template,
+  settings, output type and context policy an agent has, and what a client
+  may override (`AgentOverrides`). It is checked at construction:
+  `Agent.__post_init__` checks the template against the variables,
+  `App.__post_init__` checks the toolkit and offline models
+  (`check_agents`) and custom context strategies
+  (`durable_tools.context.check_policy`).
+- **Requested.** `durable_tools.conversation.AgentConfig` is what a client
+  sends (`Conversations.start(id, agent="support", variables=...)`, and each
+  handoff): the agent's name and whatever it asks for (model, toolkit,
+  instructions, settings, variables, context policy). It is workflow input,
+  recorded in history, so its field names and JSON shape never change, and
+  the worker trusts none of it: the workflow reads only its name, its
+  `model_retry` (the model activity's retry policy) and, where a model
+  turn's result names no model or toolkit (event and span labels), the
+  ones it asks for.
+- **Resolved.** `resolve_agent(request, declared)` is the one place a
+  request becomes a `ResolvedAgent`, the configuration one model turn runs
+  with. The model activity calls it on every turn (`AgentActivities`), so a
+  worker whose declared agents changed applies them at the next turn, and
+  nothing resolved is recorded. With agents declared, the request must name
+  one, and each field it sets must be the agent's own or an allowed
+  override; anything else fails the turn with a one-line
+  `ConfigurationError` and the conversation waits in state `model_failed`.
+
+A worker that declares no agents is in development mode: the request is
+taken as it is (`resolve_agent` then needs its model and toolkit, and
+refuses variables, which fill only a declared agent's template).
 
 ```python
 app = App(
@@ -26,6 +52,8 @@ app = App(
         )
     },
 )
+# A client's request: the agent's name and the variable it may fill.
+await conversations.start("ticket-42", agent="support", variables={"customer_name": "Ana"})
 ```
 """
 
@@ -38,7 +66,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from durable_tools.context import ContextPolicy
+from durable_tools.context import ContextPolicy, check_policy
 from durable_tools.conversation import AgentConfig
 from durable_tools.errors import ConfigurationError
 
@@ -95,7 +123,7 @@ class AgentOverrides:
 
 @dataclass(frozen=True, kw_only=True)
 class Agent:
-    """An agent a worker serves: its model, instructions, toolkit and settings.
+    """An agent a worker serves, as it declares it (`App.agents`; the declared form).
 
     Attributes:
         model: A model registered on the worker (`App.models`) or a model
@@ -144,7 +172,9 @@ class Agent:
 
 @dataclass(frozen=True, kw_only=True)
 class ResolvedAgent:
-    """The configuration one model turn runs with, decided on the worker.
+    """The configuration one model turn runs with, decided on the worker (the resolved form).
+
+    Made only by `resolve_agent`, on every model turn; never recorded in history.
 
     Attributes:
         name: The agent's name.
@@ -193,14 +223,15 @@ def template_variables(template: str) -> list[str]:
 
 
 def resolve_agent(config: AgentConfig, agents: Mapping[str, Agent]) -> ResolvedAgent:
-    """The effective configuration of a turn: the declared agent plus what it allows.
+    """A client's request resolved against the declared agents: what a turn runs with.
 
-    With no declared agents (development mode) the client's configuration is
-    taken as it is. Otherwise `config.name` must be a declared agent, and each
-    field the client set must be the agent's own or an allowed override.
+    The one place a request (`AgentConfig`) becomes a `ResolvedAgent`. With
+    no declared agents (development mode) the request is taken as it is.
+    Otherwise `config.name` must be a declared agent, and each field the
+    client set must be the agent's own or an allowed override.
 
     Args:
-        config: The conversation's agent configuration (from history).
+        config: The conversation's requested agent (from history, untrusted).
         agents: The worker's declared agents by name.
 
     Returns:
@@ -309,14 +340,27 @@ def check_agents(
     toolkits: Mapping[str, object],
     models: Mapping[str, object],
     allow_offline_models: bool,
+    context_strategies: Mapping[str, object] | None = None,
 ) -> None:
     """Fail at construction on agents a worker could never serve.
+
+    `App` and `AgentActivities` both call it when they are built.
+
+    Args:
+        agents: The declared agents by name.
+        toolkits: The worker's toolkits by name.
+        models: The worker's registered models by name.
+        allow_offline_models: Whether unregistered offline models are allowed.
+        context_strategies: The worker's custom context strategies by name;
+            `None` (default): the agents' context policies are not checked.
 
     Raises:
         ConfigurationError: An agent is not an `Agent`, names a toolkit the
             worker does not have, or uses an offline model (`test`,
             `scripted:FILE`, its own or an allowed one) that is not
-            registered while offline models are not allowed.
+            registered while offline models are not allowed; or one of its
+            context policies (its own or an allowed one) names a custom
+            strategy not in `context_strategies` (`check_policy`).
     """
     for name, agent in agents.items():
         if not isinstance(agent, Agent):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -334,3 +378,7 @@ def check_agents(
                     f"agent {name!r} uses the offline model {model!r}: allow offline models "
                     "(App(allow_offline_models=True)) or register it in models={...}"
                 )
+    if context_strategies is not None:
+        for name, agent in agents.items():
+            for policy in (agent.context, *agent.allow.contexts):
+                check_policy(policy, context_strategies, f"agent {name!r}")

@@ -27,6 +27,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter, PayloadCodec
 
 from durable_tools.errors import ConfigurationError
+from durable_tools.specs import attribute_of, split_spec
 from durable_tools.storage import PayloadStorage
 
 __all__ = ["data_converter", "load_codec", "with_pydantic_payloads"]
@@ -74,22 +75,12 @@ def load_codec(spec: str) -> PayloadCodec:
         ConfigurationError: The spec is malformed, does not import, or names
             something that is not a `PayloadCodec`.
     """
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigurationError(
-            f"invalid codec spec {spec!r}: use 'module:attribute', e.g. 'myapp.crypto:codec'"
-        )
+    module_name, _ = split_spec(spec, "codec", "myapp.crypto:codec")
     try:
-        found: object = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"cannot import the codec module {module_name!r}: {exc}") from exc
-    for part in attribute.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            raise ConfigurationError(
-                f"module {module_name!r} has no attribute {attribute!r} (codec spec {spec!r})"
-            ) from None
+    found = attribute_of(module, spec, "codec")
     if not isinstance(found, PayloadCodec) and callable(found):
         found = found()
     if not isinstance(found, PayloadCodec):

@@ -128,6 +128,11 @@ class RetryRequest(BaseModel):
 class AgentConfig(BaseModel):
     """The agent a conversation runs under, as the client asked for it.
 
+    The *requested* form of an agent (`durable_tools.agents` tells the story:
+    declared `Agent` → requested `AgentConfig` → `ResolvedAgent`). It is
+    workflow input recorded in history: its field names and JSON shape never
+    change.
+
     On a worker that declares agents (`App(agents=...)`, see
     `durable_tools.agents`), `name` picks a declared agent and every other
     field is a request the worker checks on each model turn: empty fields

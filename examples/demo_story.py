@@ -38,7 +38,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from rich.console import Console
@@ -134,14 +134,7 @@ class _Workers:
                 self.server.address,
                 "default",
                 _TASK_QUEUE,
-                self.app.toolkits,
-                self.app.models,
-                mcp_servers=self.app.mcp_servers,
-                deps=self.app.deps,
-                agents=self.app.agents,
-                allow_offline_models=self.app.allow_offline_models,
-                scripts_dir=self.app.scripts_dir,
-                storage=self.storage,
+                app=replace(self.app, storage=self.storage),
                 graceful_shutdown_timeout=5.0,
                 handle_signals=False,
                 stop=stop,

@@ -1,12 +1,13 @@
 """`DurableToolsPlugin`: one Temporal plugin that sets up a worker (and client).
 
 It bundles `AgentWorkflow`, the model and tool activities bound to the
-toolkits and models registered by name, the pydantic payload converter (the
-client's payload codec and failure converter are kept: see
-`durable_tools.codec`) and the sandbox pass-through modules, so an application only writes:
+toolkits and models of an `App`, the pydantic payload converter (the client's
+failure converter is kept, and its payload codec unless the app has one: see
+`durable_tools.codec`) and the sandbox pass-through modules, so an application
+only writes:
 
 ```python
-plugin = DurableToolsPlugin(toolkits={"support": kit}, models={"gpt": adapter})
+plugin = DurableToolsPlugin(App(toolkits={"support": kit}, models={"gpt": adapter}))
 client = await Client.connect("localhost:7233", plugins=[plugin])
 worker = Worker(client, task_queue="agents")  # the plugin adds the rest
 ```
@@ -15,11 +16,12 @@ worker = Worker(client, task_queue="agents")  # the plugin adds the rest
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import os
 import pkgutil
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
@@ -31,15 +33,13 @@ from durable_tools.activities.decision_activities import (
     DecisionVerifier,
     decision_keys_from_environment,
 )
-from durable_tools.agents import Agent
 from durable_tools.codec import with_pydantic_payloads
-from durable_tools.context import ContextStrategyFunction
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.redact import Redactor, secret_env_values
 from durable_tools.references import guarded
-from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit, compose
+from durable_tools.worker.app import App, AppOptions, DepsFactory, app_of
 from durable_tools.worker.search_attributes import check_search_attributes
 from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
 
@@ -47,10 +47,6 @@ if TYPE_CHECKING:
     from durable_tools.mcp.toolset import McpToolsets
 
 __all__ = ["PASSTHROUGH_MODULES", "DepsFactory", "DurableToolsPlugin", "sandbox_runner"]
-
-DepsFactory = Callable[[], Any]
-"""`App.deps`: returns the dependencies, an awaitable of them, or an async
-context manager of them (entered for the worker's lifetime)."""
 
 _MAPPED_SUBPACKAGES = frozenset({"activities", "workflows", "worker"})
 """`durable_tools` subpackages whose code lives in the checkout's top-level
@@ -109,30 +105,26 @@ def sandbox_runner() -> WorkflowRunner:
 class DurableToolsPlugin(SimplePlugin):
     """A Temporal client + worker plugin for durable-tools.
 
+    `DurableToolsPlugin(app)` serves an `App`; `DurableToolsPlugin(toolkits=...,
+    models=..., agents=..., ...)` builds one from `App`'s fields given as
+    keyword arguments (documented on `App`), a convenience for the same.
+
+    On a client (`Client.connect(..., plugins=[plugin])`) it sets the pydantic
+    payload converter, and `App.payload_codec` and `App.storage` when given,
+    on the client's data converter; the client's failure converter and, when
+    the app has none, its codec and external storage are kept.
+
     Args:
-        toolkits: Toolkits by the name agent configurations use (`AgentConfig.toolkit`).
-        models: Model adapters by name (`AgentConfig.model`).
-        mcp_servers: MCP servers whose tools join every toolkit (as
-            `prefix__tool`). The worker connects to them when it starts and
-            closes them when it stops (see `durable_tools.mcp`).
-        deps: A factory of the tools' dependencies, called once when the
-            worker starts (its run context); see `App.deps`.
+        app: What the worker serves (see `App`); `None` (default): the `App`
+            of `toolkits`, `models` and `**options`.
+        toolkits: `App.toolkits`, instead of `app`.
+        models: `App.models`, instead of `app`.
         search_attributes: Whether conversations this worker starts running
             upsert `DurableToolsPendingCount` / `DurableToolsPendingKinds`
             (default True; they must be registered on the namespace, which
             the worker checks when it starts: see below). False records
             `NO_SEARCH_ATTRIBUTES_PATCH` in each run it runs first, so
             replays on any worker skip the upserts as well, and skips the check.
-        agents: The agents conversations choose by name (`App.agents`, see
-            `durable_tools.agents`); none (default): development mode.
-        allow_offline_models: Let conversations name the offline models
-            `test` and `scripted:FILE` (default False; see `App`).
-        scripts_dir: The directory `scripted:FILE` paths are confined to
-            (default: the working directory).
-        decision_keys: Keys by key id that signed decisions are verified
-            with (`durable_tools.approvals.sign_decision`); default: those in
-            `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Never
-            recorded in history (docs/approvals.md, "Trust model").
         tracing: Add Temporal's OpenTelemetry interceptor
             (`temporalio.contrib.opentelemetry.OpenTelemetryInterceptor`, what
             `OpenTelemetryPlugin` adds), which carries the trace context
@@ -142,26 +134,16 @@ class DurableToolsPlugin(SimplePlugin):
             tracer provider is replay-safe (`create_tracer_provider`, as
             `durable_tools.worker.telemetry.configure_telemetry` installs it);
             `True` requires one (the interceptor refuses any other).
-        storage: External storage for large payloads, set on the client's
-            data converter (its codec and failure converter kept) and raising
-            the tool result and argument limits to its `max_payload_bytes`
-            (`durable_tools.storage`). `None` (default): the client's data
-            converter as it is (its own `external_storage`, if any, is kept),
-            and Temporal's 2 MiB payload limit applies.
-        context_strategies: Custom context strategies by the name a context
-            policy's `CustomStrategy` gives (`App.context_strategies`;
-            default none).
-        tool_threads: Most sync tool calls running at once, each in a thread
-            of the worker's own pool (`durable_tools.tool_threads`; a thread
-            whose call was cancelled counts until its tool returns). `None`
-            (default): the worker's `max_concurrent_activities`, else 100.
+        **options: `App`'s other fields (`mcp_servers`, `deps`, `agents`,
+            `storage`, ...: `AppOptions`), instead of `app`.
 
     Raises:
-        ConfigurationError: Two MCP servers share a name, or an agent names a
-            toolkit the worker lacks or an offline model it does not allow. A
-            conversation naming an unregistered toolkit or model, an
-            undeclared agent or an override its agent does not allow fails
-            its model activity with a non-retryable `ConfigurationError`.
+        TypeError: `app` and any of `App`'s fields were both given.
+        ConfigurationError: Two MCP servers share a name, or the app is
+            wrong (see `App`). A conversation naming an unregistered toolkit
+            or model, an undeclared agent or an override its agent does not
+            allow fails its model activity with a non-retryable
+            `ConfigurationError`.
 
     When the worker starts (`Worker.run`, or `async with Worker(...)`), before
     it polls, it raises `ConfigurationError` if the namespace lacks the search
@@ -170,52 +152,52 @@ class DurableToolsPlugin(SimplePlugin):
     create ...` command, as `run_worker`'s: `check_search_attributes`), if an
     allow-listed MCP server fails to start or lacks a listed tool, and
     `DuplicateToolName` if an MCP tool's name collides with another tool.
+
+    Example:
+        ```python
+        plugin = DurableToolsPlugin(App(toolkits={"support": kit}, models={"gpt": adapter}))
+        ```
     """
 
     def __init__(
         self,
+        app: App | None = None,
         *,
-        toolkits: Mapping[str, Toolkit],
-        models: Mapping[str, Model],
-        mcp_servers: Sequence[McpServerConfig] = (),
-        deps: DepsFactory | None = None,
+        toolkits: Mapping[str, Toolkit] | None = None,
+        models: Mapping[str, Model] | None = None,
         search_attributes: bool = True,
-        agents: Mapping[str, Agent] | None = None,
-        allow_offline_models: bool = False,
-        scripts_dir: str | os.PathLike[str] | None = None,
-        decision_keys: Mapping[str, bytes] | None = None,
         tracing: bool | None = None,
-        storage: PayloadStorage | None = None,
-        context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
-        tool_threads: int | None = None,
+        **options: Unpack[AppOptions],
     ) -> None:
-        self.storage = storage
+        app = app_of(app, toolkits, models, options, caller="DurableToolsPlugin")
+        self.app = app
+        self.storage = app.storage
         self.search_attributes = search_attributes
         self.mcp: McpToolsets | None = None
-        self.deps_factory = deps
-        if mcp_servers:
+        self.deps_factory = app.deps
+        if app.mcp_servers:
             from durable_tools.mcp.toolset import McpToolsets  # imports the mcp SDK
 
-            self.mcp = McpToolsets(mcp_servers)
+            self.mcp = McpToolsets(app.mcp_servers)
         self.agent_activities = AgentActivities(
-            toolkits,
-            models,
+            app.toolkits,
+            app.models,
             mcp=self.mcp,
-            redact=Redactor.from_environment(_config_secrets(mcp_servers)),
-            agents=agents,
-            allow_offline_models=allow_offline_models,
-            scripts_dir=scripts_dir,
-            max_payload_bytes=storage.max_payload_bytes if storage is not None else None,
-            context_strategies=context_strategies,
-            tool_threads=tool_threads,
+            redact=Redactor.from_environment(_config_secrets(app.mcp_servers)),
+            agents=app.agents,
+            allow_offline_models=app.allow_offline_models,
+            scripts_dir=app.scripts_dir,
+            max_payload_bytes=app.storage.max_payload_bytes if app.storage is not None else None,
+            context_strategies=app.context_strategies,
+            tool_threads=app.tool_threads,
         )
         self.verifier = DecisionVerifier(
-            decision_keys if decision_keys is not None else decision_keys_from_environment()
+            app.decision_keys if app.decision_keys is not None else decision_keys_from_environment()
         )
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",
-            # Only the payload converter: the client's codec (encryption)
-            # and failure converter stay.
+            # Only the payload converter (and the app's codec and storage):
+            # the client's failure converter stays.
             data_converter=self._data_converter,
             activities=[
                 self.agent_activities.model_turn,
@@ -230,6 +212,8 @@ class DurableToolsPlugin(SimplePlugin):
 
     def _data_converter(self, existing: DataConverter | None) -> DataConverter:
         converter = with_pydantic_payloads(existing)
+        if self.app.payload_codec is not None:
+            converter = dataclasses.replace(converter, payload_codec=self.app.payload_codec)
         if self.storage is not None:
             converter = self.storage.apply(converter)
         # A reference a client sends that cannot be fetched must not wedge a

@@ -5,19 +5,19 @@ object `kit` from the module `examples.support` and registers it under the
 name `examples.support:kit`; the first `--toolkit` is also registered as
 `default`, the toolkit `durable-tools run` uses unless told otherwise.
 `--app module:attr` adds an application's toolkits and models (see
-`durable_tools.worker.runner.App`).
+`durable_tools.worker.app.App`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-import os
-import sys
 from collections.abc import Sequence
 
 from durable_tools.errors import ConfigurationError
+from durable_tools.specs import attribute_of, put_on_path, split_spec
 from durable_tools.toolkit import Toolkit
-from durable_tools.worker.runner import App, load_app
+from durable_tools.worker.app import App, load_app
 
 __all__ = ["DEFAULT_TOOLKIT", "load_served", "load_toolkit"]
 
@@ -26,16 +26,10 @@ DEFAULT_TOOLKIT = "default"
 
 
 def _import(spec: str, what: str) -> object:
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigurationError(
-            f"invalid {what} spec {spec!r}: use 'module:attribute', e.g. 'examples.support:kit'"
-        )
-    path = os.path.abspath(".")
-    if path not in sys.path:  # a checkout works without installing, as with `--app`
-        sys.path.insert(0, path)
+    module_name, _ = split_spec(spec, what, "examples.support:kit")
+    put_on_path(".")  # a checkout works without installing, as with `--app`
     try:
-        found: object = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
             f"cannot import module {module_name!r} of {what} spec {spec!r}: {exc}"
@@ -45,14 +39,7 @@ def _import(spec: str, what: str) -> object:
             f"importing module {module_name!r} of {what} spec {spec!r} raised "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    for part in attribute.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError:
-            raise ConfigurationError(
-                f"module {module_name!r} has no attribute {attribute!r} ({what} spec {spec!r})"
-            ) from None
-    return found
+    return attribute_of(module, spec, what)
 
 
 def load_toolkit(spec: str) -> Toolkit:
@@ -92,14 +79,15 @@ def load_served(
             added to the application's.
 
     Returns:
-        The application's toolkits and models plus the toolkits given by
-        spec. `default` is the first toolkit given by spec; else the
-        application's own `default`, else its first toolkit; with no toolkit
-        at all, an empty toolkit (the model can still answer in text).
+        The application (every field kept) with the toolkits given by spec
+        added to its toolkits and the MCP configuration's servers to its
+        own. `default` is the first toolkit given by spec; else the
+        application's own `default`, else its first toolkit; with no
+        toolkit at all, an empty toolkit (the model can still answer in text).
 
     Raises:
         ConfigurationError: A spec does not load (see `load_toolkit`,
-            `durable_tools.worker.runner.load_app`), or the MCP configuration is wrong.
+            `durable_tools.worker.app.load_app`), or the MCP configuration is wrong.
     """
     try:
         application = load_app(app_spec) if app_spec else App()
@@ -121,16 +109,6 @@ def load_served(
         from durable_tools.mcp import load_mcp_config  # imports the MCP SDK: only when asked
 
         servers += load_mcp_config(mcp_config)
-    return App(
-        toolkits=toolkits,
-        models=application.models,
-        mcp_servers=servers,
-        deps=application.deps,
-        payload_codec=application.payload_codec,
-        agents=application.agents,
-        allow_offline_models=application.allow_offline_models,
-        scripts_dir=application.scripts_dir,
-        decision_keys=application.decision_keys,
-        storage=application.storage,
-        tool_threads=application.tool_threads,
-    )
+    # Every other field of the application as it is (`context_strategies` was
+    # once left out here, so an agent with a custom strategy failed to load).
+    return dataclasses.replace(application, toolkits=toolkits, mcp_servers=servers)

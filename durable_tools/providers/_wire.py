@@ -27,7 +27,6 @@ __all__ = [
     "count",
     "dump_arguments",
     "function_fields",
-    "json_or_text",
     "load_object",
     "object_or_none",
     "openai_usage",
@@ -168,7 +167,7 @@ def arguments_text(arguments: Any) -> str:
 
 
 def dump_arguments(arguments: Any) -> str:
-    """Encode decoded arguments (Anthropic `input`, Gemini `args`) as JSON text.
+    """Encode decoded arguments (Anthropic `input`) as JSON text.
 
     Values decoded from a JSON response are always encodable; `default=str`
     only guards against callers handing in Python objects.
@@ -185,11 +184,3 @@ def load_object(arguments: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return cast(dict[str, Any], value) if isinstance(value, dict) else None
-
-
-def json_or_text(content: str) -> Any:
-    """Decode `content` as JSON, or return it unchanged when it is not JSON."""
-    try:
-        return json.loads(content)
-    except ValueError:
-        return content

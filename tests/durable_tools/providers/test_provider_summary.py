@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durable_tools.providers import anthropic, gemini, openai_chat, openai_responses
+from durable_tools.providers import anthropic, openai_chat, openai_responses
 from durable_tools.transcript import (
     SUMMARY_HEADING,
     AssistantMessage,
@@ -36,8 +36,3 @@ def test_anthropic() -> None:
         "role": "user",
         "content": [{"type": "text", "text": TEXT}, {"type": "text", "text": "two"}],
     }
-
-
-def test_gemini() -> None:
-    contents = gemini.render_transcript(TRANSCRIPT)["contents"]
-    assert contents[2] == {"role": "user", "parts": [{"text": TEXT}, {"text": "two"}]}

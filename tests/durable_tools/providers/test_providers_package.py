@@ -4,7 +4,7 @@ import sys
 
 import durable_tools.providers as providers
 
-MODULES = ["anthropic", "gemini", "openai_chat", "openai_responses"]
+MODULES = ["anthropic", "openai_chat", "openai_responses"]
 
 
 def test_all_is_complete_and_sorted() -> None:
