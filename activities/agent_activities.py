@@ -38,6 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools import telemetry
 from durable_tools._wire import (
+    PAYLOAD_BUDGET_BYTES,
     CallReference,
     DeltaEntry,
     ModelTurn,
@@ -113,9 +114,6 @@ _TOOL_CALL_ANSWER: Any = ToolCall | None
 
 # Settings that only make sense with tools or an output format: not sent to the summarizer.
 _NOT_FOR_SUMMARIES: Final = frozenset({"tool_choice", "parallel_tool_calls", "response_format"})
-
-# Temporal rejects payloads over 2 MiB; stay well below for the whole turn.
-_MAX_TURN_ARGUMENT_BYTES: Final[int] = 1_500_000
 
 
 _TRANSIENT_QUERY_STATUS: Final = frozenset(
@@ -575,7 +573,7 @@ class AgentActivities:
             message = await call_model(window.items)
         message, problems = safe_turn(message)
         message = _unique_call_ids(message, transcript)
-        message = _bound_arguments(message, self.max_payload_bytes or _MAX_TURN_ARGUMENT_BYTES)
+        message = _bound_arguments(message, self.max_payload_bytes or PAYLOAD_BUDGET_BYTES)
         plans = plan_calls(
             toolkit,
             message.tool_calls,
@@ -847,7 +845,7 @@ def _unique_call_ids(
 def _bound_arguments(message: AssistantMessage, limit: int) -> AssistantMessage:
     """Keep a turn's argument text under `limit` bytes by blanking the largest arguments.
 
-    The limit is Temporal's payload limit (`_MAX_TURN_ARGUMENT_BYTES`), or the
+    The limit is Temporal's payload limit (`PAYLOAD_BUDGET_BYTES`), or the
     worker's maximum payload size with external storage.
 
     A blanked call keeps its id and name; its arguments become a JSON string

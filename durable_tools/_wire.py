@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -46,6 +46,7 @@ from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
 
 __all__ = [
+    "PAYLOAD_BUDGET_BYTES",
     "CallReference",
     "CarriedCall",
     "CarriedState",
@@ -60,6 +61,11 @@ __all__ = [
     "TranscriptDelta",
     "conversation_input",
 ]
+
+PAYLOAD_BUDGET_BYTES: Final[int] = 1_500_000
+"""Bytes of JSON a tool result, or a model turn's arguments, may take in one
+payload: well below Temporal's 2 MiB payload limit, which leaves room for
+the rest of the event."""
 
 
 class PlannedCall(BaseModel):
@@ -334,7 +340,7 @@ class ToolActivityInput(BaseModel):
     call: ToolCall | None = None
     workflow_id: str
     idempotency_key: str
-    max_result_bytes: int = 1_500_000
+    max_result_bytes: int = PAYLOAD_BUDGET_BYTES
     reference: CallReference | None = None
     summary: str = ""
 
