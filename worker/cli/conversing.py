@@ -35,13 +35,12 @@ from durable_tools.worker.cli.shared import (
     Address,
     AsJson,
     CliError,
+    Connection,
     Namespace,
     TaskQueue,
     Timeout,
     WorkflowId,
-    connect_conversations,
     fail,
-    on_conversation,
     out,
     run_reported,
     whoami,
@@ -152,16 +151,16 @@ def start_command(
     except ValueError as exc:
         fail(f"invalid option: {exc}", EXIT_BAD_INPUT)
 
+    connection = Connection(address, namespace, timeout)
+
     async def main() -> str:
-        conversations = await connect_conversations(address, namespace, task_queue)
+        conversations = await connection.conversations(task_queue)
         handle = await conversations.start(
             workflow_id, agent=config, message=message, options=options
         )
         return handle.result_run_id or handle.run_id or ""
 
-    run_id = run_reported(
-        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
-    )
+    run_id = connection.run(main, workflow_id=workflow_id)
     out.print(
         f"conversation [bold]{escape(workflow_id)}[/] runs on task queue {escape(task_queue)} "
         f"(run {run_id}); see it with `durable-tools pending {escape(workflow_id)}`"
@@ -312,10 +311,12 @@ def run_command(
         default_namespace=DEFAULT_NAMESPACE,
     )
 
+    connection = Connection(address, namespace, FOREVER)
+
     async def main() -> Followed | None:
         try:
             async with asyncio.timeout(timeout):
-                conversations = await connect_conversations(address, namespace, task_queue)
+                conversations = await connection.conversations(task_queue)
                 await conversations.start(wf, agent=config, message=prompt)
         except TimeoutError:
             raise CliError(
@@ -376,12 +377,8 @@ def send_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Send a user message (a durable signal; no worker needs to run)."""
-    on_conversation(
-        workflow_id,
-        lambda c: c.send(workflow_id, text, sent_by=by or whoami()),
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+    Connection(address, namespace, timeout).on(
+        workflow_id, lambda c: c.send(workflow_id, text, sent_by=by or whoami())
     )
     out.print(f"sent to {escape(workflow_id)}")
 
@@ -402,12 +399,8 @@ def retry_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Run a failed model turn again (a conversation in state model_failed)."""
-    on_conversation(
-        workflow_id,
-        lambda c: c.retry(workflow_id, requested_by=by or whoami(), wait=wait),
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+    Connection(address, namespace, timeout).on(
+        workflow_id, lambda c: c.retry(workflow_id, requested_by=by or whoami(), wait=wait)
     )
     out.print(f"asked {escape(workflow_id)} to run its model turn again")
 
@@ -424,12 +417,8 @@ def resume_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Resume a paused conversation (the `pause` tool's call gets the message)."""
-    on_conversation(
-        workflow_id,
-        lambda c: c.resume(workflow_id, message, resumed_by=by or whoami()),
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+    Connection(address, namespace, timeout).on(
+        workflow_id, lambda c: c.resume(workflow_id, message, resumed_by=by or whoami())
     )
     out.print(f"resumed {escape(workflow_id)}")
 
@@ -441,13 +430,7 @@ def cancel_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Cancel a conversation (open calls are answered cancelled or interrupted)."""
-    on_conversation(
-        workflow_id,
-        lambda c: c.cancel(workflow_id),
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
-    )
+    Connection(address, namespace, timeout).on(workflow_id, lambda c: c.cancel(workflow_id))
     out.print(f"asked {escape(workflow_id)} to cancel")
 
 
@@ -465,12 +448,8 @@ def history_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Show the conversation's transcript (messages, tool calls, tool outputs), every run's."""
-    items = on_conversation(
-        workflow_id,
-        lambda c: c.history(workflow_id, start=start, limit=limit),
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+    items = Connection(address, namespace, timeout).on(
+        workflow_id, lambda c: c.history(workflow_id, start=start, limit=limit)
     )
     if as_json:
         print(json.dumps([item.model_dump(mode="json") for item in items], indent=2))
@@ -506,13 +485,7 @@ def follow_command(
         finally:
             print(printer.close(), end="", flush=True)
 
-    on_conversation(
-        workflow_id,
-        follow,
-        address=address,
-        namespace=namespace,
-        timeout=timeout or 10**9,
-    )
+    Connection(address, namespace, timeout or 10**9).on(workflow_id, follow)
 
 
 def status_command(
@@ -523,12 +496,8 @@ def status_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Show what the conversation is doing (state, turns, pending counts)."""
-    status = on_conversation(
-        workflow_id,
-        lambda c: c.status(workflow_id),
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+    status = Connection(address, namespace, timeout).on(
+        workflow_id, lambda c: c.status(workflow_id)
     )
     if as_json:
         print(status.model_dump_json(indent=2))
@@ -543,11 +512,7 @@ def result_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Wait (up to --timeout seconds) for the conversation to end; print its result as JSON."""
-    result = on_conversation(
-        workflow_id,
-        lambda c: c.result(workflow_id),
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+    result = Connection(address, namespace, timeout).on(
+        workflow_id, lambda c: c.result(workflow_id)
     )
     print(result.model_dump_json(indent=2))

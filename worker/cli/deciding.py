@@ -12,9 +12,6 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from temporalio.client import (
-    Client,
-)
 
 from durable_tools.conversation import (
     PendingApproval,
@@ -24,20 +21,16 @@ from durable_tools.errors import DecisionRejected
 from durable_tools.worker.cli.shared import (
     DEFAULT_ADDRESS,
     DEFAULT_NAMESPACE,
-    DEFAULT_TASK_QUEUE,
     DEFAULT_TIMEOUT,
     EXIT_BAD_INPUT,
     Address,
     AsJson,
+    Connection,
     Namespace,
     Timeout,
     WorkflowId,
-    cli_data_converter,
-    connect_conversations,
     fail,
-    on_conversation,
     out,
-    run_reported,
     whoami,
 )
 from durable_tools.worker.follow import Commands
@@ -107,16 +100,11 @@ def pending_command(
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Show what a conversation waits for, or list every conversation waiting for a person."""
+    connection = Connection(address, namespace, timeout)
     if workflow_id is None:
-        _pending_everywhere(as_json, address=address, namespace=namespace, timeout=timeout)
+        _pending_everywhere(as_json, connection)
         return
-    state = on_conversation(
-        workflow_id,
-        lambda c: c.pending(workflow_id),
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
-    )
+    state = connection.on(workflow_id, lambda c: c.pending(workflow_id))
     if as_json:
         print(state.model_dump_json(indent=2))
     else:
@@ -134,13 +122,11 @@ counted in `DurableToolsPendingCount`.
 """
 
 
-def _pending_everywhere(as_json: bool, *, address: str, namespace: str, timeout: float) -> None:
+def _pending_everywhere(as_json: bool, connection: Connection) -> None:
     from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
 
     async def main() -> list[PendingConversation]:
-        client = await Client.connect(
-            address, namespace=namespace, data_converter=cli_data_converter()
-        )
+        client = await connection.client()
         found: list[PendingConversation] = []
         async for execution in client.list_workflows(PENDING_QUERY, limit=1000):
             attributes = execution.typed_search_attributes
@@ -155,11 +141,11 @@ def _pending_everywhere(as_json: bool, *, address: str, namespace: str, timeout:
             )
         return found
 
-    found = run_reported(main, address=address, namespace=namespace, timeout=timeout)
+    found = connection.run(main)
     if as_json:
         print(json.dumps([asdict(f) for f in found], default=str, indent=2))
         return
-    commands = Commands(address=address, namespace=namespace)
+    commands = Commands(address=connection.address, namespace=connection.namespace)
     out.print(render_pending_conversations(found, commands), soft_wrap=True)
 
 
@@ -183,15 +169,12 @@ def _pending_call(
     call_id: str,
     *,
     interaction: bool,
-    address: str,
-    namespace: str,
-    timeout: float,
+    connection: Connection,
 ) -> PendingApproval | PendingInteraction:
     """The pending approval or question `call_id`, or a one-line failure."""
 
     async def main() -> PendingApproval | PendingInteraction:
-        conversations = await connect_conversations(address, namespace, DEFAULT_TASK_QUEUE)
-        pending = await conversations.pending(workflow_id)
+        pending = await (await connection.conversations()).pending(workflow_id)
         waiting: Sequence[PendingApproval | PendingInteraction] = (
             pending.interactions if interaction else pending.approvals
         )
@@ -204,9 +187,7 @@ def _pending_call(
             )
         return match
 
-    return run_reported(
-        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
-    )
+    return connection.run(main, workflow_id=workflow_id)
 
 
 def _digest_to_send(
@@ -217,21 +198,12 @@ def _digest_to_send(
     yes: bool,
     action: str,
     interaction: bool,
-    address: str,
-    namespace: str,
-    timeout: float,
+    connection: Connection,
 ) -> tuple[str, str]:
     """The digest to send and the call's summary: given, looked up (`--yes`), or confirmed."""
     if given is not None:
         return given, call_id
-    call = _pending_call(
-        workflow_id,
-        call_id,
-        interaction=interaction,
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
-    )
+    call = _pending_call(workflow_id, call_id, interaction=interaction, connection=connection)
     summary = call.summary if isinstance(call, PendingApproval) else f"{call.tool} ({call_id})"
     if yes:
         out.print(
@@ -276,9 +248,7 @@ def _decide(
     sign_with: tuple[str, bytes] | None,
     groups: Sequence[str],
     signal: bool,
-    address: str,
-    namespace: str,
-    timeout: float,
+    connection: Connection,
 ) -> None:
     digest, summary = _digest_to_send(
         workflow_id,
@@ -287,13 +257,11 @@ def _decide(
         yes=yes,
         action="Approve" if approved else "Deny",
         interaction=False,
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+        connection=connection,
     )
 
     async def main() -> None:
-        conversations = await connect_conversations(address, namespace, DEFAULT_TASK_QUEUE)
+        conversations = await connection.conversations()
         await conversations.decide(
             workflow_id,
             call_id,
@@ -306,9 +274,7 @@ def _decide(
             wait=not signal,
         )
 
-    run_reported(
-        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
-    )
+    connection.run(main, workflow_id=workflow_id)
     verb = "approved" if approved else "denied"
     how = _SIGNAL_SENT if signal else "accepted"
     signed = f", signed with key {escape(sign_with[0])}" if sign_with else ""
@@ -348,9 +314,7 @@ def approve_command(
         sign_with=_signing_key(key_env, key_id),
         groups=group or [],
         signal=signal,
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+        connection=Connection(address, namespace, timeout),
     )
 
 
@@ -386,9 +350,7 @@ def deny_command(
         sign_with=_signing_key(key_env, key_id),
         groups=group or [],
         signal=signal,
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+        connection=Connection(address, namespace, timeout),
     )
 
 
@@ -414,6 +376,7 @@ def answer_command(
         answer = json.loads(value)
     except json.JSONDecodeError as exc:
         fail(f"the answer is not valid JSON: {exc}", EXIT_BAD_INPUT)
+    connection = Connection(address, namespace, timeout)
     digest, _ = _digest_to_send(
         workflow_id,
         call_id,
@@ -421,11 +384,9 @@ def answer_command(
         yes=yes,
         action="Answer",
         interaction=True,
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
+        connection=connection,
     )
-    on_conversation(
+    connection.on(
         workflow_id,
         lambda c: c.answer(
             workflow_id,
@@ -435,9 +396,6 @@ def answer_command(
             answered_by=by or whoami(),
             wait=not signal,
         ),
-        address=address,
-        namespace=namespace,
-        timeout=timeout,
     )
     how = _SIGNAL_SENT if signal else "accepted"
     out.print(f"answered {escape(call_id)} in {escape(workflow_id)} ({how})")

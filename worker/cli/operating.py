@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from temporalio.client import (
-    Client,
-)
 
 from durable_tools.codec import load_codec
 from durable_tools.errors import ConfigurationError
@@ -20,18 +15,17 @@ from durable_tools.worker.cli.shared import (
     DEFAULT_ADDRESS,
     DEFAULT_INBOX_PORT,
     DEFAULT_NAMESPACE,
-    DEFAULT_TASK_QUEUE,
     EXIT_BAD_INPUT,
     EXIT_FAILURE,
     FOREVER,
     Address,
+    Connection,
     Namespace,
-    cli_data_converter,
     cli_options,
-    connect_conversations,
     fail,
     out,
     run_reported,
+    stop_on_signals,
     whoami,
 )
 from durable_tools.worker.extras import require_extra
@@ -117,12 +111,11 @@ def inbox_command(
     except ConfigurationError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
 
+    connection = Connection(address, namespace, FOREVER)
+
     async def main() -> None:
-        conversations = await connect_conversations(address, namespace, DEFAULT_TASK_QUEUE)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        conversations = await connection.conversations()
+        stop = stop_on_signals()
         modes = ", ".join(type(a).__name__ for a in auth.chain)
 
         def ready(url: str) -> None:
@@ -146,7 +139,7 @@ def inbox_command(
         )
         out.print("inbox stopped")
 
-    run_reported(main, address=address, namespace=namespace, timeout=FOREVER)
+    connection.run(main)
 
 
 def health_command(
@@ -184,13 +177,13 @@ def check_upgrade_command(
     """Replay running conversations against the code installed here; exit 1 if any would fail."""
     from durable_tools.worker.check_upgrade import DEFAULT_QUERY, check_upgrade
 
+    connection = Connection(address, namespace, timeout)
+
     async def main() -> list[Any]:
-        client = await Client.connect(
-            address, namespace=namespace, data_converter=cli_data_converter()
-        )
+        client = await connection.client()
         return await check_upgrade(client, query=query or DEFAULT_QUERY, limit=limit)
 
-    verdicts = run_reported(main, address=address, namespace=namespace, timeout=timeout)
+    verdicts = connection.run(main)
     failing = [v for v in verdicts if v.problem]
     for verdict in verdicts:
         mark = "✗" if verdict.problem else "✓"

@@ -10,14 +10,15 @@ import asyncio
 import contextlib
 import shlex
 import signal
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from durable_tools.errors import ConfigurationError
-from durable_tools.storage import LocalFileStorageDriver
+from durable_tools.storage import LocalFileStorageDriver, PayloadStorage
 from durable_tools.worker.extras import missing_extra
 
 if TYPE_CHECKING:
@@ -34,15 +35,16 @@ from durable_tools.worker.cli.shared import (
     FOREVER,
     Address,
     CliError,
+    Connection,
     Namespace,
     TaskQueue,
     cli_codec,
     cli_options,
     cli_storage,
-    connect_conversations,
     fail,
     out,
     run_reported,
+    stop_on_signals,
     whoami,
 )
 
@@ -74,10 +76,7 @@ def dev_server_command(
             namespaces=namespace or (),
             log_path="/dev/stderr",
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = stop_on_signals()
         try:
             async with server:
                 out.print(f"Temporal dev server on [bold]{server.address}[/]")
@@ -161,6 +160,53 @@ def _describe_served(served: App, *, allow_offline_models: bool) -> str:
     )
 
 
+def _run_served(
+    served: App,
+    address: str,
+    namespace: str,
+    task_queue: str,
+    *,
+    storage: PayloadStorage | None,
+    scripts_dir: Path | None,
+    **options: Any,
+) -> Coroutine[Any, Any, None]:
+    """`run_worker` for what `served` declares, with the `--codec` and `--scripts-dir` given.
+
+    The codec is loaded here, at the call (a bad `--codec` fails before the
+    worker task starts).
+
+    Args:
+        served: The loaded app: toolkits, models, MCP servers, deps, agents.
+        address: Temporal frontend host:port.
+        namespace: Temporal namespace.
+        task_queue: The task queue to poll.
+        storage: External storage (the options', else the app's).
+        scripts_dir: `--scripts-dir`, else the app's.
+        **options: `run_worker`'s other keyword arguments.
+
+    Returns:
+        The `run_worker(...)` coroutine.
+    """
+    from durable_tools.worker.runner import run_worker
+
+    return run_worker(
+        address,
+        namespace,
+        task_queue,
+        served.toolkits,
+        served.models,
+        mcp_servers=served.mcp_servers,
+        deps=served.deps,
+        payload_codec=cli_codec() or served.payload_codec,
+        storage=storage,
+        agents=served.agents,
+        context_strategies=served.context_strategies,
+        tool_threads=served.tool_threads,
+        scripts_dir=scripts_dir or served.scripts_dir,
+        **options,
+    )
+
+
 def worker_command(
     app_spec: AppSpec = None,
     toolkit: ToolkitSpecs = None,
@@ -214,7 +260,6 @@ def worker_command(
     from temporalio.common import WorkerDeploymentVersion
 
     from durable_tools.activities.decision_activities import decision_keys_from_environment
-    from durable_tools.worker.runner import run_worker
 
     if (deployment is None) != (build_id is None):
         fail("give --deployment and --build-id together (or neither)", EXIT_BAD_INPUT)
@@ -254,25 +299,18 @@ def worker_command(
             out.print(f"external storage: {escape(storage.describe())}", soft_wrap=True)
 
     async def main() -> None:
-        await run_worker(
+        await _run_served(
+            served,
             address,
             namespace,
             task_queue,
-            served.toolkits,
-            served.models,
-            mcp_servers=served.mcp_servers,
-            deps=served.deps,
-            decision_keys=keys,
-            payload_codec=cli_codec() or served.payload_codec,
             storage=storage,
+            scripts_dir=scripts_dir,
+            decision_keys=keys,
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
             deployment=version,
-            agents=served.agents,
-            context_strategies=served.context_strategies,
-            tool_threads=served.tool_threads,
             allow_offline_models=offline,
-            scripts_dir=scripts_dir or served.scripts_dir,
             on_ready=ready,
             search_attributes=search_attributes,
             health_file=health_file,
@@ -308,7 +346,6 @@ def dev_command(
     scripted:FILE under --scripts-dir, default the working directory).
     """
     from durable_tools.worker.dev_server import DevServer, DevServerError
-    from durable_tools.worker.runner import run_worker
 
     served = _served(app_spec, toolkit, mcp_config)
     if (
@@ -337,10 +374,7 @@ def dev_command(
             # worker while the server still answers, then the server.
             new_session=True,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = stop_on_signals()
         try:
             async with server:
                 out.print(f"Temporal frontend: [bold]{server.address}[/]", soft_wrap=True)
@@ -351,25 +385,18 @@ def dev_command(
                 # `dev` never exited.
                 inbox = await _dev_inbox(server.address, inbox_port, stop)
                 worker = asyncio.create_task(
-                    run_worker(
+                    _run_served(
+                        served,
                         server.address,
                         DEFAULT_NAMESPACE,
                         task_queue,
-                        served.toolkits,
-                        served.models,
-                        mcp_servers=served.mcp_servers,
-                        deps=served.deps,
-                        decision_keys=served.decision_keys,
-                        payload_codec=cli_codec() or served.payload_codec,
                         storage=storage,
+                        scripts_dir=scripts_dir,
+                        decision_keys=served.decision_keys,
                         graceful_shutdown_timeout=graceful_shutdown,
                         handle_signals=False,
                         stop=stop,
-                        agents=served.agents,
-                        context_strategies=served.context_strategies,
-                        tool_threads=served.tool_threads,
                         allow_offline_models=True,
-                        scripts_dir=scripts_dir or served.scripts_dir,
                     )
                 )
                 out.print(
@@ -413,7 +440,7 @@ def dev_command(
             raise CliError(str(exc).splitlines()[0]) from exc
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+                asyncio.get_running_loop().remove_signal_handler(sig)
         out.print("worker and dev server stopped")
 
     run_reported(main, address=f"{ip}:{port}", namespace=DEFAULT_NAMESPACE, timeout=FOREVER)
@@ -433,7 +460,7 @@ async def _dev_inbox(address: str, port: int, stop: asyncio.Event) -> asyncio.Ta
         return None
     from durable_tools.worker.inbox import build_auth, serve_inbox
 
-    conversations = await connect_conversations(address, DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE)
+    conversations = await Connection(address, DEFAULT_NAMESPACE, FOREVER).conversations()
     ready = asyncio.Event()
 
     def listening(url: str) -> None:

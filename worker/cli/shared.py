@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import re
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -329,22 +330,56 @@ def run_reported(
         fail(f"{type(exc).__name__}: {exc}")
 
 
-def on_conversation(
-    workflow_id: str,
-    use: Callable[[Conversations], Awaitable[T]],
-    *,
-    address: str,
-    namespace: str,
-    timeout: float,
-) -> T:
-    """Connect, run `use(conversations)` for one conversation, failures as one line."""
+@dataclass(frozen=True)
+class Connection:
+    """Where a command reaches Temporal and how long it waits: its connection options.
 
-    async def main() -> T:
-        return await use(await connect_conversations(address, namespace, DEFAULT_TASK_QUEUE))
+    Attributes:
+        address: `--address`, the Temporal frontend host:port.
+        namespace: `--namespace`.
+        timeout: `--timeout`, seconds for the whole command.
+    """
 
-    return run_reported(
-        main, address=address, namespace=namespace, timeout=timeout, workflow_id=workflow_id
-    )
+    address: str
+    namespace: str
+    timeout: float
+
+    def run(self, main: Callable[[], Awaitable[T]], *, workflow_id: str | None = None) -> T:
+        """`run_reported(main)` on this connection: bounded, failures as one line."""
+        return run_reported(
+            main,
+            address=self.address,
+            namespace=self.namespace,
+            timeout=self.timeout,
+            workflow_id=workflow_id,
+        )
+
+    def on(self, workflow_id: str, use: Callable[[Conversations], Awaitable[T]]) -> T:
+        """Connect, run `use(conversations)` for one conversation, failures as one line."""
+
+        async def main() -> T:
+            return await use(await self.conversations())
+
+        return self.run(main, workflow_id=workflow_id)
+
+    async def client(self) -> Client:
+        """A client of the namespace, with the CLI's data converter (codec, storage)."""
+        return await Client.connect(
+            self.address, namespace=self.namespace, data_converter=cli_data_converter()
+        )
+
+    async def conversations(self, task_queue: str = DEFAULT_TASK_QUEUE) -> Conversations:
+        """`Conversations` on `task_queue`, connected with the CLI's data converter."""
+        return Conversations(await self.client(), task_queue=task_queue)
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event that SIGINT or SIGTERM sets, by handlers on the running loop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 def _rpc_message(exc: RPCError, *, conversation: str, address: str, namespace: str) -> str:
@@ -359,12 +394,6 @@ def _rpc_message(exc: RPCError, *, conversation: str, address: str, namespace: s
     if exc.status == RPCStatusCode.INVALID_ARGUMENT and "search attribute" in lowered:
         return f"{text} (register them: see docs/operations.md, or pass --no-search-attributes)"
     return f"Temporal refused the request ({exc.status.name}): {text}"
-
-
-async def connect_conversations(address: str, namespace: str, task_queue: str) -> Conversations:
-    """Connect with the CLI's data converter; `Conversations` on `task_queue`."""
-    client = await Client.connect(address, namespace=namespace, data_converter=cli_data_converter())
-    return Conversations(client, task_queue=task_queue)
 
 
 DEV_DIRECTORY = Path(".durable-tools")
