@@ -139,7 +139,11 @@ def test_wheel_has_one_top_level_package(wheel: Path) -> None:
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {"durable_tools"}
     # The repository's workflows/, activities/ and worker/ are subpackages; examples/ stays out.
-    for sub in ("workflows/agent_workflow.py", "activities/agent_activities.py", "worker/cli.py"):
+    for sub in (
+        "workflows/agent_workflow.py",
+        "activities/agent_activities.py",
+        "worker/cli/__init__.py",
+    ):
         assert f"durable_tools/{sub}" in names
     assert not any("examples" in name for name in names)
     (top_level,) = [n for n in names if n.endswith("top_level.txt")] or [None]

@@ -1,0 +1,401 @@
+"""Commands for people deciding: `pending`, `approve`, `deny`, `answer`."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from durable_tools.conversation import (
+    PendingApproval,
+    PendingInteraction,
+)
+from durable_tools.errors import DecisionRejected
+from durable_tools.worker.cli.shared import (
+    DEFAULT_ADDRESS,
+    DEFAULT_NAMESPACE,
+    DEFAULT_TIMEOUT,
+    EXIT_BAD_INPUT,
+    Address,
+    AsJson,
+    Connection,
+    Namespace,
+    Timeout,
+    WorkflowId,
+    fail,
+    out,
+    whoami,
+)
+from durable_tools.worker.follow import Commands
+from durable_tools.worker.render import (
+    PendingConversation,
+    render_pending,
+    render_pending_conversations,
+)
+
+CallId = Annotated[str, typer.Argument(help="The tool call's id (see `pending`).")]
+ArgumentsHash = Annotated[
+    str | None,
+    typer.Option(
+        "--hash",
+        metavar="DIGEST",
+        help="The call's digest as shown by `pending` (tool, call id, arguments); no "
+        "confirmation, no lookup; with --signal, decide while no worker runs.",
+    ),
+]
+AssumeYes = Annotated[
+    bool,
+    typer.Option(
+        "--yes",
+        "-y",
+        help="For scripts: look the digest up with `pending` and send it without asking "
+        "(says so). Without --yes or --hash the call is shown and you confirm.",
+    ),
+]
+KeyEnv = Annotated[
+    str | None,
+    typer.Option(
+        "--key-env",
+        metavar="NAME",
+        help="Sign the decision (HMAC-SHA256) with the base64 key in this environment variable.",
+    ),
+]
+KeyId = Annotated[
+    str, typer.Option("--key-id", help="The signing key's id, as the worker knows it.")
+]
+Groups = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--group",
+        help="A group of the decider to assert in the signed decision (repeatable).",
+    ),
+]
+UseSignal = Annotated[
+    bool,
+    typer.Option(
+        "--signal",
+        help="Send the durable signal (stored even while no worker runs) instead of the "
+        "validated update; a rejection is then only visible in `pending`.",
+    ),
+]
+
+_SIGNAL_SENT = "signal sent; if it fails its checks, `pending` lists it as rejected"
+
+
+def pending_command(
+    workflow_id: Annotated[
+        str | None,
+        typer.Argument(help="The conversation's workflow id (default: every conversation)."),
+    ] = None,
+    as_json: AsJson = False,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+) -> None:
+    """Show what a conversation waits for, or list every conversation waiting for a person."""
+    connection = Connection(address, namespace, timeout)
+    if workflow_id is None:
+        _pending_everywhere(as_json, connection)
+        return
+    state = connection.on(workflow_id, lambda c: c.pending(workflow_id))
+    if as_json:
+        print(state.model_dump_json(indent=2))
+    else:
+        out.print(render_pending(state))
+
+
+PENDING_QUERY = (
+    "(DurableToolsPendingCount > 0 OR DurableToolsPendingKinds = 'pause') "
+    "AND ExecutionStatus = 'Running'"
+)
+"""Visibility query of `pending` without an id (the workflow upserts the attributes).
+
+A pause is listed too: it waits for a person's `resume`, though no call is
+counted in `DurableToolsPendingCount`.
+"""
+
+
+def _pending_everywhere(as_json: bool, connection: Connection) -> None:
+    from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+
+    async def main() -> list[PendingConversation]:
+        client = await connection.client()
+        found: list[PendingConversation] = []
+        async for execution in client.list_workflows(PENDING_QUERY, limit=1000):
+            attributes = execution.typed_search_attributes
+            found.append(
+                PendingConversation(
+                    workflow_id=execution.id,
+                    pending=attributes.get(PENDING_COUNT) or 0,
+                    kinds=list(attributes.get(PENDING_KINDS) or []),
+                    started=execution.start_time,
+                    task_queue=execution.task_queue,
+                )
+            )
+        return found
+
+    found = connection.run(main)
+    if as_json:
+        print(json.dumps([asdict(f) for f in found], default=str, indent=2))
+        return
+    commands = Commands(address=connection.address, namespace=connection.namespace)
+    out.print(render_pending_conversations(found, commands), soft_wrap=True)
+
+
+def _signing_key(key_env: str | None, key_id: str) -> tuple[str, bytes] | None:
+    if key_env is None:
+        return None
+    if not key_id:
+        fail("--key-env needs --key-id (the id the worker knows the key by)", EXIT_BAD_INPUT)
+    encoded = os.environ.get(key_env, "")
+    try:
+        key = base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        key = b""
+    if not key:
+        fail(f"environment variable {key_env} holds no base64 key", EXIT_BAD_INPUT)
+    return key_id, key
+
+
+def _pending_call(
+    workflow_id: str,
+    call_id: str,
+    *,
+    interaction: bool,
+    connection: Connection,
+) -> PendingApproval | PendingInteraction:
+    """The pending approval or question `call_id`, or a one-line failure."""
+
+    async def main() -> PendingApproval | PendingInteraction:
+        pending = await (await connection.conversations()).pending(workflow_id)
+        waiting: Sequence[PendingApproval | PendingInteraction] = (
+            pending.interactions if interaction else pending.approvals
+        )
+        match = next((w for w in waiting if w.call_id == call_id), None)
+        if match is None:
+            what = "an answer" if interaction else "a decision"
+            ids = ", ".join(w.call_id for w in waiting) or "none"
+            raise DecisionRejected(
+                f"call {call_id!r} of {workflow_id!r} is not waiting for {what} (waiting: {ids})"
+            )
+        return match
+
+    return connection.run(main, workflow_id=workflow_id)
+
+
+def _digest_to_send(
+    workflow_id: str,
+    call_id: str,
+    *,
+    given: str | None,
+    yes: bool,
+    action: str,
+    interaction: bool,
+    connection: Connection,
+) -> tuple[str, str]:
+    """The digest to send and the call's summary: given, looked up (`--yes`), or confirmed."""
+    if given is not None:
+        return given, call_id
+    call = _pending_call(workflow_id, call_id, interaction=interaction, connection=connection)
+    summary = call.summary if isinstance(call, PendingApproval) else f"{call.tool} ({call_id})"
+    if yes:
+        out.print(
+            f"--yes: using the digest the worker reports for {escape(summary)} "
+            f"without showing it for confirmation: {call.arguments_hash}",
+            soft_wrap=True,
+        )
+        return call.arguments_hash, summary
+    approvers = (
+        ", ".join(call.approvers) if isinstance(call, PendingApproval) and call.approvers else ""
+    )
+    out.print(
+        f"call:      {escape(call_id)} in {escape(workflow_id)}\n"
+        f"tool:      {escape(call.tool)}\n"
+        f"arguments: {escape(call.arguments)}\n"
+        f"summary:   {escape(summary)}\n"
+        + (f"approvers: {escape(approvers)}\n" if approvers else "")
+        + f"digest:    {call.arguments_hash}",
+        soft_wrap=True,
+    )
+    try:
+        confirmed = typer.confirm(f"{action} this call?", default=False)
+    except typer.Abort:
+        confirmed = False
+    if not confirmed:
+        fail(
+            "not confirmed; nothing was sent (for scripts pass --hash DIGEST, or --yes)",
+            EXIT_BAD_INPUT,
+        )
+    return call.arguments_hash, summary
+
+
+def _decide(
+    workflow_id: str,
+    call_id: str,
+    *,
+    approved: bool,
+    by: str,
+    reason: str,
+    arguments_hash: str | None,
+    yes: bool,
+    sign_with: tuple[str, bytes] | None,
+    groups: Sequence[str],
+    signal: bool,
+    connection: Connection,
+) -> None:
+    digest, summary = _digest_to_send(
+        workflow_id,
+        call_id,
+        given=arguments_hash,
+        yes=yes,
+        action="Approve" if approved else "Deny",
+        interaction=False,
+        connection=connection,
+    )
+
+    async def main() -> None:
+        conversations = await connection.conversations()
+        await conversations.decide(
+            workflow_id,
+            call_id,
+            approved=approved,
+            arguments_hash=digest,
+            decided_by=by or whoami(),
+            reason=reason,
+            groups=groups,
+            sign_with=sign_with,
+            wait=not signal,
+        )
+
+    connection.run(main, workflow_id=workflow_id)
+    verb = "approved" if approved else "denied"
+    how = _SIGNAL_SENT if signal else "accepted"
+    signed = f", signed with key {escape(sign_with[0])}" if sign_with else ""
+    out.print(f"{verb} {escape(summary)} in {escape(workflow_id)} ({how}{signed})")
+
+
+def approve_command(
+    workflow_id: WorkflowId,
+    call_id: CallId,
+    by: Annotated[
+        str, typer.Option("--as", "--by", help="Who decides (default: your login).")
+    ] = "",
+    reason: Annotated[str, typer.Option(help="Why (recorded with the decision).")] = "",
+    arguments_hash: ArgumentsHash = None,
+    yes: AssumeYes = False,
+    key_env: KeyEnv = None,
+    key_id: KeyId = "",
+    group: Groups = None,
+    signal: UseSignal = False,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+) -> None:
+    """Approve a pending tool call; it runs next.
+
+    Shows the call (tool, arguments, summary, digest) and asks to confirm,
+    unless `--hash DIGEST` (the digest shown earlier) or `--yes` is given.
+    """
+    _decide(
+        workflow_id,
+        call_id,
+        approved=True,
+        by=by,
+        reason=reason,
+        arguments_hash=arguments_hash,
+        yes=yes,
+        sign_with=_signing_key(key_env, key_id),
+        groups=group or [],
+        signal=signal,
+        connection=Connection(address, namespace, timeout),
+    )
+
+
+def deny_command(
+    workflow_id: WorkflowId,
+    call_id: CallId,
+    reason: Annotated[str, typer.Option(help="Why; the model reads it.")] = "",
+    by: Annotated[
+        str, typer.Option("--as", "--by", help="Who decides (default: your login).")
+    ] = "",
+    arguments_hash: ArgumentsHash = None,
+    yes: AssumeYes = False,
+    key_env: KeyEnv = None,
+    key_id: KeyId = "",
+    group: Groups = None,
+    signal: UseSignal = False,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+) -> None:
+    """Deny a pending tool call; the model sees `denied` with the reason.
+
+    Confirms like `approve` unless `--hash` or `--yes` is given.
+    """
+    _decide(
+        workflow_id,
+        call_id,
+        approved=False,
+        by=by,
+        reason=reason,
+        arguments_hash=arguments_hash,
+        yes=yes,
+        sign_with=_signing_key(key_env, key_id),
+        groups=group or [],
+        signal=signal,
+        connection=Connection(address, namespace, timeout),
+    )
+
+
+def answer_command(
+    workflow_id: WorkflowId,
+    call_id: CallId,
+    value: Annotated[str, typer.Argument(metavar="JSON", help="The answer, as JSON.")],
+    by: Annotated[
+        str, typer.Option("--as", "--by", help="Who answers (default: your login).")
+    ] = "",
+    arguments_hash: ArgumentsHash = None,
+    yes: AssumeYes = False,
+    signal: UseSignal = False,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+) -> None:
+    """Answer a pending question (interaction tool call) with a JSON value.
+
+    Shows the question and asks to confirm, unless `--hash` or `--yes` is given.
+    """
+    try:
+        answer = json.loads(value)
+    except json.JSONDecodeError as exc:
+        fail(f"the answer is not valid JSON: {exc}", EXIT_BAD_INPUT)
+    connection = Connection(address, namespace, timeout)
+    digest, _ = _digest_to_send(
+        workflow_id,
+        call_id,
+        given=arguments_hash,
+        yes=yes,
+        action="Answer",
+        interaction=True,
+        connection=connection,
+    )
+    connection.on(
+        workflow_id,
+        lambda c: c.answer(
+            workflow_id,
+            call_id,
+            answer,
+            arguments_hash=digest,
+            answered_by=by or whoami(),
+            wait=not signal,
+        ),
+    )
+    how = _SIGNAL_SENT if signal else "accepted"
+    out.print(f"answered {escape(call_id)} in {escape(workflow_id)} ({how})")

@@ -1,0 +1,240 @@
+"""Commands for operators around the workers: `inbox`, `health`, `check-upgrade`, `codec-server`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from durable_tools.codec import load_codec
+from durable_tools.errors import ConfigurationError
+from durable_tools.worker.cli.shared import (
+    DEFAULT_ADDRESS,
+    DEFAULT_INBOX_PORT,
+    DEFAULT_NAMESPACE,
+    EXIT_BAD_INPUT,
+    EXIT_FAILURE,
+    FOREVER,
+    Address,
+    Connection,
+    Namespace,
+    cli_options,
+    fail,
+    out,
+    run_reported,
+    stop_on_signals,
+    whoami,
+)
+from durable_tools.worker.extras import require_extra
+
+
+def inbox_command(
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; dev mode binds only 127.0.0.1.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind.")] = DEFAULT_INBOX_PORT,
+    dev_user: Annotated[
+        str | None,
+        typer.Option(
+            "--dev-user",
+            help="Dev mode: everyone reaching the inbox is this name (127.0.0.1 only). The "
+            "default when no other authentication is given: your login name.",
+        ),
+    ] = None,
+    trust_proxy_header: Annotated[
+        bool,
+        typer.Option(
+            "--trust-proxy-header",
+            help="Take the user (and groups) from headers a reverse proxy sets; only behind a "
+            "proxy that authenticates and strips them from clients.",
+        ),
+    ] = False,
+    user_header: Annotated[str, typer.Option(help="The proxy's user header.")] = (
+        "X-Forwarded-User"
+    ),
+    groups_header: Annotated[str, typer.Option(help="The proxy's groups header.")] = (
+        "X-Forwarded-Groups"
+    ),
+    tokens_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens-file",
+            help="Static tokens / basic auth, lines NAME:SECRET[:GROUPS] (SECRET may be "
+            "sha256:HEX); else $DURABLE_TOOLS_INBOX_TOKENS.",
+        ),
+    ] = None,
+    decision_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--decision-key-file",
+            help="Sign decisions with the key in this file, KEY_ID:BASE64 (one of the worker's "
+            "DURABLE_TOOLS_DECISION_KEYS); else $DURABLE_TOOLS_INBOX_DECISION_KEY; else unsigned.",
+        ),
+    ] = None,
+) -> None:
+    """Serve the approval inbox: a web page and an HTTP API for the people who decide."""
+    require_extra("durable-tools inbox", "inbox")
+    from durable_tools.worker.inbox import build_auth, serve_inbox
+    from durable_tools.worker.inbox.server import (
+        DECISION_KEY_ENV,
+        TOKENS_ENV,
+        parse_decision_key,
+    )
+
+    tokens_env = os.environ.get(TOKENS_ENV)
+    if dev_user is None and not (trust_proxy_header or tokens_file or tokens_env):
+        dev_user = whoami() or "dev"
+    try:
+        auth = build_auth(
+            host=host,
+            dev_user=dev_user,
+            trust_proxy_header=trust_proxy_header,
+            user_header=user_header,
+            groups_header=groups_header,
+            tokens_file=tokens_file,
+            tokens_env=tokens_env,
+        )
+        if decision_key_file is not None:
+            try:
+                key_text = decision_key_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                problem = f"cannot read {decision_key_file}: {exc.strerror}"
+                raise ConfigurationError(problem) from exc
+            signing_key = parse_decision_key(key_text, source=str(decision_key_file))
+        else:
+            signing_key = parse_decision_key(os.environ.get(DECISION_KEY_ENV, ""))
+    except ConfigurationError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+
+    connection = Connection(address, namespace, FOREVER)
+
+    async def main() -> None:
+        conversations = await connection.conversations()
+        stop = stop_on_signals()
+        modes = ", ".join(type(a).__name__ for a in auth.chain)
+
+        def ready(url: str) -> None:
+            out.print(f"Inbox: {url}", soft_wrap=True, markup=False)
+            out.print(
+                f"Temporal at {address}, namespace {namespace}; authentication: {modes}; "
+                f"decisions {'signed with key ' + signing_key[0] if signing_key else 'unsigned'}; "
+                "Ctrl-C stops it",
+                soft_wrap=True,
+                markup=False,
+            )
+
+        await serve_inbox(
+            conversations,
+            auth,
+            host=host,
+            port=port,
+            stop=stop,
+            on_ready=ready,
+            decision_key=signing_key,
+        )
+        out.print("inbox stopped")
+
+    connection.run(main)
+
+
+def health_command(
+    file: Annotated[
+        Path,
+        typer.Option(
+            "--file", envvar="DURABLE_TOOLS_HEALTH_FILE", help="The worker's --health-file."
+        ),
+    ],
+    max_age: Annotated[
+        float, typer.Option(min=1, help="Seconds after which the file is stale.")
+    ] = 30.0,
+) -> None:
+    """Exit 0 if the worker writing --file is alive (a container health check), else 1."""
+    from durable_tools.worker.health import health_problem
+
+    problem = health_problem(file, max_age)
+    if problem is not None:
+        fail(problem)
+    out.print("healthy")
+
+
+def check_upgrade_command(
+    query: Annotated[
+        str | None,
+        typer.Option(help="Visibility query (default: every running AgentWorkflow)."),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="Most runs to replay.")] = 100,
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Seconds for the whole check.")
+    ] = 300.0,
+) -> None:
+    """Replay running conversations against the code installed here; exit 1 if any would fail."""
+    from durable_tools.worker.check_upgrade import DEFAULT_QUERY, check_upgrade
+
+    connection = Connection(address, namespace, timeout)
+
+    async def main() -> list[Any]:
+        client = await connection.client()
+        return await check_upgrade(client, query=query or DEFAULT_QUERY, limit=limit)
+
+    verdicts = connection.run(main)
+    failing = [v for v in verdicts if v.problem]
+    for verdict in verdicts:
+        mark = "✗" if verdict.problem else "✓"
+        line = f"{mark} {verdict.workflow_id} (run {verdict.run_id})"
+        out.print(
+            escape(line + (f": {verdict.problem}" if verdict.problem else "")), soft_wrap=True
+        )
+    out.print(
+        f"{len(verdicts)} replayed, {len(failing)} would fail on this code"
+        + (" (keep their old workers, or pin them: docs/operations.md)" if failing else "")
+    )
+    if failing:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def codec_server_command(
+    codec: Annotated[
+        str | None,
+        typer.Argument(help="The payload codec 'module:attr' (default: --codec)."),
+    ] = None,
+    ip: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8081,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="Origin allowed to call it: the Temporal Web UI's (default "
+            "http://localhost:8233 and http://127.0.0.1:8233). Repeatable.",
+        ),
+    ] = None,
+) -> None:
+    """Serve Temporal's codec server protocol (POST /encode, /decode) for the Web UI."""
+    require_extra("durable-tools codec-server", "inbox")  # starlette and uvicorn
+    from durable_tools.worker.codec_server import DEFAULT_ORIGINS, serve
+
+    spec = codec or cli_options.codec_spec
+    if not spec:
+        fail("give the codec: durable-tools codec-server module:attr", EXIT_BAD_INPUT)
+    try:
+        loaded = load_codec(spec)
+    except ConfigurationError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    origins = tuple(cors_origin) if cors_origin else DEFAULT_ORIGINS
+
+    def ready(url: str) -> None:
+        out.print(f"Codec server: {url} (allowing {', '.join(origins)})", soft_wrap=True)
+        out.print("In the Web UI: Settings → Codec Server → this URL")
+
+    run_reported(
+        lambda: serve(loaded, host=ip, port=port, origins=origins, on_ready=ready),
+        address=f"{ip}:{port}",
+        namespace="",
+        timeout=FOREVER,
+    )
