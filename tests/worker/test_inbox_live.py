@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from inbox_support import basic, inbox_client, listed, served, sse, turns
 from workflow_helpers import Harness
 
-from durable_tools.worker.inbox.app import MAX_AGE_SECONDS, parse_age, parse_offset
+from durable_tools.worker.inbox.params import MAX_AGE_SECONDS, parse_age, parse_offset
 
 ANA = basic("ana", "ana-secret")
 

@@ -1,0 +1,258 @@
+"""The inbox's HTML pages: the list, a conversation, and the forms' targets.
+
+Server-rendered Jinja templates, plain JavaScript, no build step; every form
+is CSRF-checked and answers with a redirect back to its page (see the table
+in `durable_tools.worker.inbox.app`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from durable_tools.worker.inbox.auth import CSRF_FIELD, Identity, refusal
+from durable_tools.worker.inbox.params import filter_waiting, parse_ages
+from durable_tools.worker.inbox.paths import quote_segment
+from durable_tools.worker.inbox.service import Conflict
+from durable_tools.worker.inbox.web import (
+    BadInput,
+    CsrfFailed,
+    CsrfToken,
+    State,
+    Who,
+    read_nonce,
+    set_nonce,
+)
+
+__all__ = ["AGE_CHOICES", "add_page_routes"]
+
+AGE_CHOICES = [("5m", "5 min"), ("1h", "1 hour"), ("1d", "1 day"), ("7d", "7 days")]
+"""The ages the list page offers (the API takes any)."""
+
+
+def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> None:
+    """Register the HTML pages and the forms' targets on `app`.
+
+    Args:
+        app: The inbox app.
+        state: What its routes use (the service, auth, CSRF, refresh interval).
+        templates: The pages' templates.
+    """
+
+    def _page(
+        request: Request,
+        who: Identity,
+        template: str,
+        context: dict[str, Any],
+        status_code: int = 200,
+    ) -> Response:
+        nonce, fresh = read_nonce(request)
+        response = templates.TemplateResponse(
+            request,
+            template,
+            {
+                "who": who,
+                "csrf_field": CSRF_FIELD,
+                "csrf_token": state.csrf.token(nonce, who),
+                "live": state.refresh_seconds > 0,
+                **context,
+            },
+            status_code=status_code,
+        )
+        set_nonce(request, response, nonce, fresh)
+        return response
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def inbox_page(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        who: Who,
+        tool: str = "",
+        kind: str = "",
+        agent: str = "",
+        older_than: str = "",
+        newer_than: str = "",
+    ) -> Response:
+        problem = ""
+        try:
+            ages = parse_ages(older_than, newer_than)
+        except BadInput as exc:
+            ages, problem = (None, None), exc.message
+            older_than = newer_than = ""
+        try:
+            waiting = await state.service.waiting()
+        except Conflict as exc:
+            waiting, problem = [], exc.message
+        tools = sorted({i.tool for w in waiting for i in w.items if i.tool})
+        agents = sorted({w.agent for w in waiting if w.agent})
+        shown = filter_waiting(
+            waiting, tool=tool or None, kind=kind or None, agent=agent or None, ages=ages
+        )
+        return _page(
+            request,
+            who,
+            "inbox.html",
+            {
+                "waiting": shown,
+                "tools": tools,
+                "tool": tool,
+                "agents": agents,
+                "agent": agent,
+                "kind": kind,
+                "older_than": older_than.strip(),
+                "newer_than": newer_than.strip(),
+                "ages": AGE_CHOICES,
+                "problem": problem,
+                "total": sum(len(w.items) for w in shown),
+            },
+        )
+
+    async def _conversation_page(
+        request: Request,
+        who: Identity,
+        workflow_id: str,
+        *,
+        notice: str = "",
+        conflict: Conflict | None = None,
+    ) -> Response:
+        try:
+            view = await state.service.conversation(workflow_id)
+        except Conflict as exc:
+            return _page(
+                request,
+                who,
+                "conversation.html",
+                {"workflow_id": workflow_id, "view": None, "conflict": conflict or exc},
+                status_code=exc.status_code if conflict is None else conflict.status_code,
+            )
+        refusals = {
+            item.call_id: reason
+            for item in view.items
+            if item.kind == "approval" and (reason := refusal(who, item.approvers)) is not None
+        }
+        return _page(
+            request,
+            who,
+            "conversation.html",
+            {
+                "workflow_id": workflow_id,
+                "view": view,
+                "notice": notice,
+                "conflict": conflict,
+                "refusals": refusals,
+                "signing": state.service.decision_key is not None,
+            },
+            status_code=conflict.status_code if conflict else 200,
+        )
+
+    @app.get(
+        "/conversations/{workflow_id:segment}",
+        response_class=HTMLResponse,
+        include_in_schema=False,
+    )
+    async def conversation_page(  # pyright: ignore[reportUnusedFunction]
+        request: Request, workflow_id: str, who: Who, notice: str = ""
+    ) -> Response:
+        return await _conversation_page(request, who, workflow_id, notice=notice)
+
+    def _form_checked(request: Request, who: Identity, token: str) -> None:
+        if who.needs_csrf and not state.csrf.check(token, request.cookies, who):
+            raise CsrfFailed()
+
+    async def _act(
+        request: Request, who: Identity, workflow_id: str, action: Awaitable[Any], notice: str
+    ) -> Response:
+        """Do a form's action: back to the page with `notice`, or the page with the conflict."""
+        try:
+            await action
+        except Conflict as exc:
+            return await _conversation_page(request, who, workflow_id, conflict=exc)
+        url = f"/conversations/{quote_segment(workflow_id)}?{urlencode({'notice': notice})}"
+        return RedirectResponse(url, status_code=303)
+
+    @app.post("/conversations/{workflow_id:segment}/decide", include_in_schema=False)
+    async def decide_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        call_id: Annotated[str, Form()] = "",
+        arguments_hash: Annotated[str, Form()] = "",
+        decision: Annotated[str, Form()] = "",
+        reason: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        if decision not in ("approve", "deny"):
+            conflict = Conflict("not_waiting", "Choose Approve or Deny.")
+            return await _conversation_page(request, who, workflow_id, conflict=conflict)
+        decide = state.service.decide(
+            workflow_id,
+            call_id,
+            who,
+            approved=decision == "approve",
+            arguments_hash=arguments_hash,
+            reason=reason.strip(),
+        )
+        verb = "Approved" if decision == "approve" else "Denied"
+        return await _act(request, who, workflow_id, decide, f"{verb} call {call_id}.")
+
+    @app.post("/conversations/{workflow_id:segment}/answer", include_in_schema=False)
+    async def answer_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        call_id: Annotated[str, Form()] = "",
+        arguments_hash: Annotated[str, Form()] = "",
+        value_json: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        try:
+            value = json.loads(value_json)
+        except ValueError:
+            conflict = Conflict("invalid_answer", "The answer is not valid JSON.")
+            return await _conversation_page(request, who, workflow_id, conflict=conflict)
+        answer = state.service.answer(
+            workflow_id, call_id, who, value=value, arguments_hash=arguments_hash
+        )
+        return await _act(request, who, workflow_id, answer, f"Answered call {call_id}.")
+
+    @app.post("/conversations/{workflow_id:segment}/send", include_in_schema=False)
+    async def send_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        text: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        if not text.strip():
+            conflict = Conflict("not_waiting", "Write a message first.")
+            return await _conversation_page(request, who, workflow_id, conflict=conflict)
+        send = state.service.send(workflow_id, who, text)
+        return await _act(request, who, workflow_id, send, "Message sent.")
+
+    @app.post("/conversations/{workflow_id:segment}/resume", include_in_schema=False)
+    async def resume_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        message: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        resume = state.service.resume(workflow_id, who, message.strip())
+        return await _act(request, who, workflow_id, resume, "Resumed.")
+
+    @app.post("/conversations/{workflow_id:segment}/retry", include_in_schema=False)
+    async def retry_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request, workflow_id: str, who: Who, csrf: CsrfToken = ""
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        retry = state.service.retry(workflow_id, who)
+        return await _act(request, who, workflow_id, retry, "Retrying the model turn.")

@@ -1,0 +1,101 @@
+"""What the inbox's routes share: its state, authentication, CSRF and input errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Form, Request
+from fastapi.responses import Response
+
+from durable_tools.worker.inbox.auth import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    Authenticators,
+    Csrf,
+    Identity,
+)
+from durable_tools.worker.inbox.service import InboxService
+
+__all__ = [
+    "BadInput",
+    "Checked",
+    "CsrfFailed",
+    "CsrfToken",
+    "State",
+    "Unauthenticated",
+    "Who",
+    "read_nonce",
+    "set_nonce",
+]
+
+
+class Unauthenticated(Exception):
+    """No authenticator accepted the request (401)."""
+
+
+class CsrfFailed(Exception):
+    """The CSRF token is missing or stale (403)."""
+
+
+class BadInput(Exception):
+    """A query parameter or header the API cannot read (422)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass
+class State:
+    """What the routes use: the service, auth, CSRF tokens, the list's refresh interval."""
+
+    service: InboxService
+    auth: Authenticators
+    csrf: Csrf
+    refresh_seconds: float
+
+
+def _state(request: Request) -> State:
+    state: State = request.app.state.inbox
+    return state
+
+
+def _identity(request: Request) -> Identity:
+    found = _state(request).auth.authenticate(request)
+    if found is None:
+        raise Unauthenticated()
+    return found
+
+
+Who = Annotated[Identity, Depends(_identity)]
+
+
+def _api_csrf(request: Request, who: Who) -> Identity:
+    state = _state(request)
+    if who.needs_csrf and not state.csrf.check(
+        request.headers.get(CSRF_HEADER, ""), request.cookies, who
+    ):
+        raise CsrfFailed()
+    return who
+
+
+Checked = Annotated[Identity, Depends(_api_csrf)]
+CsrfToken = Annotated[str, Form(alias=CSRF_FIELD)]
+
+
+def read_nonce(request: Request) -> tuple[str, bool]:
+    """The request's CSRF nonce cookie, or a new one: `(nonce, fresh)`."""
+    nonce = request.cookies.get(CSRF_COOKIE, "")
+    return (nonce, False) if nonce else (Csrf.new_nonce(), True)
+
+
+def set_nonce(request: Request, response: Response, nonce: str, fresh: bool) -> None:
+    """Set the CSRF nonce cookie on `response` when `fresh`."""
+    if fresh:
+        secure = request.url.scheme == "https"
+        response.set_cookie(
+            CSRF_COOKIE, nonce, httponly=True, samesite="strict", secure=secure, path="/"
+        )
