@@ -16,8 +16,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from durable_tools.conversation import DecisionReceipt
+from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.params import filter_waiting, parse_ages, parse_offset
-from durable_tools.worker.inbox.service import Conflict, ConversationView, WaitingConversation
+from durable_tools.worker.inbox.views import ConversationView, WaitingConversation
 from durable_tools.worker.inbox.web import (
     BadInput,
     Checked,

@@ -39,10 +39,11 @@ from fastapi.templating import Jinja2Templates
 from durable_tools.client import Conversations
 from durable_tools.worker.inbox.api import Problem, add_api_routes
 from durable_tools.worker.inbox.auth import Authenticators, Csrf
+from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.pages import add_page_routes
 from durable_tools.worker.inbox.paths import KeepEncodedSlashes
 from durable_tools.worker.inbox.render import register_filters
-from durable_tools.worker.inbox.service import Conflict, InboxService
+from durable_tools.worker.inbox.service import InboxService
 from durable_tools.worker.inbox.web import BadInput, CsrfFailed, State, Unauthenticated
 
 __all__ = ["create_app"]

@@ -17,9 +17,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from durable_tools.worker.inbox.auth import CSRF_FIELD, Identity, refusal
+from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.params import filter_waiting, parse_ages
 from durable_tools.worker.inbox.paths import quote_segment
-from durable_tools.worker.inbox.service import Conflict
 from durable_tools.worker.inbox.web import (
     BadInput,
     CsrfFailed,

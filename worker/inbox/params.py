@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from durable_tools.worker.inbox.service import WaitingConversation
+from durable_tools.worker.inbox.views import WaitingConversation
 from durable_tools.worker.inbox.web import BadInput
 
 __all__ = ["MAX_AGE_SECONDS", "filter_waiting", "parse_age", "parse_ages", "parse_offset"]

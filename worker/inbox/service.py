@@ -13,244 +13,49 @@ changed, expired, unknown call, conversation ended, no worker) becomes a
   list's stream compares `InboxService.listing_version`, one visibility query
   shared by every open page.
 - `changes` is a version string of a conversation (`GET .../version`).
+
+`InboxService` keeps deciding and acting here; it finds waiting conversations
+with `listing.py` (`InboxListing`) and reads one with `reading.py`
+(`InboxReading`); what they show is in `views.py`, their failures in
+`conflicts.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-from collections.abc import AsyncGenerator, Awaitable, Sequence
-from contextlib import suppress
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from datetime import datetime
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field
 from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
-    ConversationStatus,
     DecisionReceipt,
-    ModelFailure,
     PendingApproval,
     PendingInteraction,
     PendingState,
 )
 from durable_tools.errors import DecisionRejected, RetryRejected
-from durable_tools.events import ConversationEvent
-from durable_tools.transcript import ToolCallOutput, TranscriptItem
+from durable_tools.transcript import ToolCallOutput
 from durable_tools.worker.inbox.auth import Identity, may_decide
-from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+from durable_tools.worker.inbox.conflicts import QUERY_TIMEOUT, Conflict, no_worker, rpc_conflict
+from durable_tools.worker.inbox.listing import InboxListing
+from durable_tools.worker.inbox.reading import InboxReading
 
-__all__ = [
-    "Conflict",
-    "ConflictKind",
-    "INBOX_QUERY",
-    "ConversationView",
-    "InboxItem",
-    "InboxService",
-    "WaitingConversation",
-    "changes",
-    "send_decision",
-]
-
-ConflictKind = Literal[
-    "already_decided",
-    "arguments_changed",
-    "expired",
-    "not_waiting",
-    "unknown_call",
-    "invalid_answer",
-    "not_failed",
-    "not_allowed",
-    "signature_required",
-    "signature_rejected",
-    "ended",
-    "not_found",
-    "no_worker",
-    "unavailable",
-]
+__all__ = ["InboxService", "send_decision"]
 
 T = TypeVar("T")
 
-INBOX_QUERY = (
-    "(DurableToolsPendingCount > 0 OR DurableToolsPendingKinds = 'pause') "
-    "AND ExecutionStatus = 'Running'"
-)
-"""Visibility query of the inbox: `durable-tools pending`'s, and pauses (which the
-workflow lists in `DurableToolsPendingKinds` without counting them)."""
-
-_QUERY_TIMEOUT = 10.0
 # A rejected decision's call is looked for among this many newest items first.
 _RECENT_ITEMS = 200
-_LIST_QUERY_TIMEOUT = 3.0
-"""Seconds the list waits for one conversation's queries: a query to a conversation
-whose worker is gone waits for its whole timeout, and the page waits for the slowest."""
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MAX_CONVERSATIONS = 500
-
-
-class Conflict(Exception):
-    """An operation a person asked for that cannot happen, said in one sentence.
-
-    Args:
-        kind: What went wrong (`already_decided`, `arguments_changed`, ...).
-        message: The sentence to show.
-    """
-
-    def __init__(self, kind: ConflictKind, message: str) -> None:
-        super().__init__(message)
-        self.kind: ConflictKind = kind
-        self.message = message
-
-    @property
-    def status_code(self) -> int:
-        """The HTTP status the API answers with."""
-        if self.kind in ("not_allowed", "signature_required", "signature_rejected"):
-            return 403
-        if self.kind == "not_found":
-            return 404
-        if self.kind in ("no_worker", "unavailable"):
-            return 503
-        if self.kind == "invalid_answer":
-            return 422
-        return 409
-
-
-class InboxItem(BaseModel):
-    """One thing a conversation waits for a person to do.
-
-    Attributes:
-        kind: `approval`, `question`, `pause` or `model_failed`.
-        call_id: The call (`""` for a pause or a model failure).
-        tool: The tool name (`""` for a model failure).
-        summary: A one-line summary.
-        arguments: The call's arguments as the model sent them (raw text).
-        arguments_hash: What a decision or answer must carry.
-        answer_schema: The answer's JSON Schema (questions).
-        requested_at: When it started waiting.
-        deadline: When it expires.
-        approvers: Who may decide (`group:NAME`, `user:NAME`; empty: anyone).
-        signed: Whether only a signed decision counts.
-    """
-
-    kind: Literal["approval", "question", "pause", "model_failed"]
-    call_id: str = ""
-    tool: str = ""
-    summary: str = ""
-    arguments: str = ""
-    arguments_hash: str = ""
-    answer_schema: dict[str, Any] | None = None
-    requested_at: datetime | None = None
-    deadline: datetime | None = None
-    approvers: list[str] = Field(default_factory=list[str])
-    signed: bool = False
-
-
-class WaitingConversation(BaseModel):
-    """A conversation that waits for a person.
-
-    Attributes:
-        workflow_id: The conversation.
-        agent: Its current agent configuration.
-        state: Its loop state.
-        started: When it started.
-        items: What it waits for.
-        problem: Why its `pending` query could not be read (no worker), if so.
-    """
-
-    workflow_id: str
-    agent: str = ""
-    state: str = ""
-    started: datetime | None = None
-    items: list[InboxItem] = Field(default_factory=list[InboxItem])
-    problem: str = ""
-
-
-class ConversationView(BaseModel):
-    """One conversation: its status, what it waits for and its transcript.
-
-    Attributes:
-        workflow_id: The conversation.
-        status: The `status` query.
-        items: What it waits for.
-        transcript: The transcript.
-        version: Changes whenever any of the above does (for polling).
-        event_offset: The offset of the last event of the conversation's
-            event stream read before the rest (`-1`: none or unknown): follow
-            the events endpoint after it to miss no change.
-    """
-
-    workflow_id: str
-    status: ConversationStatus
-    items: list[InboxItem]
-    transcript: list[TranscriptItem]
-    version: str
-    event_offset: int = -1
-
-
-def items_of(pending: PendingState) -> list[InboxItem]:
-    """The `pending` query's content as inbox items."""
-    items = [_approval_item(a) for a in pending.approvals]
-    items += [_question_item(i) for i in pending.interactions]
-    if pending.paused is not None:
-        items.append(InboxItem(kind="pause", tool="pause", summary=pending.paused or "paused"))
-    if pending.model_failed is not None:
-        items.append(_model_failed_item(pending.model_failed))
-    return items
-
-
-def _approval_item(approval: PendingApproval) -> InboxItem:
-    return InboxItem(
-        kind="approval",
-        call_id=approval.call_id,
-        tool=approval.tool,
-        summary=approval.summary,
-        arguments=approval.arguments,
-        arguments_hash=approval.arguments_hash,
-        requested_at=approval.requested_at,
-        deadline=approval.deadline,
-        approvers=list(approval.approvers),
-        signed=approval.signed,
-    )
-
-
-def _question_item(interaction: PendingInteraction) -> InboxItem:
-    question = ""
-    try:
-        parsed = json.loads(interaction.arguments)
-        if isinstance(parsed, dict):
-            question = str(parsed.get("question", "") or "")  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
-    except ValueError:
-        pass
-    return InboxItem(
-        kind="question",
-        call_id=interaction.call_id,
-        tool=interaction.tool,
-        summary=question or f"{interaction.tool}({interaction.arguments[:80]})",
-        arguments=interaction.arguments,
-        arguments_hash=interaction.arguments_hash,
-        answer_schema=interaction.answer_schema,
-        requested_at=interaction.requested_at,
-        deadline=interaction.deadline,
-    )
-
-
-def _model_failed_item(failure: ModelFailure) -> InboxItem:
-    kind = f"{failure.type}: " if failure.type else ""
-    return InboxItem(
-        kind="model_failed",
-        summary=f"model turn {failure.turn} failed: {kind}{failure.message}",
-        requested_at=failure.failed_at,
-    )
 
 
 async def send_decision(
@@ -299,28 +104,8 @@ async def send_decision(
     )
 
 
-async def changes(conversations: Conversations, workflow_id: str) -> str:
-    """A version string of a conversation that changes whenever its status or pending does.
-
-    For API clients that poll (`GET /api/conversations/{id}/version`); the
-    pages follow the event stream instead (`InboxService.follow`).
-    """
-    status = await conversations.status(workflow_id)
-    pending = await conversations.pending(workflow_id)
-    return _version(status, pending)
-
-
-def _version(status: ConversationStatus, pending: PendingState) -> str:
-    text = status.model_dump_json() + pending.model_dump_json(exclude={"rejected"})
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-class _End:
-    """The event stream ended (the conversation ended and its last events were read)."""
-
-
 @dataclass
-class InboxService:
+class InboxService(InboxListing, InboxReading):
     """The inbox's operations on one namespace.
 
     Attributes:
@@ -333,194 +118,6 @@ class InboxService:
     _limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     _listing_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _listing: tuple[float, str] | None = None
-
-    async def waiting(self) -> list[WaitingConversation]:
-        """Every running conversation waiting for a person, newest first.
-
-        Found with Temporal visibility (`INBOX_QUERY`), then each one's
-        `pending` and `status` queries.
-        """
-        client = self.conversations.client
-        found: list[WaitingConversation] = []
-        try:
-            async for execution in client.list_workflows(INBOX_QUERY, limit=_MAX_CONVERSATIONS):
-                attributes = execution.typed_search_attributes
-                found.append(
-                    WaitingConversation(
-                        workflow_id=execution.id,
-                        started=execution.start_time,
-                        state=",".join(attributes.get(PENDING_KINDS) or []),
-                    )
-                )
-        except RPCError as exc:
-            raise _rpc_conflict(exc, "the inbox") from exc
-        await asyncio.gather(*(self._fill(w) for w in found))
-        found.sort(key=lambda w: w.started or _EPOCH, reverse=True)
-        return found
-
-    async def listing_version(self, max_age: float) -> str:
-        """A string that changes when the set of waiting conversations does.
-
-        One visibility query (`INBOX_QUERY`: ids, runs, pending counts and
-        kinds; no per-conversation queries), shared by every caller: a result
-        younger than `max_age` seconds is reused, so any number of open pages
-        cost one visibility query per `max_age`.
-
-        Raises:
-            Conflict: `unavailable` when Temporal refuses the query.
-        """
-        loop = asyncio.get_running_loop()
-        async with self._listing_lock:
-            if self._listing is not None and loop.time() - self._listing[0] < max_age:
-                return self._listing[1]
-            rows: list[tuple[str, str, int, list[str]]] = []
-            try:
-                async for execution in self.conversations.client.list_workflows(
-                    INBOX_QUERY, limit=_MAX_CONVERSATIONS
-                ):
-                    attributes = execution.typed_search_attributes
-                    rows.append(
-                        (
-                            execution.id,
-                            execution.run_id,
-                            attributes.get(PENDING_COUNT) or 0,
-                            sorted(attributes.get(PENDING_KINDS) or []),
-                        )
-                    )
-            except RPCError as exc:
-                raise _rpc_conflict(exc, "the inbox") from exc
-            text = json.dumps(sorted(rows))
-            version = hashlib.sha256(text.encode()).hexdigest()[:16]
-            self._listing = (loop.time(), version)
-            return version
-
-    async def _fill(self, waiting: WaitingConversation) -> None:
-        async with self._limit:
-            try:
-                async with asyncio.timeout(_LIST_QUERY_TIMEOUT):
-                    pending = await self.conversations.pending(waiting.workflow_id)
-                    status = await self.conversations.status(waiting.workflow_id)
-            except (TimeoutError, RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
-                waiting.problem = (
-                    f"no worker answered its queries within {_LIST_QUERY_TIMEOUT:g} s "
-                    f"(waiting for: {waiting.state or 'unknown'})"
-                )
-                return
-        waiting.items = items_of(pending)
-        waiting.agent = status.agent
-        waiting.state = status.state
-        waiting.problem = ""
-
-    async def conversation(self, workflow_id: str) -> ConversationView:
-        """One conversation's status, pending items and transcript.
-
-        Raises:
-            Conflict: `not_found` or `ended` (no running conversation), `no_worker`.
-        """
-        try:
-            async with asyncio.timeout(_QUERY_TIMEOUT):
-                offset = await self._event_offset(workflow_id)
-                status = await self.conversations.status(workflow_id)
-                pending = await self.conversations.pending(workflow_id)
-                transcript = await self.conversations.history(workflow_id)
-        except TimeoutError as exc:
-            raise _no_worker() from exc
-        except RPCError as exc:
-            raise _rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
-        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
-            raise Conflict("unavailable", f"the conversation's query failed: {exc}") from exc
-        return ConversationView(
-            workflow_id=workflow_id,
-            status=status,
-            items=items_of(pending),
-            transcript=transcript,
-            version=_version(status, pending),
-            event_offset=offset,
-        )
-
-    async def _event_offset(self, workflow_id: str) -> int:
-        """The offset of the stream's last event (`-1` when it has none or cannot say)."""
-        stream = WorkflowStreamClient.create(self.conversations.client, workflow_id)
-        try:
-            return await stream.get_offset() - 1
-        except (WorkflowQueryFailedError, WorkflowQueryRejectedError):
-            return -1
-
-    async def version(self, workflow_id: str) -> str:
-        """`changes(...)`, with failures as `Conflict`."""
-        try:
-            async with asyncio.timeout(_QUERY_TIMEOUT):
-                return await changes(self.conversations, workflow_id)
-        except TimeoutError as exc:
-            raise _no_worker() from exc
-        except RPCError as exc:
-            raise _rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
-
-    async def follow(
-        self, workflow_id: str, *, after: int = -1, keepalive: float = 15.0
-    ) -> AsyncGenerator[ConversationEvent | None]:
-        """The conversation's events after offset `after`, as they happen.
-
-        Checks first that the conversation exists (so a missing one is a
-        `Conflict` before anything is streamed), then reads
-        `Conversations.events(workflow_id, after=after)`: one long-poll update
-        per batch of events while the conversation runs, queries once it
-        ended. The iterator yields `None` when no event came for `keepalive`
-        seconds (a comment line keeps proxies from closing the connection)
-        and ends after the conversation's last event.
-
-        Args:
-            workflow_id: The conversation.
-            after: The offset of the last event already seen (`-1`: all).
-            keepalive: Seconds without an event before a `None`.
-
-        Returns:
-            The async generator (close it with `aclose()`).
-
-        Raises:
-            Conflict: `not_found`, `unavailable` (before streaming); the
-                iterator raises `unavailable` or `no_worker` when the stream
-                fails later.
-        """
-        try:
-            async with asyncio.timeout(_QUERY_TIMEOUT):
-                await self.conversations.client.get_workflow_handle(workflow_id).describe()
-        except TimeoutError as exc:
-            raise Conflict("unavailable", "Temporal did not answer within 10 s.") from exc
-        except RPCError as exc:
-            raise _rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
-        return self._follow(workflow_id, after, keepalive)
-
-    async def _follow(
-        self, workflow_id: str, after: int, keepalive: float
-    ) -> AsyncGenerator[ConversationEvent | None]:
-        queue: asyncio.Queue[ConversationEvent | _End | BaseException] = asyncio.Queue(256)
-
-        async def pump() -> None:
-            try:
-                async for event in self.conversations.events(workflow_id, after=after):
-                    await queue.put(event)
-                await queue.put(_End())
-            except Exception as exc:  # reported to the reader as a Conflict
-                await queue.put(exc)
-
-        task = asyncio.create_task(pump())
-        try:
-            while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), keepalive)
-                except TimeoutError:
-                    yield None
-                    continue
-                if isinstance(item, _End):
-                    return
-                if isinstance(item, BaseException):
-                    raise _stream_conflict(item) from item
-                yield item
-        finally:
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
 
     async def decide(
         self,
@@ -632,12 +229,12 @@ class InboxService:
 
     async def _bounded(self, operation: Awaitable[T]) -> T:
         try:
-            async with asyncio.timeout(_QUERY_TIMEOUT):
+            async with asyncio.timeout(QUERY_TIMEOUT):
                 return await operation
         except TimeoutError as exc:
-            raise _no_worker() from exc
+            raise no_worker() from exc
         except RPCError as exc:
-            raise _rpc_conflict(exc, "the conversation") from exc
+            raise rpc_conflict(exc, "the conversation") from exc
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
             raise Conflict("unavailable", f"the conversation's query failed: {exc}") from exc
         except WorkflowUpdateFailedError as exc:
@@ -733,31 +330,3 @@ def _reason(output: ToolCallOutput) -> str:
     if isinstance(parsed, dict):
         return str(parsed.get("reason", output.content))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     return output.content
-
-
-def _stream_conflict(exc: BaseException) -> Conflict:
-    if isinstance(exc, Conflict):
-        return exc
-    if isinstance(exc, RPCError):
-        return _rpc_conflict(exc, "the event stream")
-    if isinstance(exc, WorkflowUpdateFailedError):
-        return Conflict("unavailable", f"the event stream failed: {exc.cause or exc}")
-    return Conflict("unavailable", f"the event stream failed: {type(exc).__name__}: {exc}")
-
-
-def _no_worker() -> Conflict:
-    return Conflict(
-        "no_worker",
-        f"No worker answered within {_QUERY_TIMEOUT:g} s; is a durable-tools worker running?",
-    )
-
-
-def _rpc_conflict(exc: RPCError, what: str) -> Conflict:
-    lowered = exc.message.lower()
-    if exc.status == RPCStatusCode.NOT_FOUND:
-        if "completed" in lowered or "closed" in lowered or "already" in lowered:
-            return Conflict("ended", f"{what} has already ended.")
-        return Conflict("not_found", f"{what} does not exist.")
-    return Conflict(
-        "unavailable", f"Temporal refused the request ({exc.status.name}): {exc.message}"
-    )

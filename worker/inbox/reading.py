@@ -1,0 +1,158 @@
+"""Reading one conversation: its view, its version, its live event stream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from contextlib import suppress
+
+from temporalio.client import (
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.service import RPCError
+
+from durable_tools.client import Conversations
+from durable_tools.events import ConversationEvent
+from durable_tools.worker.inbox.conflicts import (
+    QUERY_TIMEOUT,
+    Conflict,
+    no_worker,
+    rpc_conflict,
+)
+from durable_tools.worker.inbox.views import ConversationView, changes, items_of, version_of
+
+__all__ = ["InboxReading"]
+
+
+class _End:
+    """The event stream ended (the conversation ended and its last events were read)."""
+
+
+class InboxReading:
+    """`InboxService`'s reading of one conversation (its attributes are the service's)."""
+
+    conversations: Conversations
+
+    async def conversation(self, workflow_id: str) -> ConversationView:
+        """One conversation's status, pending items and transcript.
+
+        Raises:
+            Conflict: `not_found` or `ended` (no running conversation), `no_worker`.
+        """
+        try:
+            async with asyncio.timeout(QUERY_TIMEOUT):
+                offset = await self._event_offset(workflow_id)
+                status = await self.conversations.status(workflow_id)
+                pending = await self.conversations.pending(workflow_id)
+                transcript = await self.conversations.history(workflow_id)
+        except TimeoutError as exc:
+            raise no_worker() from exc
+        except RPCError as exc:
+            raise rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+            raise Conflict("unavailable", f"the conversation's query failed: {exc}") from exc
+        return ConversationView(
+            workflow_id=workflow_id,
+            status=status,
+            items=items_of(pending),
+            transcript=transcript,
+            version=version_of(status, pending),
+            event_offset=offset,
+        )
+
+    async def _event_offset(self, workflow_id: str) -> int:
+        """The offset of the stream's last event (`-1` when it has none or cannot say)."""
+        stream = WorkflowStreamClient.create(self.conversations.client, workflow_id)
+        try:
+            return await stream.get_offset() - 1
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError):
+            return -1
+
+    async def version(self, workflow_id: str) -> str:
+        """`changes(...)`, with failures as `Conflict`."""
+        try:
+            async with asyncio.timeout(QUERY_TIMEOUT):
+                return await changes(self.conversations, workflow_id)
+        except TimeoutError as exc:
+            raise no_worker() from exc
+        except RPCError as exc:
+            raise rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
+
+    async def follow(
+        self, workflow_id: str, *, after: int = -1, keepalive: float = 15.0
+    ) -> AsyncGenerator[ConversationEvent | None]:
+        """The conversation's events after offset `after`, as they happen.
+
+        Checks first that the conversation exists (so a missing one is a
+        `Conflict` before anything is streamed), then reads
+        `Conversations.events(workflow_id, after=after)`: one long-poll update
+        per batch of events while the conversation runs, queries once it
+        ended. The iterator yields `None` when no event came for `keepalive`
+        seconds (a comment line keeps proxies from closing the connection)
+        and ends after the conversation's last event.
+
+        Args:
+            workflow_id: The conversation.
+            after: The offset of the last event already seen (`-1`: all).
+            keepalive: Seconds without an event before a `None`.
+
+        Returns:
+            The async generator (close it with `aclose()`).
+
+        Raises:
+            Conflict: `not_found`, `unavailable` (before streaming); the
+                iterator raises `unavailable` or `no_worker` when the stream
+                fails later.
+        """
+        try:
+            async with asyncio.timeout(QUERY_TIMEOUT):
+                await self.conversations.client.get_workflow_handle(workflow_id).describe()
+        except TimeoutError as exc:
+            raise Conflict("unavailable", "Temporal did not answer within 10 s.") from exc
+        except RPCError as exc:
+            raise rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
+        return self._follow(workflow_id, after, keepalive)
+
+    async def _follow(
+        self, workflow_id: str, after: int, keepalive: float
+    ) -> AsyncGenerator[ConversationEvent | None]:
+        queue: asyncio.Queue[ConversationEvent | _End | BaseException] = asyncio.Queue(256)
+
+        async def pump() -> None:
+            try:
+                async for event in self.conversations.events(workflow_id, after=after):
+                    await queue.put(event)
+                await queue.put(_End())
+            except Exception as exc:  # reported to the reader as a Conflict
+                await queue.put(exc)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), keepalive)
+                except TimeoutError:
+                    yield None
+                    continue
+                if isinstance(item, _End):
+                    return
+                if isinstance(item, BaseException):
+                    raise _stream_conflict(item) from item
+                yield item
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+
+def _stream_conflict(exc: BaseException) -> Conflict:
+    if isinstance(exc, Conflict):
+        return exc
+    if isinstance(exc, RPCError):
+        return rpc_conflict(exc, "the event stream")
+    if isinstance(exc, WorkflowUpdateFailedError):
+        return Conflict("unavailable", f"the event stream failed: {exc.cause or exc}")
+    return Conflict("unavailable", f"the event stream failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,174 @@
+"""What the inbox shows: inbox items, waiting conversations, one conversation's view."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from durable_tools.client import Conversations
+from durable_tools.conversation import (
+    ConversationStatus,
+    ModelFailure,
+    PendingApproval,
+    PendingInteraction,
+    PendingState,
+)
+from durable_tools.transcript import TranscriptItem
+
+__all__ = [
+    "ConversationView",
+    "InboxItem",
+    "WaitingConversation",
+    "changes",
+    "items_of",
+    "version_of",
+]
+
+
+class InboxItem(BaseModel):
+    """One thing a conversation waits for a person to do.
+
+    Attributes:
+        kind: `approval`, `question`, `pause` or `model_failed`.
+        call_id: The call (`""` for a pause or a model failure).
+        tool: The tool name (`""` for a model failure).
+        summary: A one-line summary.
+        arguments: The call's arguments as the model sent them (raw text).
+        arguments_hash: What a decision or answer must carry.
+        answer_schema: The answer's JSON Schema (questions).
+        requested_at: When it started waiting.
+        deadline: When it expires.
+        approvers: Who may decide (`group:NAME`, `user:NAME`; empty: anyone).
+        signed: Whether only a signed decision counts.
+    """
+
+    kind: Literal["approval", "question", "pause", "model_failed"]
+    call_id: str = ""
+    tool: str = ""
+    summary: str = ""
+    arguments: str = ""
+    arguments_hash: str = ""
+    answer_schema: dict[str, Any] | None = None
+    requested_at: datetime | None = None
+    deadline: datetime | None = None
+    approvers: list[str] = Field(default_factory=list[str])
+    signed: bool = False
+
+
+class WaitingConversation(BaseModel):
+    """A conversation that waits for a person.
+
+    Attributes:
+        workflow_id: The conversation.
+        agent: Its current agent configuration.
+        state: Its loop state.
+        started: When it started.
+        items: What it waits for.
+        problem: Why its `pending` query could not be read (no worker), if so.
+    """
+
+    workflow_id: str
+    agent: str = ""
+    state: str = ""
+    started: datetime | None = None
+    items: list[InboxItem] = Field(default_factory=list[InboxItem])
+    problem: str = ""
+
+
+class ConversationView(BaseModel):
+    """One conversation: its status, what it waits for and its transcript.
+
+    Attributes:
+        workflow_id: The conversation.
+        status: The `status` query.
+        items: What it waits for.
+        transcript: The transcript.
+        version: Changes whenever any of the above does (for polling).
+        event_offset: The offset of the last event of the conversation's
+            event stream read before the rest (`-1`: none or unknown): follow
+            the events endpoint after it to miss no change.
+    """
+
+    workflow_id: str
+    status: ConversationStatus
+    items: list[InboxItem]
+    transcript: list[TranscriptItem]
+    version: str
+    event_offset: int = -1
+
+
+def items_of(pending: PendingState) -> list[InboxItem]:
+    """The `pending` query's content as inbox items."""
+    items = [_approval_item(a) for a in pending.approvals]
+    items += [_question_item(i) for i in pending.interactions]
+    if pending.paused is not None:
+        items.append(InboxItem(kind="pause", tool="pause", summary=pending.paused or "paused"))
+    if pending.model_failed is not None:
+        items.append(_model_failed_item(pending.model_failed))
+    return items
+
+
+def _approval_item(approval: PendingApproval) -> InboxItem:
+    return InboxItem(
+        kind="approval",
+        call_id=approval.call_id,
+        tool=approval.tool,
+        summary=approval.summary,
+        arguments=approval.arguments,
+        arguments_hash=approval.arguments_hash,
+        requested_at=approval.requested_at,
+        deadline=approval.deadline,
+        approvers=list(approval.approvers),
+        signed=approval.signed,
+    )
+
+
+def _question_item(interaction: PendingInteraction) -> InboxItem:
+    question = ""
+    try:
+        parsed = json.loads(interaction.arguments)
+        if isinstance(parsed, dict):
+            question = str(parsed.get("question", "") or "")  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+    except ValueError:
+        pass
+    return InboxItem(
+        kind="question",
+        call_id=interaction.call_id,
+        tool=interaction.tool,
+        summary=question or f"{interaction.tool}({interaction.arguments[:80]})",
+        arguments=interaction.arguments,
+        arguments_hash=interaction.arguments_hash,
+        answer_schema=interaction.answer_schema,
+        requested_at=interaction.requested_at,
+        deadline=interaction.deadline,
+    )
+
+
+def _model_failed_item(failure: ModelFailure) -> InboxItem:
+    kind = f"{failure.type}: " if failure.type else ""
+    return InboxItem(
+        kind="model_failed",
+        summary=f"model turn {failure.turn} failed: {kind}{failure.message}",
+        requested_at=failure.failed_at,
+    )
+
+
+async def changes(conversations: Conversations, workflow_id: str) -> str:
+    """A version string of a conversation that changes whenever its status or pending does.
+
+    For API clients that poll (`GET /api/conversations/{id}/version`); the
+    pages follow the event stream instead (`InboxService.follow`).
+    """
+    status = await conversations.status(workflow_id)
+    pending = await conversations.pending(workflow_id)
+    return version_of(status, pending)
+
+
+def version_of(status: ConversationStatus, pending: PendingState) -> str:
+    """A hash of the status and pending state (`ConversationView.version`)."""
+    text = status.model_dump_json() + pending.model_dump_json(exclude={"rejected"})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
