@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from durable_tools.activities.agent_activities import (
-    MODEL_TURN_ACTIVITY,
-    TOOL_ACTIVITY_PREFIX,
-    AgentActivities,
-)
+from durable_tools.activities.activity_base import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
+from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.activities.planning import plan_calls, summarize_call
 
 __all__ = [

@@ -37,7 +37,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
 from durable_tools import AssistantMessage, ToolCall, Toolkit, tool
-from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY
+from durable_tools.activities.activity_base import MODEL_TURN_ACTIVITY
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions
 from durable_tools.models.base import ModelRequest

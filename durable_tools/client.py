@@ -21,58 +21,37 @@ Example:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypedDict, TypeVar, cast, overload
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
-from pydantic import BaseModel
-from temporalio.client import (
-    Client,
-    WithStartWorkflowOperation,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
-from temporalio.common import RawValue, WorkflowIDConflictPolicy
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.client import WithStartWorkflowOperation, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
-from durable_tools._wire import ConversationInput, conversation_input
+from durable_tools._client_reads import ConversationReads
+from durable_tools._client_support import OutputT as OutputT  # `result`'s, as before
+from durable_tools._client_support import (
+    StartOptions,
+    decision_update,
+    new_conversation_input,
+    with_overrides,
+)
 from durable_tools.approvals import Decision, sign_decision
 from durable_tools.conversation import (
     AgentConfig,
     Answer,
     ConversationOptions,
     ConversationResult,
-    ConversationStatus,
     DecisionReceipt,
-    PendingState,
     Resume,
     RetryRequest,
     SendMessage,
-    TranscriptPage,
-    TranscriptSlice,
     TurnOutcome,
 )
-from durable_tools.errors import (
-    ConfigurationError,
-    DecisionRejected,
-    DurableToolsError,
-    NoFinalOutput,
-    RetryRejected,
-)
-from durable_tools.events import EVENTS_TOPIC, ConversationEvent
-from durable_tools.models._settings import check_settings
-from durable_tools.transcript import TranscriptItem
-from durable_tools.transcript_reader import (
-    QUERY_PAGE_BYTES,
-    OlderWorkflowCode,
-    PrefixMismatch,
-    read_pages,
-)
+from durable_tools.errors import ConfigurationError, DurableToolsError, RetryRejected
 
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
-
-OutputT = TypeVar("OutputT", bound=BaseModel)
 
 _MAX_FOLLOWS = 100
 """Most `continued` answers `wait_turn` follows before it gives up (each is one run)."""
@@ -81,14 +60,11 @@ _FOLLOW_PAUSE = 0.05
 """Seconds `wait_turn` waits, doubling to 1 s, when the same run says `continued` again
 (its continue-as-new waits for other handlers to finish)."""
 
-# What `transcript_slice` answers: a page, or a list from older workflow code.
-_TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
-
 WORKFLOW_TYPE = "AgentWorkflow"
 """Workflow type name of a conversation."""
 
 
-class Conversations:
+class Conversations(ConversationReads):
     """Conversations on one Temporal namespace and task queue.
 
     Args:
@@ -98,16 +74,9 @@ class Conversations:
         task_queue: Task queue the durable-tools worker polls.
     """
 
-    def __init__(self, client: Client, *, task_queue: str) -> None:
-        self.client = client
-        self.task_queue = task_queue
-
-    def _handle(self, workflow_id: str) -> WorkflowHandle[Any, Any]:
-        return self.client.get_workflow_handle(workflow_id)
-
-    def _start_options(self, workflow_id: str) -> _StartOptions:
+    def _start_options(self, workflow_id: str) -> StartOptions:
         """How `start` and `start_and_wait` start (or attach to) a conversation's workflow."""
-        return _StartOptions(
+        return StartOptions(
             id=workflow_id,
             task_queue=self.task_queue,
             result_type=ConversationResult,
@@ -172,10 +141,10 @@ class Conversations:
                                       message="My order A-1001 arrived broken")
             ```
         """
-        agent = _with_overrides(agent, model=model, settings=settings, variables=variables)
+        agent = with_overrides(agent, model=model, settings=settings, variables=variables)
         return await self.client.start_workflow(
             WORKFLOW_TYPE,
-            _conversation(agent, message, handoffs, options),
+            new_conversation_input(agent, message, handoffs, options),
             **self._start_options(workflow_id),
             static_summary=summary
             or f"conversation with {agent.name}" + (f" ({agent.model})" if agent.model else ""),
@@ -223,10 +192,10 @@ class Conversations:
             ConfigurationError: Two agent configurations share a name.
             temporalio.client.WorkflowUpdateFailedError: The update failed.
         """
-        agent = _with_overrides(agent, model=model, settings=settings, variables=variables)
+        agent = with_overrides(agent, model=model, settings=settings, variables=variables)
         start: WithStartWorkflowOperation[Any, ConversationResult] = WithStartWorkflowOperation(
             WORKFLOW_TYPE,
-            _conversation(agent, message, handoffs, options),
+            new_conversation_input(agent, message, handoffs, options),
             **self._start_options(workflow_id),
             static_summary=summary or f"conversation with {agent.name} ({agent.model})",
         )
@@ -390,7 +359,7 @@ class Conversations:
         if not wait:
             await handle.signal("decide", decision)
             return None
-        return await _update(handle, "decide_now", decision)
+        return await decision_update(handle, "decide_now", decision)
 
     async def approve(
         self, workflow_id: str, call_id: str, *, arguments_hash: str, **kwargs: Any
@@ -453,168 +422,7 @@ class Conversations:
         if not wait:
             await handle.signal("answer", answer)
             return None
-        return await _update(handle, "answer_now", answer)
-
-    async def pending(self, workflow_id: str) -> PendingState:
-        """What the conversation waits for (query; needs a running worker)."""
-        return await self._handle(workflow_id).query("pending", result_type=PendingState)
-
-    async def history(
-        self, workflow_id: str, *, start: int = 0, limit: int | None = None
-    ) -> list[TranscriptItem]:
-        """The transcript's items from `start`, in order, across every run (queries).
-
-        Needs a running worker (it replays the earlier runs a page needs).
-
-        Args:
-            workflow_id: The conversation's workflow id.
-            start: Conversation-wide index of the first item (default 0).
-            limit: Most items to return (default: all from `start`).
-
-        Returns:
-            Items `[start, start + limit)` of the transcript (fewer when it
-            is shorter), read in pages of about 1 MB (`history_pages`).
-
-        Raises:
-            TranscriptUnavailable: An earlier run that holds a needed item
-                is gone (past the namespace's retention).
-        """
-        items: list[TranscriptItem] = []
-        async for page in self.history_pages(workflow_id, start=start, limit=limit):
-            items.extend(page)
-        return items
-
-    async def history_pages(
-        self, workflow_id: str, *, start: int = 0, limit: int | None = None
-    ) -> AsyncGenerator[list[TranscriptItem]]:
-        """The transcript's items from `start` as they are read: pages of about 1 MB.
-
-        A conversation that continued as new holds its older items in its
-        earlier runs (`durable_tools.carry`); each page is asked of the
-        newest run that holds it, so only the pages the caller reads are
-        fetched (`durable_tools.transcript_reader`). Arguments as `history`.
-
-        Yields:
-            Non-empty lists of items, in order.
-
-        Raises:
-            TranscriptUnavailable: As `history`.
-        """
-        handle = self._handle(workflow_id)
-        length = (await self.status(workflow_id)).transcript_items
-        upto = length if limit is None else min(length, start + max(0, limit))
-
-        async def query(
-            run_id: str | None, arg: TranscriptSlice
-        ) -> TranscriptPage | list[TranscriptItem]:
-            ask = (
-                handle
-                if run_id is None
-                else self.client.get_workflow_handle(workflow_id, run_id=run_id)
-            )
-            answer: TranscriptPage | list[TranscriptItem] = await ask.query(
-                "transcript_slice", arg, result_type=_TRANSCRIPT_ANSWER
-            )
-            return answer
-
-        index = max(0, start)
-        try:
-            async for page in read_pages(query, index, upto):
-                index += len(page.items)
-                yield page.items
-        except (OlderWorkflowCode, PrefixMismatch):
-            # A worker running code from before conversation-wide pages: lists.
-            while index < upto:
-                items = await query(
-                    None, TranscriptSlice(start=index, upto=upto, max_bytes=QUERY_PAGE_BYTES)
-                )
-                found = items.items if isinstance(items, TranscriptPage) else items
-                if not found:
-                    return
-                index += len(found)
-                yield found
-
-    async def events(
-        self, workflow_id: str, *, after: int = -1, poll_cooldown: float = 0.1
-    ) -> AsyncIterator[ConversationEvent]:
-        """The conversation's events after offset `after`, as they happen.
-
-        A resumable async iterator over the conversation's event stream
-        (`durable_tools.events`; Temporal's Workflow Streams): it long-polls
-        with an update (a worker must run while the conversation does),
-        follows continue-as-new, and ends once the conversation has ended and
-        its remaining events were read. Each event's `offset` is its position
-        in the stream: pass the last one you handled as `after` to resume
-        without gaps or repeats. Offsets older than the stream retains
-        (`RETAINED_EVENTS` kept at each continue-as-new) resume from the
-        oldest retained event.
-
-        Args:
-            workflow_id: The conversation.
-            after: The offset of the last event already seen (default -1:
-                from the first event).
-            poll_cooldown: Seconds between polls when caught up (default 0.1).
-
-        Yields:
-            `ConversationEvent`s in order, with `offset` set. Anyone who may
-            signal the workflow can publish to its stream: an item that is
-            not a `ConversationEvent` is skipped (its offset is not yielded).
-        """
-        stream = WorkflowStreamClient.create(self.client, workflow_id)
-        converter = self.client.data_converter.payload_converter
-        async for item in stream.subscribe(
-            [EVENTS_TOPIC],
-            from_offset=after + 1,
-            result_type=RawValue,
-            poll_cooldown=timedelta(seconds=poll_cooldown),
-        ):
-            try:
-                event = cast(object, converter.from_payload(item.data.payload, ConversationEvent))
-            except Exception:  # untrusted: garbage must not end a reader's iteration
-                continue
-            if isinstance(event, ConversationEvent):  # e.g. a `binary/null` payload is None
-                yield event.model_copy(update={"offset": item.offset})
-
-    async def status(self, workflow_id: str) -> ConversationStatus:
-        """What the loop is doing (query; needs a running worker)."""
-        return await self._handle(workflow_id).query("status", result_type=ConversationStatus)
-
-    @overload
-    async def result(self, workflow_id: str) -> ConversationResult: ...
-
-    @overload
-    async def result(self, workflow_id: str, *, output_type: type[OutputT]) -> OutputT: ...
-
-    async def result(
-        self, workflow_id: str, *, output_type: type[OutputT] | None = None
-    ) -> ConversationResult | OutputT:
-        """Wait for the conversation to end and return its result.
-
-        Follows continue-as-new runs to the final one.
-
-        Args:
-            workflow_id: The conversation.
-            output_type: The pydantic model of the agent's `finish` output
-                (`finish_tool(output_type=...)`); given, the `finish` output
-                is returned as that type instead of the `ConversationResult`.
-
-        Returns:
-            The `ConversationResult`, or the output as `output_type`.
-
-        Raises:
-            NoFinalOutput: `output_type` was given and the conversation ended
-                without `finish` (idle timeout, turn limit); it carries the
-                `ConversationResult`.
-            pydantic.ValidationError: The output does not fit `output_type`
-                (the agent's `finish` tool has another schema).
-        """
-        handle = self.client.get_workflow_handle(workflow_id, result_type=ConversationResult)
-        result: ConversationResult = await handle.result()
-        if output_type is None:
-            return result
-        if result.status != "finished":
-            raise NoFinalOutput(result)
-        return output_type.model_validate(result.output)
+        return await decision_update(handle, "answer_now", answer)
 
     async def retry(self, workflow_id: str, *, requested_by: str = "", wait: bool = False) -> None:
         """Run a failed model turn again (the conversation is in state `model_failed`).
@@ -647,64 +455,3 @@ class Conversations:
     async def cancel(self, workflow_id: str) -> None:
         """Cancel the conversation; open calls are answered `cancelled` or `interrupted`."""
         await self._handle(workflow_id).cancel()
-
-
-class _StartOptions(TypedDict):
-    id: str
-    task_queue: str
-    result_type: type[ConversationResult]
-    id_conflict_policy: WorkflowIDConflictPolicy
-
-
-def _conversation(
-    agent: AgentConfig,
-    message: str | None,
-    handoffs: Sequence[str | AgentConfig],
-    options: ConversationOptions | None,
-) -> ConversationInput:
-    """The workflow input of a new conversation; handoffs given by name become configurations."""
-    return conversation_input(
-        agent,
-        message=message,
-        handoffs=[AgentConfig(name=h) if isinstance(h, str) else h for h in handoffs],
-        options=options,
-    )
-
-
-async def _update(handle: WorkflowHandle[Any, Any], name: str, arg: Any) -> DecisionReceipt:
-    try:
-        return await handle.execute_update(  # pyright: ignore[reportUnknownMemberType]
-            name, arg, result_type=DecisionReceipt
-        )
-    except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError) and cause.type == "DecisionRejected":
-            raise DecisionRejected(cause.message) from exc
-        raise
-
-
-def _with_overrides(
-    agent: AgentConfig | str,
-    *,
-    model: str | None = None,
-    settings: Mapping[str, Any] | None = None,
-    variables: Mapping[str, str] | None = None,
-) -> AgentConfig:
-    """The agent configuration a client asks for: a name (or configuration) plus overrides.
-
-    The worker checks each override against what its agent allows.
-
-    Raises:
-        ConfigurationError: A setting names a field the adapter renders, or is not JSON.
-    """
-    config = AgentConfig(name=agent) if isinstance(agent, str) else agent
-    update: dict[str, Any] = {}
-    if model is not None:
-        update["model"] = model
-    if settings:
-        update["settings"] = {**config.settings, **check_settings(settings)}
-    if variables:
-        update["variables"] = {**config.variables, **variables}
-    if update:  # validated: variables are strings, settings a JSON object
-        config = AgentConfig.model_validate({**config.model_dump(), **update})
-    return config

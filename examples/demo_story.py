@@ -70,7 +70,7 @@ _FIRST_MESSAGE = "Write today's status report."
 _PERSON = "ana@example.com"
 _ANSWER = {"recipient": "ops@example.com"}
 _STEP = 5.0  # seconds one query or describe may take
-_TOOL_PREFIX = "tool."  # durable_tools.activities.agent_activities.TOOL_ACTIVITY_PREFIX
+_TOOL_PREFIX = "tool."  # durable_tools.activities.activity_base.TOOL_ACTIVITY_PREFIX
 
 
 class DemoError(RuntimeError):

@@ -64,7 +64,7 @@ with workflow.unsafe.imports_passed_through():
         ToolActivityResult,
         TranscriptDelta,
     )
-    from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
+    from durable_tools.activities.activity_base import MODEL_TURN_ACTIVITY, TOOL_ACTIVITY_PREFIX
     from durable_tools.activities.decision_activities import VERIFY_DECISION_ACTIVITY
     from durable_tools.approvals import (
         Decision,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from tracing_support import RAW, meter_provider, tracer_provider
 
-from durable_tools.activities.agent_activities import (
+from durable_tools.activities.model_activity import (
     _traced_model_call,  # pyright: ignore[reportPrivateUsage]
 )
 from durable_tools.models.base import ModelRequest

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import ActivityEnvironment
 
-from durable_tools.activities import agent_activities
+from durable_tools.activities import tool_activity as agent_activities
 from durable_tools.results import ToolCall
 
 

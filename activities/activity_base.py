@@ -1,0 +1,161 @@
+"""What the model activity and the tool activity share: the worker's toolkits and memories.
+
+`ActivitiesBase` holds the worker's toolkits, model adapters, agents and the
+bounded memories of recorded-by-reference inputs; `model_activity.py` and
+`tool_activity.py` add the two activities, `agent_activities.py` joins them.
+The names of the activities and of the workflow queries they read are here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_tools.activities.context_window import ContextWindow
+from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
+from durable_tools.agents import Agent, check_agents
+from durable_tools.context import ContextStrategyFunction
+from durable_tools.conversation import AgentConfig
+from durable_tools.descriptor import ToolDescriptor
+from durable_tools.models.base import Model
+from durable_tools.redact import Redactor
+from durable_tools.results import ToolCall
+from durable_tools.tool_threads import ToolThreads
+from durable_tools.toolkit import Toolkit, compose
+
+if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
+    from durable_tools.mcp.toolset import McpToolsets
+
+
+MODEL_TURN_ACTIVITY: Final[str] = "model.turn"
+"""Activity type of the model request."""
+
+TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
+"""Tool activities are named `tool.<tool name>`."""
+
+TRANSCRIPT_QUERY: Final[str] = "transcript_slice"
+AGENT_CONFIG_QUERY: Final[str] = "agent_config"
+TOOL_CALL_QUERY: Final[str] = "tool_call"
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class ActivitiesBase:
+    """The state of `AgentActivities` (see there) and the toolkit lookup both activities use."""
+
+    def __init__(
+        self,
+        toolkits: Mapping[str, Toolkit],
+        models: Mapping[str, Model],
+        *,
+        mcp: McpToolsets | None = None,
+        redact: Callable[[str], str] | None = None,
+        agents: Mapping[str, Agent] | None = None,
+        allow_offline_models: bool = False,
+        scripts_dir: str | os.PathLike[str] | None = None,
+        transcripts: TranscriptCache | None = None,
+        max_payload_bytes: int | None = None,
+        context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
+        tool_threads: int | None = None,
+    ) -> None:
+        self.tool_threads = ToolThreads(tool_threads)
+        self.max_payload_bytes = max_payload_bytes
+        self.redact: Callable[[str], str] = redact or Redactor.from_environment()
+        self.toolkits = dict(toolkits)
+        self.models = dict(models)
+        self.agents = dict(agents or {})
+        self.context = ContextWindow(context_strategies)
+        check_agents(
+            self.agents,
+            toolkits=self.toolkits,
+            models=self.models,
+            allow_offline_models=allow_offline_models,
+            context_strategies=self.context.functions,
+        )
+        self.allow_offline_models = allow_offline_models
+        self.scripts_dir = Path(scripts_dir if scripts_dir is not None else ".").resolve()
+        self._with_output: dict[tuple[str, int], tuple[Toolkit, Toolkit]] = {}
+        # By toolkit identity (a toolkit and its tools never change; MCP
+        # refreshes make new toolkits): rendering and hashing the descriptors
+        # every turn cost about 0.07 ms. See `_descriptors_of`.
+        self._descriptors: OrderedDict[int, tuple[Toolkit, list[ToolDescriptor], str]] = (
+            OrderedDict()
+        )
+        self.deps: Any = None
+        self.mcp = mcp
+        self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
+        self.transcripts = transcripts if transcripts is not None else TranscriptCache()
+        # What recorded inputs name instead of holding (issue 12, slim records):
+        # agent configurations by run and name, and the calls this worker planned.
+        self._agent_configs: OrderedDict[tuple[str, str, str], AgentConfig] = OrderedDict()
+        self._planned: OrderedDict[tuple[str, str], tuple[ToolCall, str]] = OrderedDict()
+        self.produced = ProducedItems()
+
+    def _toolkit(self, name: str) -> Toolkit:
+        try:
+            base = self.toolkits[name]
+        except KeyError:
+            raise ApplicationError(
+                f"no toolkit named {name!r} on this worker (registered: {sorted(self.toolkits)})",
+                type="ConfigurationError",
+                non_retryable=True,
+            ) from None
+        if self.mcp is None:
+            return base
+        version = self.mcp.version
+        cached = self._with_mcp.get(name)
+        if cached is None or cached[0] != version:
+            # Checked at worker start too; a refreshed list that collides fails loudly here.
+            cached = (version, compose(base, self.mcp.toolkit(), label=name))
+            self._with_mcp[name] = cached
+        return cached[1]
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(details: list[Any] | None = None) -> AsyncGenerator[None]:
+    """Heartbeat every third of the activity's heartbeat timeout until the block ends.
+
+    The first heartbeat is sent a third of the timeout after the start.
+
+    Without heartbeats, a worker lost during a provider request is noticed
+    only when the start-to-close timeout (`model_timeout`, 300 s) passes.
+    Each heartbeat records `details` as they are then (a heartbeat without
+    them would replace what an earlier one recorded).
+    """
+    timeout = activity.info().heartbeat_timeout
+    if not timeout:
+        yield
+        return
+    interval = max(timeout.total_seconds() / 3, 0.05)
+    loop = asyncio.get_running_loop()
+
+    def beat() -> None:
+        # A timer, not a task: a turn shorter than `interval` (most) costs
+        # neither the server a heartbeat nor the loop a task. The callback
+        # runs in the activity's context (`call_later` copies it).
+        nonlocal timer
+        activity.heartbeat(*(details or ()))
+        timer = loop.call_later(interval, beat)
+
+    timer = loop.call_later(interval, beat)
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def remember(memory: OrderedDict[_K, _V], key: _K, value: _V, limit: int) -> None:
+    """Keep `value` under `key`, dropping the least recently kept past `limit` entries."""
+    memory[key] = value
+    memory.move_to_end(key)
+    while len(memory) > limit:
+        memory.popitem(last=False)

@@ -1,0 +1,101 @@
+"""Pure helpers of `durable_tools.client`: start options, workflow input, update failures.
+
+Private: `durable_tools.client.Conversations` is the public API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict, TypeVar
+
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+
+from durable_tools._wire import ConversationInput, conversation_input
+from durable_tools.conversation import (
+    AgentConfig,
+    ConversationOptions,
+    ConversationResult,
+    DecisionReceipt,
+)
+from durable_tools.errors import DecisionRejected
+from durable_tools.models._settings import check_settings
+
+OutputT = TypeVar("OutputT", bound=BaseModel)
+
+
+class ConversationsBase:
+    """The client and task queue `Conversations` (see there) works with."""
+
+    def __init__(self, client: Client, *, task_queue: str) -> None:
+        self.client = client
+        self.task_queue = task_queue
+
+    def _handle(self, workflow_id: str) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(workflow_id)
+
+
+class StartOptions(TypedDict):
+    """The keyword arguments `start` and `start_and_wait` start a workflow with."""
+
+    id: str
+    task_queue: str
+    result_type: type[ConversationResult]
+    id_conflict_policy: WorkflowIDConflictPolicy
+
+
+def new_conversation_input(
+    agent: AgentConfig,
+    message: str | None,
+    handoffs: Sequence[str | AgentConfig],
+    options: ConversationOptions | None,
+) -> ConversationInput:
+    """The workflow input of a new conversation; handoffs given by name become configurations."""
+    return conversation_input(
+        agent,
+        message=message,
+        handoffs=[AgentConfig(name=h) if isinstance(h, str) else h for h in handoffs],
+        options=options,
+    )
+
+
+async def decision_update(handle: WorkflowHandle[Any, Any], name: str, arg: Any) -> DecisionReceipt:
+    """Send a decision or answer update; a `DecisionRejected` failure raises `DecisionRejected`."""
+    try:
+        return await handle.execute_update(  # pyright: ignore[reportUnknownMemberType]
+            name, arg, result_type=DecisionReceipt
+        )
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == "DecisionRejected":
+            raise DecisionRejected(cause.message) from exc
+        raise
+
+
+def with_overrides(
+    agent: AgentConfig | str,
+    *,
+    model: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+    variables: Mapping[str, str] | None = None,
+) -> AgentConfig:
+    """The agent configuration a client asks for: a name (or configuration) plus overrides.
+
+    The worker checks each override against what its agent allows.
+
+    Raises:
+        ConfigurationError: A setting names a field the adapter renders, or is not JSON.
+    """
+    config = AgentConfig(name=agent) if isinstance(agent, str) else agent
+    update: dict[str, Any] = {}
+    if model is not None:
+        update["model"] = model
+    if settings:
+        update["settings"] = {**config.settings, **check_settings(settings)}
+    if variables:
+        update["variables"] = {**config.variables, **variables}
+    if update:  # validated: variables are strings, settings a JSON object
+        config = AgentConfig.model_validate({**config.model_dump(), **update})
+    return config
