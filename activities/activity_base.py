@@ -14,11 +14,26 @@ import os
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from durable_tools._wire import (
+    AGENT_CONFIG_QUERY as AGENT_CONFIG_QUERY,
+)
+from durable_tools._wire import (
+    MODEL_TURN_ACTIVITY as MODEL_TURN_ACTIVITY,
+)
+from durable_tools._wire import (
+    TOOL_ACTIVITY_PREFIX as TOOL_ACTIVITY_PREFIX,
+)
+from durable_tools._wire import (
+    TOOL_CALL_QUERY as TOOL_CALL_QUERY,
+)
+from durable_tools._wire import (
+    TRANSCRIPT_QUERY as TRANSCRIPT_QUERY,
+)
 from durable_tools.activities.context_window import ContextWindow
 from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
 from durable_tools.agents import Agent, check_agents
@@ -34,16 +49,6 @@ from durable_tools.toolkit import Toolkit, compose
 if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
     from durable_tools.mcp.toolset import McpToolsets
 
-
-MODEL_TURN_ACTIVITY: Final[str] = "model.turn"
-"""Activity type of the model request."""
-
-TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
-"""Tool activities are named `tool.<tool name>`."""
-
-TRANSCRIPT_QUERY: Final[str] = "transcript_slice"
-AGENT_CONFIG_QUERY: Final[str] = "agent_config"
-TOOL_CALL_QUERY: Final[str] = "tool_call"
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")

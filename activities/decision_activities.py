@@ -17,6 +17,7 @@ from typing import Final
 
 from temporalio import activity
 
+from durable_tools._wire import VERIFY_DECISION_ACTIVITY
 from durable_tools.approvals import DecisionCheck, DecisionVerdict, verify_signature
 from durable_tools.errors import ConfigurationError
 
@@ -27,8 +28,6 @@ __all__ = [
     "decision_keys_from_environment",
 ]
 
-VERIFY_DECISION_ACTIVITY: Final[str] = "decision.verify-v1"
-"""Activity type of the signature check (a local activity)."""
 
 DECISION_KEYS_ENV: Final[str] = "DURABLE_TOOLS_DECISION_KEYS"
 """Environment variable with the worker's decision keys: `k1:BASE64,k2:BASE64`."""

@@ -10,6 +10,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 from durable_tools._client_support import ConversationsBase, OutputT
+from durable_tools._wire import TRANSCRIPT_QUERY
 from durable_tools.conversation import (
     ConversationResult,
     ConversationStatus,
@@ -92,7 +93,7 @@ class ConversationReads(ConversationsBase):
                 else self.client.get_workflow_handle(workflow_id, run_id=run_id)
             )
             answer: TranscriptPage | list[TranscriptItem] = await ask.query(
-                "transcript_slice", arg, result_type=_TRANSCRIPT_ANSWER
+                TRANSCRIPT_QUERY, arg, result_type=_TRANSCRIPT_ANSWER
             )
             return answer
 

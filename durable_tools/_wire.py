@@ -46,6 +46,12 @@ from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
 
 __all__ = [
+    "AGENT_CONFIG_QUERY",
+    "MODEL_TURN_ACTIVITY",
+    "TOOL_ACTIVITY_PREFIX",
+    "TOOL_CALL_QUERY",
+    "TRANSCRIPT_QUERY",
+    "VERIFY_DECISION_ACTIVITY",
     "PAYLOAD_BUDGET_BYTES",
     "CallReference",
     "CarriedCall",
@@ -61,6 +67,24 @@ __all__ = [
     "TranscriptDelta",
     "conversation_input",
 ]
+
+MODEL_TURN_ACTIVITY: Final[str] = "model.turn"
+"""Activity type of the model request."""
+
+TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
+"""Tool activities are named `tool.<tool name>`."""
+
+VERIFY_DECISION_ACTIVITY: Final[str] = "decision.verify-v1"
+"""Activity type of the signature check (a local activity)."""
+
+TRANSCRIPT_QUERY: Final[str] = "transcript_slice"
+"""The query that reads transcript items (`TranscriptSlice` in, a page out)."""
+
+AGENT_CONFIG_QUERY: Final[str] = "agent_config"
+"""The query that reads an agent configuration of the run by name."""
+
+TOOL_CALL_QUERY: Final[str] = "tool_call"
+"""The query that reads a planned call's arguments by call id."""
 
 PAYLOAD_BUDGET_BYTES: Final[int] = 1_500_000
 """Bytes of JSON a tool result, or a model turn's arguments, may take in one

@@ -16,7 +16,7 @@ are private: `durable_tools._wire`.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -28,6 +28,7 @@ from durable_tools.context import ContextPolicy
 from durable_tools.transcript import TranscriptItem, Usage
 
 __all__ = [
+    "MAX_FAILURE_MESSAGE_CHARS",
     "DEFAULT_APPROVAL_DEADLINE",
     "DEFAULT_IDLE_TIMEOUT",
     "AgentConfig",
@@ -57,6 +58,12 @@ DEFAULT_APPROVAL_DEADLINE: float = 7 * 24 * 3600.0
 
 DEFAULT_IDLE_TIMEOUT: float = 7 * 24 * 3600.0
 """Seconds a conversation waits for the next user message before it ends (7 days)."""
+
+
+MAX_FAILURE_MESSAGE_CHARS: Final = 1000
+"""Longest failure message the model activity raises, in characters
+(`ModelFailure.message`; Temporal replaces a failure over its size limit,
+2 MiB by default, with "Failure exceeds size limit.")."""
 
 
 class ModelRetry(BaseModel):

@@ -45,6 +45,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_tools._wire import TRANSCRIPT_QUERY
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
     ConversationResult,
@@ -352,7 +353,7 @@ class Follower:
         try:
             while True:
                 page: list[TranscriptItem] | None = await self._bounded_query(
-                    "transcript_slice", lambda: anext(pages, None)
+                    TRANSCRIPT_QUERY, lambda: anext(pages, None)
                 )
                 if not page:
                     return

@@ -58,6 +58,8 @@ from typing import Any, Final, cast
 from pydantic_core import to_json
 from temporalio.exceptions import ApplicationError
 
+from durable_tools.conversation import MAX_FAILURE_MESSAGE_CHARS
+
 __all__ = [
     "CONTEXT_LENGTH_EXCEEDED",
     "ContextLengthExceeded",
@@ -100,10 +102,6 @@ NON_RETRYABLE_TYPES: Final = (
 _RETRYABLE_STATUSES: Final = frozenset({408, 409, 425, 429})
 _MAX_MESSAGE_CHARS: Final = 500
 
-MAX_FAILURE_MESSAGE_CHARS: Final = 1000
-"""Longest failure message the model activity raises, in characters (Temporal
-replaces a failure over its size limit, 2 MiB by default, with "Failure
-exceeds size limit.")."""
 
 _MAX_DETAILS_BYTES: Final = 4096
 
