@@ -1,0 +1,179 @@
+"""Continue-as-new: what a run carries to the next one, and what waits across it.
+
+A run continues as new every so many turns, when Temporal suggests it, or
+(FOLLOW_VERSIONS_PATCH) when a new worker version is current while it waits.
+It carries a `CarriedState`: the transcript's tail that fits
+`carry_transcript_bytes` (`bounded_state`, BOUNDED_CARRY_PATCH; the earlier
+runs keep the rest, `durable_tools.carry`), the inbox, the counters, and the
+turn's calls that still wait (`snapshot_turn`, a `CarriedTurn`), which the
+next run makes wait again before any handler runs (`restore_turn`). A carry
+over Temporal's 2 MiB input limit is not sent (`continue_as_new_if_fits`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from temporalio import workflow
+
+from durable_tools.workflows.turn_calls import TurnCalls
+
+with workflow.unsafe.imports_passed_through():
+    from durable_tools.carry import cut_text, tail_start
+    from durable_tools.conversation import (
+        CarriedCall,
+        CarriedState,
+        CarriedTurn,
+        ConversationInput,
+        RunSpan,
+    )
+    from durable_tools.transcript import AssistantMessage, TranscriptItem
+    from durable_tools.transcript_digest import PrefixDigests
+
+__all__ = [
+    "BOUNDED_CARRY_PATCH",
+    "MAX_CARRY_BYTES",
+    "NO_DESCRIPTOR_CARRY_PATCH",
+    "bounded_state",
+    "continue_as_new_if_fits",
+    "delta_start",
+    "restore_turn",
+    "snapshot_turn",
+]
+
+BOUNDED_CARRY_PATCH = "bounded-carry"
+"""Patch id: histories recorded before it carried the whole transcript across continue-as-new.
+
+Without the marker a run carries its whole transcript and stays in the run
+once that is over `MAX_CARRY_BYTES`; with it, a bounded tail
+(`durable_tools.carry`).
+"""
+
+NO_DESCRIPTOR_CARRY_PATCH = "no-descriptor-carry"
+"""Patch id: histories recorded before it carried the descriptors across continue-as-new.
+
+Nothing reads `CarriedState.descriptors` (the model activity compares the
+descriptors' digest, which is carried): with the marker the carry leaves
+them out (each tool's schema, once per continue-as-new, twice in history).
+"""
+
+MAX_CARRY_BYTES = 2_000_000
+"""Largest carried input sent: Temporal rejects a continue-as-new input over 2 MiB
+(the workflow task fails and is retried forever); a larger carried state stays
+in the current run (only the whole transcript of histories before
+BOUNDED_CARRY_PATCH, or state other than the transcript, e.g. a thousand
+early decisions, gets there)."""
+
+
+def bounded_state(
+    state: CarriedState,
+    transcript: Sequence[TranscriptItem],
+    memo: PrefixDigests,
+    *,
+    carry_bytes: int,
+    earlier: Sequence[RunSpan],
+    last_text: str,
+    run_id: str,
+    max_runs: int,
+) -> CarriedState:
+    """`state` with only the transcript's tail (`durable_tools.carry.tail_start`).
+
+    Args:
+        state: The carried state with the run's whole transcript.
+        transcript: The run's items (from `state.base` on).
+        memo: Their digests and sizes.
+        carry_bytes: The tail's budget (`ConversationOptions.carry_transcript_bytes`).
+        earlier: The earlier runs this run knows of.
+        last_text: The conversation's last assistant text.
+        run_id: This run's id: the next run lists it among the earlier runs
+            when it does not carry every item this run holds.
+        max_runs: How many earlier runs a state lists (the newest).
+    """
+    sizes = [memo.size(transcript, k) for k in range(len(transcript))]
+    start = tail_start(transcript, sizes, carry_bytes)
+    if start == 0:
+        return state  # everything this run holds fits: the same earlier runs hold the rest
+    tail = transcript[start:]
+    has_text = any(isinstance(item, AssistantMessage) and item.text for item in tail)
+    spans = [*earlier, RunSpan(run_id=run_id, base=state.base)]
+    return state.model_copy(
+        update={
+            "transcript": tail,
+            "base": state.base + start,
+            "base_digest": memo.digest(transcript, start),
+            "earlier": spans[-max_runs:],
+            "last_text": "" if has_text else cut_text(last_text),
+        }
+    )
+
+
+def continue_as_new_if_fits(carry: ConversationInput, upgrade: bool) -> int:
+    """Continue as new with `carry` (never returns), or return its size when it is too large.
+
+    `upgrade`: a new worker version is current; the next run starts on it.
+    """
+    size = workflow.payload_converter().to_payloads([carry])[0].ByteSize()
+    if size <= MAX_CARRY_BYTES:
+        workflow.continue_as_new(
+            carry,
+            initial_versioning_behavior=(
+                workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE if upgrade else None
+            ),
+        )
+    return size
+
+
+def snapshot_turn(calls: TurnCalls) -> CarriedTurn:
+    """The current turn's calls without an output, with what they wait for."""
+    waits = calls.signal_waits
+    carried: list[CarriedCall] = []
+    for call_id, plan in calls.plans.items():
+        if call_id in calls.answered:
+            continue
+        carried.append(
+            CarriedCall(
+                plan=plan,
+                **calls.book.waits_of(call_id),
+                wake_at=waits.sleeps.get(call_id),
+                pause_until=waits.pause_until if call_id == waits.pause_call else None,
+            )
+        )
+    return CarriedTurn(
+        toolkit=calls.toolkit,
+        calls=carried,
+        superseded=calls.superseded,
+        paused=waits.paused,
+        resume=waits.resume,
+    )
+
+
+def restore_turn(carried: CarriedTurn, calls: TurnCalls) -> None:
+    """Make the carried turn's calls wait again as they did in the previous run.
+
+    Called by the workflow's `__init__`, before any handler of the run's
+    first activation runs: a decision, an answer or a `resume` that arrived
+    after the previous run moved and before this run's first workflow task
+    finds its call waiting (registered by the loop, they were rejected as
+    unknown calls, and the resume kept for a later pause).
+    """
+    waits = calls.signal_waits
+    calls.toolkit = carried.toolkit
+    calls.superseded = carried.superseded
+    waits.paused, waits.resume = carried.paused, carried.resume
+    for wait in carried.calls:
+        calls.plans[wait.plan.call.call_id] = wait.plan
+        calls.open[wait.plan.call.call_id] = wait.plan.call
+        calls.book.restore(wait)
+        waits.restore(wait)
+
+
+def delta_start(state: CarriedState) -> int | None:
+    """Where a run's first `TranscriptDelta` starts, as an index into its items.
+
+    Where the previous run's next delta would have started, when the run
+    holds that item (`CarriedState.delta_from`); with no carried items, 0;
+    else `None` (the first turn reads by query).
+    """
+    if state.delta_from is not None and state.delta_from >= state.base:
+        return state.delta_from - state.base
+    return None if state.transcript else 0
