@@ -36,24 +36,20 @@ from temporalio.common import RawValue
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
-    CancelledError,
     is_cancelled_exception,
 )
 
 from durable_tools.workflows.continuation import (
-    BOUNDED_CARRY_PATCH,
     MAX_CARRY_BYTES,
     NO_DESCRIPTOR_CARRY_PATCH,
     bounded_state,
-    continue_as_new_if_fits,
+    continue_as_new,
     delta_start,
     restore_turn,
     snapshot_turn,
 )
 from durable_tools.workflows.decision_book import (
     MAX_REJECTED,
-    TRUSTED_DECISIONS_PATCH,
-    UNKNOWN,
     DecisionBook,
 )
 from durable_tools.workflows.handler_inputs import (
@@ -62,14 +58,15 @@ from durable_tools.workflows.handler_inputs import (
     decoded_update,
     text_argument,
 )
-from durable_tools.workflows.model_failure import describe_model_failure, model_retry_policy
+from durable_tools.workflows.model_turns import ModelTurns
 from durable_tools.workflows.signal_tools import SignalWaits
 from durable_tools.workflows.transcript_pages import (
     transcript_delta,
     transcript_page,
     transcript_slice,
+    transcript_slice_request,
 )
-from durable_tools.workflows.turn_calls import TurnCalls
+from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
 from durable_tools.workflows.visibility import (
     NO_SEARCH_ATTRIBUTES_PATCH,
     PENDING_COUNT,
@@ -77,11 +74,10 @@ from durable_tools.workflows.visibility import (
     Visibility,
     settled,
 )
-from durable_tools.workflows.waits import MOVED, Moved, Waits
+from durable_tools.workflows.waits import Moved, Waits
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools import telemetry
-    from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY
     from durable_tools.approvals import Decision
     from durable_tools.carry import MAX_EARLIER_RUNS
     from durable_tools.conversation import (
@@ -94,22 +90,19 @@ with workflow.unsafe.imports_passed_through():
         ConversationStatus,
         DecisionReceipt,
         DeltaEntry,
-        ModelFailure,
         ModelTurn,
-        ModelTurnRequest,
         PendingState,
         PlannedCall,
-        Resume,
         SendMessage,
         TranscriptDelta,
         TranscriptPage,
         TranscriptSlice,
         TurnOutcome,
     )
-    from durable_tools.events import MAX_EVENT_TEXT, RETAINED_EVENTS
+    from durable_tools.events import MAX_EVENT_TEXT
     from durable_tools.handler_input import Undecodable, clean_text, decode_input
     from durable_tools.results import Failure, Ok, ToolCall
-    from durable_tools.signals import Finish, Handoff
+    from durable_tools.signals import Finish
     from durable_tools.transcript import (
         AssistantMessage,
         ToolCallOutput,
@@ -121,13 +114,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.transcript_digest import EMPTY_DIGEST, PrefixDigests
 
 __all__ = ["NO_SEARCH_ATTRIBUTES_PATCH", "PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
-
-MODEL_FAILED_PATCH = "model-failed-waits"
-"""Patch id: histories recorded before it failed the workflow on a model error."""
-
-# The page an undecodable `transcript_slice` argument gets; the client pages by
-# the same size (Temporal's query results are limited to about 2 MB).
-_DEFAULT_PAGE_BYTES = 1_000_000
 
 
 @workflow.defn(name="AgentWorkflow")
@@ -167,7 +153,6 @@ class AgentWorkflow:
         # What the previous run was waiting on when it continued as new at a
         # wait (FOLLOW_VERSIONS_PATCH): answered first in this run.
         self._carried_turn: CarriedTurn | None = state.turn
-        self._carried_failure: ModelFailure | None = state.model_failed
         self._idle_until = state.idle_until
         self._carried_last_text = state.last_text
         self._inbox: list[SendMessage] = list(state.inbox)
@@ -177,9 +162,6 @@ class AgentWorkflow:
         # Set while the run is about to continue as new: handlers that wait
         # for the loop (`await_turn`) return, so the run never waits on them.
         self._continuing = False
-        # Set from the carry too, so a `retry` in the run's first task counts.
-        self._model_failed: ModelFailure | None = state.model_failed
-        self._retry_requested = state.retry_requested
         # Digests of the transcript's prefixes (conversation-wide: seeded with
         # the digest of the items before `_base`): a function of the transcript alone.
         self._prefix_digests = PrefixDigests(state.base_digest or EMPTY_DIGEST)
@@ -189,14 +171,20 @@ class AgentWorkflow:
         # `_sources[index]`.
         self._delta_from = delta_start(state)
         self._sources: dict[int, DeltaEntry] = {}
-        # The agent whose configuration this run last sent whole to the model activity.
-        self._sent_agent: str | None = None
         # `run_agent` sets it before calling __init__: the loop runs inside
         # another workflow (no continue-as-new, no event stream of its own).
         self.embedded: bool = getattr(self, "embedded", False)
         self._view = Visibility(self, options, state.stream, self.embedded)
         self._waits = Waits(options.version_check_interval, self.embedded)
         self._signal_waits = SignalWaits(early_resume=state.early_resume)
+        self._model = ModelTurns(
+            options,
+            view=self._view,
+            waits=self._waits,
+            publish=self._publish,
+            failed=state.model_failed,
+            retry_requested=state.retry_requested,
+        )
         self._book = DecisionBook(
             options,
             early_decisions=state.early_decisions,
@@ -274,7 +262,7 @@ class AgentWorkflow:
                 return self._result("turn_limit", self._last_text())
             agent = self._input.agents[self._agent]
             with telemetry.turn_span(agent.name, agent.model, self._turns + 1):
-                if self._carried_failure is None:
+                if self._model.carried_failure is None:
                     self._view.event(
                         "turn_started", turn=self._turns + 1, agent=agent.name, model=agent.model
                     )
@@ -329,15 +317,10 @@ class AgentWorkflow:
         restored = {c.plan.call.call_id for c in carried.calls} if carried else set[str]()
         agents = self._input.agents
         outcomes = await self._calls.answer_plans(plans, toolkit, restored, superseded, agents)
-        finish: Finish | None = None
-        moved = False
-        for outcome in outcomes:
-            if isinstance(outcome, Handoff):
-                self._agent = outcome.agent
-            elif isinstance(outcome, Finish) and finish is None:
-                finish = outcome
-            moved = moved or isinstance(outcome, Moved)
-        return MOVED if moved else finish
+        agent, outcome = fold_outcomes(outcomes)
+        if agent is not None:
+            self._agent = agent
+        return outcome
 
     async def _execute(self, plan: PlannedCall, toolkit: str) -> Ok | Failure:
         """Run a local call as its activity `tool.<name>` (`TurnCalls.execute`)."""
@@ -354,38 +337,23 @@ class AgentWorkflow:
         `turn`: the turn's calls that were waiting when a new worker version
         (or Temporal's suggestion) moved them to the next run (rebuilt once
         every handler finished, so a decision that arrived meanwhile goes
-        with its call). Handlers that wait for the loop (`await_turn`, the
-        event stream's polls) are handed over first, so the run never waits
-        on a handler that waits on it.
+        with its call).
         """
-        stream = self._view.stream
-        # Event subscribers' long polls are handlers too: release them
-        # (they follow the new run), keep the latest events only.
-        if stream is not None:
-            stream.detach_pollers()
         # `await_turn` waits for the loop to settle: hand it over to the next
         # run (its caller follows the chain) instead of waiting on it, which
         # would wait on this very loop.
         self._continuing = True
-        await workflow.wait_condition(
-            lambda: workflow.all_handlers_finished() and not self._book.verifications
+        size = await continue_as_new(
+            self._view,
+            self._book.verifications,
+            lambda bounded: self._carry(
+                bounded=bounded, turn=snapshot_turn(self._calls) if turn is not None else None
+            ),
+            may_bound=not self._options.transcript_in_activity_input,
         )
-        if stream is not None:
-            stream.truncate(self._view.stream_end() - RETAINED_EVENTS)
-        bounded = not self._options.transcript_in_activity_input and workflow.patched(
-            BOUNDED_CARRY_PATCH
-        )
-        carry = self._carry(
-            bounded=bounded, turn=snapshot_turn(self._calls) if turn is not None else None
-        )
-        # A new current version: the next run starts on it.
-        upgrade = workflow.info().is_target_worker_deployment_version_changed()
-        size = continue_as_new_if_fits(carry, upgrade)
         # Stay in this run from now on (the carried state only grows).
         self._waits.carry_too_large = True
         self._continuing = self._calls.moving = False
-        if stream is not None:
-            stream._detaching = False  # pyright: ignore[reportPrivateUsage]
         workflow.logger.warning(
             "not continuing as new: the carried state is %d bytes, over %d", size, MAX_CARRY_BYTES
         )
@@ -447,8 +415,8 @@ class AgentWorkflow:
             last_text=self._carried_last_text,
             delta_from=None if self._delta_from is None else self._base + self._delta_from,
             turn=turn,
-            model_failed=self._model_failed,
-            retry_requested=self._retry_requested and self._model_failed is not None,
+            model_failed=self._model.failed,
+            retry_requested=self._model.retry_requested and self._model.failed is not None,
             idle_until=self._idle_until if self._view.state == "idle" and not self._inbox else None,
         )
         if bounded:
@@ -494,89 +462,45 @@ class AgentWorkflow:
     def _publish(self) -> None:
         book = self._book
         self._view.publish(
-            book.approvals, book.interactions, self._signal_waits.paused, self._model_failed
+            book.approvals, book.interactions, self._signal_waits.paused, self._model.failed
         )
 
     # ---------------------------------------------------------------- model
 
     async def _model_turn(self) -> ModelTurn | Moved:
-        """Run the model turn until it succeeds; between failures, wait for an operator.
+        """Run the model turn until it succeeds (`ModelTurns.next_turn`), and count it.
 
         Returns `MOVED` when the run continues as new while it waits after a
         failure (a new worker version: the next run waits on, or retries).
         """
-        while True:
-            failure, self._carried_failure = self._carried_failure, None
-            if failure is None:
-                try:
-                    turn = await self._request_model_turn()
-                except ActivityError as exc:
-                    # A cancelled conversation cancels its model turn: that ends it.
-                    if isinstance(exc.cause, CancelledError) or not workflow.patched(
-                        MODEL_FAILED_PATCH
-                    ):
-                        raise
-                    failure = self._model_failure(exc)
-                else:
-                    self._turns += 1
-                    self._turns_this_run += 1
-                    if turn.message.usage is not None:
-                        model = turn.model or self._input.agents[self._agent].model
-                        self._usage[model] = self._usage.get(model, Usage()) + turn.message.usage
-                    if turn.descriptors is not None:
-                        self._descriptors = turn.descriptors
-                        self._digest = turn.digest
-                    return turn
-            if not await self._wait_after_model_failure(failure):
-                self._carried_failure = failure  # waited on after the move
-                return MOVED
-            self._take_inbox()
+        turn = await self._model.next_turn(
+            self._request_model_turn,
+            lambda: self._input.agents[self._agent],
+            self._turns + 1,
+            lambda: bool(self._inbox),
+            self._take_inbox,
+        )
+        if isinstance(turn, Moved):
+            return turn
+        self._turns += 1
+        self._turns_this_run += 1
+        if turn.message.usage is not None:
+            model = turn.model or self._input.agents[self._agent].model
+            self._usage[model] = self._usage.get(model, Usage()) + turn.message.usage
+        if turn.descriptors is not None:
+            self._descriptors = turn.descriptors
+            self._digest = turn.digest
+        return turn
 
     async def _request_model_turn(self) -> ModelTurn:
-        agent = self._input.agents[self._agent]
-        retry = agent.model_retry or self._options.model_retry
-        number = self._turns + 1
-        self._view.state = "model"
-        info = workflow.info()
-        inline = self._options.transcript_in_activity_input
-        # The configuration is in this run's input and its first model request;
-        # later requests name it (read with the `agent_config` query by a
-        # worker that did not keep it), unless the loop cannot be queried.
-        whole = inline or self._agent != self._sent_agent
-        request = ModelTurnRequest(
-            workflow_id=info.workflow_id,
-            run_id=info.run_id,
-            turn=number,
+        return await self._model.request(
+            self._agent,
+            self._input.agents[self._agent],
+            number=self._turns + 1,
             upto=self._length(),
-            # Whole in the run's first request and after a handoff (the
-            # worker keeps it), else by name: no query on the common path.
-            agent=agent if whole else None,
-            agent_name="" if inline else self._agent,
             known_digest=self._digest,
-            transcript=list(self._transcript) if inline else None,
-            delta=None if inline else self._transcript_delta(),
-        )
-        self._sent_agent = self._agent
-        return await workflow.execute_activity(
-            MODEL_TURN_ACTIVITY,
-            request,
-            result_type=ModelTurn,
-            start_to_close_timeout=timedelta(seconds=self._options.model_timeout),
-            schedule_to_close_timeout=timedelta(
-                seconds=max(retry.timeout, self._options.model_timeout)
-            ),
-            heartbeat_timeout=timedelta(seconds=retry.heartbeat_timeout),
-            retry_policy=model_retry_policy(retry),
-            # Where the agent starts (a run's first turn, a handoff): every
-            # summary is a payload the SDK converts in the sandbox, once per
-            # pass (about 0.3 ms of worker CPU per turn).
-            summary=(
-                f"{agent.name}: {agent.model}, turn {number}"
-                if agent.model
-                else f"{agent.name}, turn {number}"
-            )
-            if whole
-            else None,
+            transcript=self._transcript,
+            delta=self._transcript_delta,
         )
 
     def _transcript_delta(self) -> TranscriptDelta | None:
@@ -584,40 +508,6 @@ class AgentWorkflow:
         start, self._delta_from = self._delta_from, len(self._transcript)
         sources, self._sources = self._sources, {}
         return transcript_delta(self._transcript, self._prefix_digests, self._base, start, sources)
-
-    def _model_failure(self, error: ActivityError) -> ModelFailure:
-        """Describe a model turn that failed for good; log it and publish `model_failed`."""
-        agent = self._input.agents[self._agent]
-        failure = describe_model_failure(
-            error,
-            retry=agent.model_retry or self._options.model_retry,
-            turn=self._turns + 1,
-            now=workflow.now(),
-        )
-        workflow.logger.warning("model turn %d failed: %s", failure.turn, failure.message)
-        self._view.event("model_failed", turn=failure.turn, reason=failure.message)
-        self._retry_requested = False
-        return failure
-
-    async def _wait_after_model_failure(self, failure: ModelFailure) -> bool:
-        """Wait for `retry` or a new message (True), or a move to a new run (False)."""
-        self._model_failed = failure
-        self._view.state = "model_failed"
-        self._publish()
-        try:
-            await self._waits.wait(
-                lambda: self._waits.move_due() or self._retry_requested or bool(self._inbox),
-                None,
-                "model_failed: waiting for retry or a new message",
-            )
-        except asyncio.CancelledError:
-            self._model_failed = None
-            raise
-        if self._waits.move_due():
-            return False  # `_model_failed` (and a retry) go to the next run, on the new code
-        self._model_failed = None
-        self._publish()
-        return True
 
     # ------------------------------------------------------------- handlers
 
@@ -628,8 +518,8 @@ class AgentWorkflow:
         Takes an optional `RetryRequest`; any input (none, several, not JSON)
         counts as a plain retry. Ignored in any other state.
         """
-        if self._model_failed is not None:
-            self._retry_requested = True
+        if self._model.failed is not None:
+            self._model.retry_requested = True
 
     @workflow.update(name="retry_now")
     def retry_now(self, *args: Any) -> None:
@@ -637,11 +527,11 @@ class AgentWorkflow:
 
         Takes an optional `RetryRequest` (any input is accepted).
         """
-        self._retry_requested = True
+        self._model.retry_requested = True
 
     @retry_now.validator
     def _validate_retry_now(self, *args: Any) -> None:
-        if self._model_failed is None:
+        if self._model.failed is None:
             raise ApplicationError(
                 "the conversation is not waiting after a model failure "
                 f"(state {self._view.state!r})",
@@ -649,64 +539,11 @@ class AgentWorkflow:
                 non_retryable=True,
             )
 
-    async def decide(self, decision: Decision) -> None:
-        """The `decide` signal: approve or deny a gated call (durable).
-
-        Stored by the server even with no worker running. A decision that
-        fails its checks, or names a call that is not pending (unless the
-        conversation accepts early decisions), is recorded as rejected (see
-        `pending`). A call that needs a signed decision has its signature
-        checked by the `verify_decision` local activity. Routed by `_signal`.
-        """
-        if not workflow.patched(TRUSTED_DECISIONS_PATCH):
-            self._book.accept_or_reject_decision(decision)
-            return
-        await self._book.consider_decision(decision, "decide")
-
-    async def decide_now(self, decision: Decision) -> DecisionReceipt:
-        """The `decide_now` update: decide a pending call, acknowledged at once.
-
-        Routed by `_update` after `_validate_update` checked everything but
-        the signature; a signature is checked here (a local activity, so the
-        verdict is recorded) and a bad one fails the update, recorded in
-        `pending().rejected`.
-
-        Raises:
-            ApplicationError: Type `DecisionRejected`: the signature does not
-                verify, or the call was decided or ended while it was checked.
-        """
-        return await self._book.decide_now(decision)
-
     def _decision_problem(self, decision: Decision) -> str | None:
         return self._book.decision_problem(decision)
 
     def _answer_problem(self, answer: Answer) -> str | None:
         return self._book.answer_problem(answer)
-
-    def answer(self, answer: Answer) -> None:
-        """The `answer` signal: answer an interaction call (durable).
-
-        Invalid answers are recorded as rejected. Routed by `_signal`.
-        """
-        self._book.accept_or_reject_answer(answer, self._book.early_answers_allowed())
-
-    def answer_now(self, answer: Answer) -> DecisionReceipt:
-        """The `answer_now` update: answer a pending interaction, acknowledged at once.
-
-        Routed by `_update` after `_validate_update` checked it.
-        """
-        self._book.answers[answer.call_id] = answer
-        return DecisionReceipt(call_id=answer.call_id)
-
-    def resume(self, resume: Resume) -> None:
-        """The `resume` signal: resume a conversation paused by the `pause` signal tool.
-
-        Routed by `_signal`; no input (or `null`) means `Resume()`. A resume
-        that arrives while nothing is paused (e.g. while the model is still
-        deciding to pause) is kept and applies to the next pause; a later one
-        replaces it.
-        """
-        self._signal_waits.take_resume(resume)
 
     def send(self, message: SendMessage) -> None:
         """The `send` signal: add a user message; it wakes an idle conversation.
@@ -724,9 +561,11 @@ class AgentWorkflow:
     async def _signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Route the `decide`, `answer`, `send` and `resume` signals.
 
-        An input that cannot be decoded into the signal's model is recorded in
-        `pending().rejected` with the reason; a signal of another name is
-        logged and ignored.
+        `decide` and `answer` go to the book (`DecisionBook.decide`,
+        `DecisionBook.answer`), `resume` to the pause
+        (`SignalWaits.take_resume`). An input that cannot be decoded into the
+        signal's model is recorded in `pending().rejected` with the reason; a
+        signal of another name is logged and ignored.
         """
         if name not in SIGNAL_INPUTS:
             workflow.logger.warning("ignoring signal %r: no such signal", clean_text(name, 100))
@@ -738,21 +577,21 @@ class AgentWorkflow:
             self._book.reject(decoded.call_id, reason, decoded.sent_by, name)
             workflow.logger.warning("rejected a %s signal: %s", name, decoded.reason)
         elif isinstance(decoded, Decision):
-            await self.decide(decoded)
+            await self._book.decide(decoded)
         elif isinstance(decoded, Answer):
-            self.answer(decoded)
+            self._book.answer(decoded)
         elif isinstance(decoded, SendMessage):
             self.send(decoded)
         else:
-            self.resume(decoded)
+            self._signal_waits.take_resume(decoded)
 
     @workflow.update(dynamic=True)
     async def _update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt:
         """Route the `decide_now` and `answer_now` updates (validated by `_validate_update`)."""
         decoded = decoded_update(name, args)
         if isinstance(decoded, Decision):
-            return await self.decide_now(decoded)
-        return self.answer_now(decoded)
+            return await self._book.decide_now(decoded)
+        return self._book.answer_now(decoded)
 
     @_update.validator
     def _validate_update(self, name: str, args: Sequence[RawValue]) -> None:
@@ -763,14 +602,9 @@ class AgentWorkflow:
                 `DecisionRejected`) with the reason, or `UnknownUpdate` for a
                 name other than `decide_now` / `answer_now`.
         """
-        decoded = decoded_update(name, args)
-        if isinstance(decoded, Decision):
-            problem = self._book.decision_problem(decoded)
-        else:
-            problem = self._book.answer_problem(decoded)
+        problem = self._book.update_problem(decoded_update(name, args))
         if problem is not None:
-            reason = f"unknown call id {decoded.call_id!r}" if problem == UNKNOWN else problem
-            raise ApplicationError(clean_text(reason), type="DecisionRejected", non_retryable=True)
+            raise ApplicationError(clean_text(problem), type="DecisionRejected", non_retryable=True)
 
     @workflow.query(dynamic=True)
     def _query(
@@ -798,11 +632,7 @@ class AgentWorkflow:
                 "agent_config, followed, history, pending, status, tool_call, transcript_slice",
                 type="UnknownQuery",
             )
-        request = decode_input(args, TranscriptSlice, workflow.payload_converter())
-        if isinstance(request, Undecodable):
-            request = TranscriptSlice(
-                start=self._base, upto=self._length(), max_bytes=_DEFAULT_PAGE_BYTES
-            )
+        request = transcript_slice_request(args, self._base, self._length())
         if request.known_digest is not None:
             return self.transcript_page(request)
         return self.transcript_slice(request)
@@ -843,14 +673,7 @@ class AgentWorkflow:
         await workflow.wait_condition(
             lambda: self._continuing or (self._turns > after and self._settled())
         )
-        if self._continuing:
-            return TurnOutcome(
-                state="continued",
-                pending=self.pending(),
-                turns=self._turns,
-                run_id=workflow.info().run_id,
-            )
-        state = self._view.state
+        state = "continued" if self._continuing else self._view.state
         return TurnOutcome(
             state=state,
             reply=self._last_text() if state in ("idle", "finished") else None,
@@ -871,7 +694,7 @@ class AgentWorkflow:
             interactions=list(self._book.interactions.values()),
             paused=self._signal_waits.paused,
             rejected=list(self._book.rejected),
-            model_failed=self._model_failed,
+            model_failed=self._model.failed,
         )
 
     @workflow.query(name="status")
@@ -888,7 +711,7 @@ class AgentWorkflow:
             running_tools=self._calls.running,
             transcript_items=self._length(),
             reconciled=is_reconciled(self._transcript),
-            model_failed=self._model_failed,
+            model_failed=self._model.failed,
             usage=self._usage,
             unanswered_messages=list(self._inbox) if state == "finished" else [],
         )

@@ -12,11 +12,13 @@ over Temporal's 2 MiB input limit is not sent (`continue_as_new_if_fits`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Collection, Sequence
 
 from temporalio import workflow
 
 from durable_tools.workflows.turn_calls import TurnCalls
+from durable_tools.workflows.visibility import Visibility
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools.carry import cut_text, tail_start
@@ -27,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationInput,
         RunSpan,
     )
+    from durable_tools.events import RETAINED_EVENTS
     from durable_tools.transcript import AssistantMessage, TranscriptItem
     from durable_tools.transcript_digest import PrefixDigests
 
@@ -35,6 +38,7 @@ __all__ = [
     "MAX_CARRY_BYTES",
     "NO_DESCRIPTOR_CARRY_PATCH",
     "bounded_state",
+    "continue_as_new",
     "continue_as_new_if_fits",
     "delta_start",
     "restore_turn",
@@ -105,6 +109,46 @@ def bounded_state(
             "last_text": "" if has_text else cut_text(last_text),
         }
     )
+
+
+async def continue_as_new(
+    view: Visibility,
+    verifications: Collection[asyncio.Task[None]],
+    carry: Callable[[bool], ConversationInput],
+    *,
+    may_bound: bool,
+) -> int:
+    """Continue as new once every handler finished (never returns), or return the carry's size.
+
+    The event stream's long polls are released first (they follow the new
+    run) and the stream keeps its latest events only. The caller hands
+    `await_turn` over before (its caller follows the chain), so the run
+    never waits on a handler that waits on it.
+
+    Args:
+        view: The loop's event stream.
+        verifications: Decisions whose signatures are being checked.
+        carry: The next run's input, bounded (`bounded_state`) or whole.
+        may_bound: Whether a bounded carry is possible (not with
+            `transcript_in_activity_input`); the history decides
+            (BOUNDED_CARRY_PATCH).
+
+    Returns:
+        The carried state's size, over `MAX_CARRY_BYTES`: the run stays.
+    """
+    stream = view.stream
+    if stream is not None:
+        stream.detach_pollers()
+    await workflow.wait_condition(lambda: workflow.all_handlers_finished() and not verifications)
+    if stream is not None:
+        stream.truncate(view.stream_end() - RETAINED_EVENTS)
+    bounded = may_bound and workflow.patched(BOUNDED_CARRY_PATCH)
+    # A new current version: the next run starts on it.
+    upgrade = workflow.info().is_target_worker_deployment_version_changed()
+    size = continue_as_new_if_fits(carry(bounded), upgrade)
+    if stream is not None:
+        stream._detaching = False  # pyright: ignore[reportPrivateUsage]
+    return size
 
 
 def continue_as_new_if_fits(carry: ConversationInput, upgrade: bool) -> int:

@@ -248,8 +248,27 @@ class DecisionBook:
         else:
             self.reject(decision.call_id, problem, decision.decided_by, signal, received)
 
+    async def decide(self, decision: Decision) -> None:
+        """The `decide` signal: approve or deny a gated call (durable).
+
+        Stored by the server even with no worker running. A decision that
+        fails its checks, or names a call that is not pending (unless the
+        conversation accepts early decisions), is recorded as rejected (see
+        `pending`). A call that needs a signed decision has its signature
+        checked by the `verify_decision` local activity.
+        """
+        if not workflow.patched(TRUSTED_DECISIONS_PATCH):
+            self.accept_or_reject_decision(decision)
+            return
+        await self.consider_decision(decision, "decide")
+
     async def decide_now(self, decision: Decision) -> DecisionReceipt:
-        """Take a decision the `decide_now` validator passed, its signature checked here.
+        """The `decide_now` update: decide a pending call, acknowledged at once.
+
+        The update's validator checked everything but the signature
+        (`update_problem`); a signature is checked here (a local activity, so
+        the verdict is recorded) and a bad one fails the update, recorded in
+        `rejected`.
 
         Raises:
             ApplicationError: Type `DecisionRejected`: the signature does not
@@ -309,6 +328,28 @@ class DecisionBook:
     def early_answers_allowed(self) -> bool:
         """Whether an answer for a call not yet pending is kept (else rejected)."""
         return self.options.accept_early_decisions or not workflow.patched(TRUSTED_DECISIONS_PATCH)
+
+    def update_problem(self, decoded: Decision | Answer) -> str | None:
+        """Why the `decide_now` / `answer_now` validator rejects `decoded`, or `None`.
+
+        Everything but a decision's signature (`decide_now` checks it).
+        """
+        if isinstance(decoded, Decision):
+            problem = self.decision_problem(decoded)
+        else:
+            problem = self.answer_problem(decoded)
+        if problem == UNKNOWN:
+            return f"unknown call id {decoded.call_id!r}"
+        return problem
+
+    def answer(self, answer: Answer) -> None:
+        """The `answer` signal: answer an interaction call (durable); invalid ones are rejected."""
+        self.accept_or_reject_answer(answer, self.early_answers_allowed())
+
+    def answer_now(self, answer: Answer) -> DecisionReceipt:
+        """The `answer_now` update: answer a pending interaction (its validator checked it)."""
+        self.answers[answer.call_id] = answer
+        return DecisionReceipt(call_id=answer.call_id)
 
     def accept_or_reject_answer(self, answer: Answer, early: bool) -> None:
         """Take an answer, keep it for a call not yet pending (`early`), or reject it."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from temporalio import workflow
+from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools.conversation import (
@@ -23,14 +24,34 @@ with workflow.unsafe.imports_passed_through():
         TranscriptPage,
         TranscriptSlice,
     )
+    from durable_tools.handler_input import Undecodable, decode_input
     from durable_tools.transcript import TranscriptItem
     from durable_tools.transcript_digest import PrefixDigests
 
-__all__ = ["MAX_DELTA_INLINE_BYTES", "transcript_delta", "transcript_page", "transcript_slice"]
+__all__ = [
+    "DEFAULT_PAGE_BYTES",
+    "MAX_DELTA_INLINE_BYTES",
+    "transcript_delta",
+    "transcript_page",
+    "transcript_slice",
+    "transcript_slice_request",
+]
+
+DEFAULT_PAGE_BYTES = 1_000_000
+"""The page an undecodable `transcript_slice` argument gets; the client pages by
+the same size (Temporal's query results are limited to about 2 MB)."""
 
 MAX_DELTA_INLINE_BYTES = 64 * 1024
 """A `TranscriptDelta` gives at most this many bytes of items whole (user
 messages, outputs the workflow made); past it the model activity queries."""
+
+
+def transcript_slice_request(args: Sequence[RawValue], base: int, length: int) -> TranscriptSlice:
+    """The `transcript_slice` query's argument; the first page for one that does not decode."""
+    request = decode_input(args, TranscriptSlice, workflow.payload_converter())
+    if isinstance(request, Undecodable):
+        return TranscriptSlice(start=base, upto=length, max_bytes=DEFAULT_PAGE_BYTES)
+    return request
 
 
 def transcript_slice(

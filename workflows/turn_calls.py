@@ -34,10 +34,28 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.signals import Finish, Handoff
     from durable_tools.transcript import ToolCallOutput, to_tool_call_output
 
-__all__ = ["Outcome", "TurnCalls"]
+__all__ = ["Outcome", "TurnCalls", "fold_outcomes"]
 
 Outcome = Handoff | Finish | Moved | None
 """What answering one call tells the loop: switch agents, finish, or the wait moved."""
+
+
+def fold_outcomes(outcomes: list[Outcome]) -> tuple[str | None, Finish | Moved | None]:
+    """What a turn's outcomes tell the loop: the next agent, and finish or `MOVED`.
+
+    The last `handoff` names the next agent (`None`: no handoff); the first
+    `finish` ends the conversation unless a wait moved to the next run.
+    """
+    agent: str | None = None
+    finish: Finish | None = None
+    moved = False
+    for outcome in outcomes:
+        if isinstance(outcome, Handoff):
+            agent = outcome.agent
+        elif isinstance(outcome, Finish) and finish is None:
+            finish = outcome
+        moved = moved or isinstance(outcome, Moved)
+    return agent, MOVED if moved else finish
 
 
 class TurnCalls:
@@ -170,7 +188,7 @@ class TurnCalls:
         """Make the call wait for an answer; apply an early answer kept for it."""
         early = self.book.register_interaction(plan)
         if early is not None:
-            self.book.accept_or_reject_answer(early, self.book.early_answers_allowed())
+            self.book.answer(early)
 
     async def answer(
         self,
