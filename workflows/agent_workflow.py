@@ -42,14 +42,12 @@ from temporalio.exceptions import (
 from durable_tools.workflows.continuation import (
     MAX_CARRY_BYTES,
     NO_DESCRIPTOR_CARRY_PATCH,
-    bounded_state,
     continue_as_new,
-    delta_start,
+    continue_as_new_due,
     restore_turn,
     snapshot_turn,
 )
 from durable_tools.workflows.decision_book import (
-    MAX_REJECTED,
     DecisionBook,
 )
 from durable_tools.workflows.handler_inputs import (
@@ -59,13 +57,11 @@ from durable_tools.workflows.handler_inputs import (
     text_argument,
 )
 from durable_tools.workflows.model_turns import ModelTurns
-from durable_tools.workflows.signal_tools import SignalWaits
-from durable_tools.workflows.transcript_pages import (
-    transcript_delta,
-    transcript_page,
-    transcript_slice,
+from durable_tools.workflows.run_transcript import (
+    RunTranscript,
     transcript_slice_request,
 )
+from durable_tools.workflows.signal_tools import SignalWaits
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
 from durable_tools.workflows.visibility import (
     NO_SEARCH_ATTRIBUTES_PATCH,
@@ -94,7 +90,6 @@ with workflow.unsafe.imports_passed_through():
         PendingState,
         PlannedCall,
         SendMessage,
-        TranscriptDelta,
         TranscriptPage,
         TranscriptSlice,
         TurnOutcome,
@@ -104,14 +99,11 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.results import Failure, Ok, ToolCall
     from durable_tools.signals import Finish
     from durable_tools.transcript import (
-        AssistantMessage,
-        ToolCallOutput,
         TranscriptItem,
         Usage,
         UserMessage,
         is_reconciled,
     )
-    from durable_tools.transcript_digest import EMPTY_DIGEST, PrefixDigests
 
 __all__ = ["NO_SEARCH_ATTRIBUTES_PATCH", "PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
 
@@ -132,8 +124,9 @@ class AgentWorkflow:
 
     The concerns live beside it in `workflows/`: `decision_book` (approvals
     and answers), `turn_calls` and `tool_activity` (the turn's calls, tool
-    failures), `signal_tools`, `waits`, `continuation` (carry), `visibility`
-    (state, search attributes, events), `transcript_pages`, `handler_inputs`.
+    failures), `signal_tools`, `model_turns`, `waits`, `continuation`
+    (continue-as-new), `run_transcript`, `visibility` (state, search
+    attributes, current details, events), `handler_inputs`.
     """
 
     @workflow.init
@@ -145,16 +138,15 @@ class AgentWorkflow:
         self._options = options = input.options
         self._agent = state.agent
         # The items from conversation-wide index `_base` on; older ones are in
-        # the earlier runs `_earlier` (durable_tools.carry).
-        self._transcript: list[TranscriptItem] = list(state.transcript)
-        self._base = state.base
-        self._earlier = list(state.earlier)
-        self._carried_needs_model = state.needs_model
+        # the earlier runs `_earlier` (durable_tools.carry). Names kept for
+        # the tests that build runs by hand; none is reassigned in a run.
+        self._log = log = RunTranscript(state)
+        self._transcript, self._base, self._earlier = log.items, log.base, log.earlier
+        self._prefix_digests, self._carried_last_text = log.memo, log.carried_last_text
         # What the previous run was waiting on when it continued as new at a
         # wait (FOLLOW_VERSIONS_PATCH): answered first in this run.
         self._carried_turn: CarriedTurn | None = state.turn
         self._idle_until = state.idle_until
-        self._carried_last_text = state.last_text
         self._inbox: list[SendMessage] = list(state.inbox)
         self._turns, self._runs, self._turns_this_run = state.turns, state.runs, 0
         self._usage: dict[str, Usage] = dict(state.usage)
@@ -162,45 +154,25 @@ class AgentWorkflow:
         # Set while the run is about to continue as new: handlers that wait
         # for the loop (`await_turn`) return, so the run never waits on them.
         self._continuing = False
-        # Digests of the transcript's prefixes (conversation-wide: seeded with
-        # the digest of the items before `_base`): a function of the transcript alone.
-        self._prefix_digests = PrefixDigests(state.base_digest or EMPTY_DIGEST)
-        # The delta of the next model turn starts at `_delta_from` (an index
-        # into this run's items; None: no delta, e.g. a carried transcript the
-        # worker may not hold); items an activity returned are named by
-        # `_sources[index]`.
-        self._delta_from = delta_start(state)
-        self._sources: dict[int, DeltaEntry] = {}
         # `run_agent` sets it before calling __init__: the loop runs inside
         # another workflow (no continue-as-new, no event stream of its own).
         self.embedded: bool = getattr(self, "embedded", False)
-        self._view = Visibility(self, options, state.stream, self.embedded)
-        self._waits = Waits(options.version_check_interval, self.embedded)
+        self._view = view = Visibility(self, options, state.stream, self.embedded)
+        self._waits = waits = Waits(options.version_check_interval, self.embedded)
         self._signal_waits = SignalWaits(early_resume=state.early_resume)
         self._model = ModelTurns(
-            options,
-            view=self._view,
-            waits=self._waits,
-            publish=self._publish,
-            failed=state.model_failed,
-            retry_requested=state.retry_requested,
+            options, view=view, waits=waits, publish=self._publish, state=state
         )
-        self._book = DecisionBook(
-            options,
-            early_decisions=state.early_decisions,
-            early_answers=state.early_answers,
-            rejected=state.rejected,
-            event=self._view.event,
-            is_call=lambda call_id: self._calls.is_call(call_id),
+        self._book = DecisionBook.from_state(
+            options, state, view.event, lambda call_id: self._calls.is_call(call_id)
         )
         self._calls = TurnCalls(
             options,
             book=self._book,
             signal_waits=self._signal_waits,
-            waits=self._waits,
-            view=self._view,
-            answered={i.call_id for i in self._transcript if isinstance(i, ToolCallOutput)},
-            append_output=self._append_output,
+            waits=waits,
+            view=view,
+            transcript=log,
             publish=self._publish,
             run_tool=self._execute,
             turn=lambda: self._turns,
@@ -275,8 +247,7 @@ class AgentWorkflow:
                     if turn.summary.usage is not None:
                         model = turn.summary.model or turn.model or agent.model
                         self._usage[model] = self._usage.get(model, Usage()) + turn.summary.usage
-                self._transcript.append(turn.message)
-                self._sources[len(self._transcript) - 1] = DeltaEntry(turn=self._turns)
+                self._log.append(turn.message, DeltaEntry(turn=self._turns))
                 self._view.event(
                     "turn_finished",
                     turn=self._turns,
@@ -326,11 +297,6 @@ class AgentWorkflow:
         """Run a local call as its activity `tool.<name>` (`TurnCalls.execute`)."""
         return await self._calls.execute(plan, toolkit)
 
-    def _append_output(self, item: ToolCallOutput, produced_by: str | None) -> None:
-        self._transcript.append(item)
-        if produced_by is not None:  # as its tool activity returned it
-            self._sources[len(self._transcript) - 1] = DeltaEntry(call_id=produced_by)
-
     async def _continue_as_new(self, turn: CarriedTurn | None = None) -> None:
         """Continue as new (never returns), or return when the carried state is too large.
 
@@ -365,25 +331,14 @@ class AgentWorkflow:
         self._inbox.clear()
 
     def _needs_model(self) -> bool:
-        if not self._transcript:  # a run that carried no item: the last is before `_base`
-            return self._carried_needs_model
-        return not isinstance(self._transcript[-1], AssistantMessage)
-
-    def _length(self) -> int:
-        """How many items the conversation's transcript has, over every run."""
-        return self._base + len(self._transcript)
+        return self._log.needs_model()
 
     def _should_continue_as_new(self) -> bool:
         # Embedded in another workflow (`run_agent`), continuing as new would
         # restart *that* workflow with this loop's input.
-        if self._turns_this_run == 0 or self._waits.carry_too_large or self.embedded:
-            return False
         every = self._options.continue_as_new_after_turns
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.is_target_worker_deployment_version_changed()
-            or (every is not None and self._turns_this_run >= every)
+        return not (self._waits.carry_too_large or self.embedded) and continue_as_new_due(
+            self._turns_this_run, every
         )
 
     def _carry(self, *, bounded: bool, turn: CarriedTurn | None = None) -> ConversationInput:
@@ -393,47 +348,31 @@ class AgentWorkflow:
         else waits durably goes too: a model failure (with a `retry` that
         arrived), an idle wait's end.
         """
-        book = self._book
         state = CarriedState(
-            transcript=self._transcript,
             inbox=self._inbox,
             agent=self._agent,
             turns=self._turns,
             descriptors=[] if workflow.patched(NO_DESCRIPTOR_CARRY_PATCH) else self._descriptors,
             digest=self._digest,
-            early_decisions=book.early_decisions,
-            early_answers=book.early_answers,
-            rejected=book.rejected[-MAX_REJECTED:],
             runs=self._runs + 1,
             usage=self._usage,
             early_resume=self._signal_waits.early_resume,
             stream=self._view.stream.get_state() if self._view.stream is not None else None,
-            base=self._base,
-            base_digest=self._prefix_digests.digest(self._transcript, 0) if self._base else "",
-            earlier=self._earlier,
-            needs_model=self._needs_model(),
-            last_text=self._carried_last_text,
-            delta_from=None if self._delta_from is None else self._base + self._delta_from,
             turn=turn,
-            model_failed=self._model.failed,
-            retry_requested=self._model.retry_requested and self._model.failed is not None,
             idle_until=self._idle_until if self._view.state == "idle" and not self._inbox else None,
+            **self._log.carried(),
+            **self._book.carried(),
+            **self._model.carried(),
         )
         if bounded:
             state = self._bounded(state, workflow.info().run_id)
         return self._input.model_copy(update={"messages": [], "state": state, "agent": self._agent})
 
     def _bounded(self, state: CarriedState, run_id: str) -> CarriedState:
-        """`state` with only the transcript's tail (`continuation.bounded_state`)."""
-        return bounded_state(
-            state,
-            self._transcript,
-            self._prefix_digests,
-            carry_bytes=self._options.carry_transcript_bytes,
-            earlier=self._earlier,
-            last_text=self._last_text(),
-            run_id=run_id,
-            max_runs=MAX_EARLIER_RUNS,
+        """`state` with only the transcript's tail (`RunTranscript.bounded`)."""
+        carry_bytes = self._options.carry_transcript_bytes
+        return self._log.bounded(
+            state, carry_bytes=carry_bytes, run_id=run_id, max_runs=MAX_EARLIER_RUNS
         )
 
     def _result(self, status: Any, output: Any) -> ConversationResult:
@@ -448,16 +387,13 @@ class AgentWorkflow:
             status=status,
             output=output,
             turns=self._turns,
-            transcript_items=self._length(),
+            transcript_items=self._log.length(),
             usage=self._usage,
             unanswered_messages=list(self._inbox),
         )
 
     def _last_text(self) -> str:
-        for item in reversed(self._transcript):
-            if isinstance(item, AssistantMessage) and item.text:
-                return item.text
-        return self._carried_last_text
+        return self._log.last_text()
 
     def _publish(self) -> None:
         book = self._book
@@ -497,17 +433,11 @@ class AgentWorkflow:
             self._agent,
             self._input.agents[self._agent],
             number=self._turns + 1,
-            upto=self._length(),
+            upto=self._log.length(),
             known_digest=self._digest,
             transcript=self._transcript,
-            delta=self._transcript_delta,
+            delta=self._log.delta,
         )
-
-    def _transcript_delta(self) -> TranscriptDelta | None:
-        """The items since the previous model turn (`transcript_pages.transcript_delta`)."""
-        start, self._delta_from = self._delta_from, len(self._transcript)
-        sources, self._sources = self._sources, {}
-        return transcript_delta(self._transcript, self._prefix_digests, self._base, start, sources)
 
     # ------------------------------------------------------------- handlers
 
@@ -632,7 +562,7 @@ class AgentWorkflow:
                 "agent_config, followed, history, pending, status, tool_call, transcript_slice",
                 type="UnknownQuery",
             )
-        request = transcript_slice_request(args, self._base, self._length())
+        request = transcript_slice_request(args, self._base, self._log.length())
         if request.known_digest is not None:
             return self.transcript_page(request)
         return self.transcript_slice(request)
@@ -648,13 +578,12 @@ class AgentWorkflow:
         return list(self._transcript)
 
     def transcript_slice(self, request: TranscriptSlice) -> list[TranscriptItem]:
-        """The `transcript_slice` query without `known_digest` (`transcript_pages`)."""
-        return transcript_slice(self._transcript, self._base, request)
+        """The `transcript_slice` query without `known_digest`: a list (`run_transcript`)."""
+        return self._log.slice(request)
 
     def transcript_page(self, request: TranscriptSlice) -> TranscriptPage:
-        """The `transcript_slice` query with `known_digest` (`transcript_pages`)."""
-        memo = self._prefix_digests
-        return transcript_page(self._transcript, memo, self._base, self._earlier, request)
+        """The `transcript_slice` query with `known_digest`: a page (`run_transcript`)."""
+        return self._log.page(request)
 
     @workflow.update(name="await_turn")
     async def await_turn(self, *args: Any) -> TurnOutcome:
@@ -709,7 +638,7 @@ class AgentWorkflow:
             pending_approvals=len(self._book.approvals),
             pending_interactions=len(self._book.interactions),
             running_tools=self._calls.running,
-            transcript_items=self._length(),
+            transcript_items=self._log.length(),
             reconciled=is_reconciled(self._transcript),
             model_failed=self._model.failed,
             usage=self._usage,

@@ -3,7 +3,7 @@
 A run continues as new every so many turns, when Temporal suggests it, or
 (FOLLOW_VERSIONS_PATCH) when a new worker version is current while it waits.
 It carries a `CarriedState`: the transcript's tail that fits
-`carry_transcript_bytes` (`bounded_state`, BOUNDED_CARRY_PATCH; the earlier
+`carry_transcript_bytes` (`RunTranscript.bounded`, BOUNDED_CARRY_PATCH; the earlier
 runs keep the rest, `durable_tools.carry`), the inbox, the counters, and the
 turn's calls that still wait (`snapshot_turn`, a `CarriedTurn`), which the
 next run makes wait again before any handler runs (`restore_turn`). A carry
@@ -13,7 +13,7 @@ over Temporal's 2 MiB input limit is not sent (`continue_as_new_if_fits`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 
 from temporalio import workflow
 
@@ -21,26 +21,20 @@ from durable_tools.workflows.turn_calls import TurnCalls
 from durable_tools.workflows.visibility import Visibility
 
 with workflow.unsafe.imports_passed_through():
-    from durable_tools.carry import cut_text, tail_start
     from durable_tools.conversation import (
         CarriedCall,
-        CarriedState,
         CarriedTurn,
         ConversationInput,
-        RunSpan,
     )
     from durable_tools.events import RETAINED_EVENTS
-    from durable_tools.transcript import AssistantMessage, TranscriptItem
-    from durable_tools.transcript_digest import PrefixDigests
 
 __all__ = [
     "BOUNDED_CARRY_PATCH",
     "MAX_CARRY_BYTES",
     "NO_DESCRIPTOR_CARRY_PATCH",
-    "bounded_state",
     "continue_as_new",
+    "continue_as_new_due",
     "continue_as_new_if_fits",
-    "delta_start",
     "restore_turn",
     "snapshot_turn",
 ]
@@ -69,45 +63,20 @@ BOUNDED_CARRY_PATCH, or state other than the transcript, e.g. a thousand
 early decisions, gets there)."""
 
 
-def bounded_state(
-    state: CarriedState,
-    transcript: Sequence[TranscriptItem],
-    memo: PrefixDigests,
-    *,
-    carry_bytes: int,
-    earlier: Sequence[RunSpan],
-    last_text: str,
-    run_id: str,
-    max_runs: int,
-) -> CarriedState:
-    """`state` with only the transcript's tail (`durable_tools.carry.tail_start`).
+def continue_as_new_due(turns_this_run: int, every: int | None) -> bool:
+    """Whether a run continues as new before its next model turn.
 
-    Args:
-        state: The carried state with the run's whole transcript.
-        transcript: The run's items (from `state.base` on).
-        memo: Their digests and sizes.
-        carry_bytes: The tail's budget (`ConversationOptions.carry_transcript_bytes`).
-        earlier: The earlier runs this run knows of.
-        last_text: The conversation's last assistant text.
-        run_id: This run's id: the next run lists it among the earlier runs
-            when it does not carry every item this run holds.
-        max_runs: How many earlier runs a state lists (the newest).
+    After a model turn of this run, when Temporal suggests it (history
+    size), a new worker version is current, or `every` turns ran
+    (`ConversationOptions.continue_as_new_after_turns`).
     """
-    sizes = [memo.size(transcript, k) for k in range(len(transcript))]
-    start = tail_start(transcript, sizes, carry_bytes)
-    if start == 0:
-        return state  # everything this run holds fits: the same earlier runs hold the rest
-    tail = transcript[start:]
-    has_text = any(isinstance(item, AssistantMessage) and item.text for item in tail)
-    spans = [*earlier, RunSpan(run_id=run_id, base=state.base)]
-    return state.model_copy(
-        update={
-            "transcript": tail,
-            "base": state.base + start,
-            "base_digest": memo.digest(transcript, start),
-            "earlier": spans[-max_runs:],
-            "last_text": "" if has_text else cut_text(last_text),
-        }
+    if turns_this_run == 0:
+        return False
+    info = workflow.info()
+    return (
+        info.is_continue_as_new_suggested()
+        or info.is_target_worker_deployment_version_changed()
+        or (every is not None and turns_this_run >= every)
     )
 
 
@@ -128,7 +97,7 @@ async def continue_as_new(
     Args:
         view: The loop's event stream.
         verifications: Decisions whose signatures are being checked.
-        carry: The next run's input, bounded (`bounded_state`) or whole.
+        carry: The next run's input, bounded (`RunTranscript.bounded`) or whole.
         may_bound: Whether a bounded carry is possible (not with
             `transcript_in_activity_input`); the history decides
             (BOUNDED_CARRY_PATCH).
@@ -209,15 +178,3 @@ def restore_turn(carried: CarriedTurn, calls: TurnCalls) -> None:
         calls.open[wait.plan.call.call_id] = wait.plan.call
         calls.book.restore(wait)
         waits.restore(wait)
-
-
-def delta_start(state: CarriedState) -> int | None:
-    """Where a run's first `TranscriptDelta` starts, as an index into its items.
-
-    Where the previous run's next delta would have started, when the run
-    holds that item (`CarriedState.delta_from`); with no carried items, 0;
-    else `None` (the first turn reads by query).
-    """
-    if state.delta_from is not None and state.delta_from >= state.base:
-        return state.delta_from - state.base
-    return None if state.transcript else 0

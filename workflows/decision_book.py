@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.conversation import (
         Answer,
         CarriedCall,
+        CarriedState,
         ConversationOptions,
         DecisionReceipt,
         PendingApproval,
@@ -102,6 +103,32 @@ class DecisionBook:
         self._event = event
         self._is_call = is_call
         self._now = now
+
+    @classmethod
+    def from_state(
+        cls,
+        options: ConversationOptions,
+        state: CarriedState,
+        event: Event,
+        is_call: Callable[[str], bool],
+    ) -> DecisionBook:
+        """The book of a run that starts from `state` (early inputs, rejections carried)."""
+        return cls(
+            options,
+            early_decisions=state.early_decisions,
+            early_answers=state.early_answers,
+            rejected=state.rejected,
+            event=event,
+            is_call=is_call,
+        )
+
+    def carried(self) -> dict[str, Any]:
+        """The `CarriedState` fields of the book: early inputs, the newest rejections."""
+        return {
+            "early_decisions": self.early_decisions,
+            "early_answers": self.early_answers,
+            "rejected": self.rejected[-MAX_REJECTED:],
+        }
 
     def deadline(self, plan: PlannedCall) -> float:
         """Seconds a person has to decide or answer `plan`'s call."""

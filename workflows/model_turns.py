@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
@@ -24,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.activities.agent_activities import MODEL_TURN_ACTIVITY
     from durable_tools.conversation import (
         AgentConfig,
+        CarriedState,
         ConversationOptions,
         ModelFailure,
         ModelTurn,
@@ -54,8 +56,8 @@ class ModelTurns:
         view: The loop's state and events.
         waits: The run's durable waits.
         publish: Publishes what is pending.
-        failed: A failure carried from the previous run (it waited in it).
-        retry_requested: A `retry` carried with it.
+        state: The state the run starts from: a failure carried from the
+            previous run (it waited in it), with a `retry` that arrived.
     """
 
     def __init__(
@@ -65,20 +67,26 @@ class ModelTurns:
         view: Visibility,
         waits: Waits,
         publish: Callable[[], None],
-        failed: ModelFailure | None,
-        retry_requested: bool,
+        state: CarriedState,
     ) -> None:
         self._options = options
         self._view = view
         self._waits = waits
         self._publish = publish
         # Set from the carry too, so a `retry` in the run's first task counts.
-        self.failed = failed
+        self.failed: ModelFailure | None = state.model_failed
+        self.retry_requested = state.retry_requested
         # Waited on first in this run: the previous one moved while it waited.
-        self.carried_failure = failed
-        self.retry_requested = retry_requested
+        self.carried_failure: ModelFailure | None = state.model_failed
         # The agent whose configuration this run last sent whole to the model activity.
         self.sent_agent: str | None = None
+
+    def carried(self) -> dict[str, Any]:
+        """The `CarriedState` fields of a failure the run waits in (with a `retry`)."""
+        return {
+            "model_failed": self.failed,
+            "retry_requested": self.retry_requested and self.failed is not None,
+        }
 
     async def next_turn(
         self,

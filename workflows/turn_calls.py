@@ -21,6 +21,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState
 
 from durable_tools.workflows.decision_book import DecisionBook
+from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.signal_tools import SignalWaits, interpret
 from durable_tools.workflows.tool_activity import activity_failure, run_tool_activity
 from durable_tools.workflows.visibility import Visibility, calls_state
@@ -29,7 +30,7 @@ from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
 with workflow.unsafe.imports_passed_through():
     from durable_tools import telemetry
     from durable_tools.approvals import decision_outcome
-    from durable_tools.conversation import ConversationOptions, PlannedCall
+    from durable_tools.conversation import ConversationOptions, DeltaEntry, PlannedCall
     from durable_tools.results import Failure, Ok, ToolCall, cancelled, expired, failed, interrupted
     from durable_tools.signals import Finish, Handoff
     from durable_tools.transcript import ToolCallOutput, to_tool_call_output
@@ -67,9 +68,7 @@ class TurnCalls:
         signal_waits: What signal tools wait on.
         waits: The run's durable waits.
         view: The loop's state and events.
-        answered: Ids of the calls that already have an output.
-        append_output: Appends a call's output to the transcript (with the
-            call id when its tool activity produced it, else `None`).
+        transcript: The run's transcript, which each call's output joins.
         publish: Publishes what is pending (search attributes, details).
         run_tool: Runs a local call (the workflow's `_execute`).
         turn: The number of the current model turn.
@@ -83,8 +82,7 @@ class TurnCalls:
         signal_waits: SignalWaits,
         waits: Waits,
         view: Visibility,
-        answered: set[str],
-        append_output: Callable[[ToolCallOutput, str | None], None],
+        transcript: RunTranscript,
         publish: Callable[[], None],
         run_tool: Callable[[PlannedCall, str], Any],
         turn: Callable[[], int],
@@ -94,9 +92,9 @@ class TurnCalls:
         self.signal_waits = signal_waits
         self.waits = waits
         self.view = view
-        self.answered = answered
+        self.answered = {i.call_id for i in transcript.items if isinstance(i, ToolCallOutput)}
         self._publish = publish
-        self._append_output = append_output
+        self._transcript = transcript
         self._run_tool = run_tool
         self._turn = turn
         self.plans: dict[str, PlannedCall] = {}  # the current turn's calls by id
@@ -235,7 +233,8 @@ class TurnCalls:
         self.open.pop(result.call_id, None)
         produced = result.call_id in self.produced  # as its tool activity returned it
         self.produced.discard(result.call_id)
-        self._append_output(to_tool_call_output(result), result.call_id if produced else None)
+        source = DeltaEntry(call_id=result.call_id) if produced else None
+        self._transcript.append(to_tool_call_output(result), source)
         outcome = "ok" if isinstance(result, Ok) else result.kind
         telemetry.record_tool_call(result.tool, outcome)
         facts = self.attempts.pop(result.call_id, {})

@@ -13,6 +13,7 @@ from typing import Any
 from durable_tools.approvals import Decision
 from durable_tools.conversation import (
     Answer,
+    CarriedState,
     ConversationOptions,
     PlannedCall,
     Resume,
@@ -23,6 +24,7 @@ from durable_tools.transcript import ToolCallOutput
 from durable_tools.workflows.continuation import restore_turn, snapshot_turn
 from durable_tools.workflows.decision_book import DecisionBook
 from durable_tools.workflows.handler_inputs import after_turns
+from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.signal_tools import SignalWaits, handoff_result
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
 from durable_tools.workflows.visibility import Visibility
@@ -31,9 +33,9 @@ from durable_tools.workflows.waits import MOVED, Waits, seconds_text
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 
 
-def _calls() -> tuple[TurnCalls, list[ToolCallOutput]]:
+def _calls() -> tuple[TurnCalls, RunTranscript]:
     options = ConversationOptions()
-    outputs: list[ToolCallOutput] = []
+    log = RunTranscript(CarriedState(agent="default"))
     view = Visibility(object(), options, None, embedded=False)
     calls: TurnCalls | None = None
 
@@ -60,13 +62,16 @@ def _calls() -> tuple[TurnCalls, list[ToolCallOutput]]:
         signal_waits=SignalWaits(),
         waits=Waits(None, embedded=False),
         view=view,
-        answered=set(),
-        append_output=lambda item, produced: outputs.append(item),
+        transcript=log,
         publish=lambda: None,
         run_tool=no_tool,
         turn=lambda: 1,
     )
-    return calls, outputs
+    return calls, log
+
+
+def _outputs(log: RunTranscript) -> list[ToolCallOutput]:
+    return [item for item in log.items if isinstance(item, ToolCallOutput)]
 
 
 def _plan(call_id: str, kind: str = "local", **fields: Any) -> PlannedCall:
@@ -115,22 +120,23 @@ def test_a_waiting_turn_is_carried_with_what_arrived_and_waits_again() -> None:
 
 
 def test_a_recorded_call_gets_one_output_and_leaves_the_open_calls() -> None:
-    calls, outputs = _calls()
+    calls, log = _calls()
     plan = _plan("c1")
     calls.open["c1"] = plan.call
     calls.record(Ok(call_id="c1", tool="tool_c1", value=1))
     calls.record(Ok(call_id="c1", tool="tool_c1", value=2))
-    assert [o.content for o in outputs] == ["1"]
+    assert [o.content for o in _outputs(log)] == ["1"]
+    assert log.sources == {}  # not produced by a tool activity: given whole in the delta
     assert calls.open == {} and calls.is_call("c1")
 
 
 def test_cancellation_tells_never_started_from_interrupted() -> None:
-    calls, outputs = _calls()
+    calls, log = _calls()
     for call_id in ("a", "b"):
         calls.open[call_id] = _plan(call_id).call
     calls.started.add("b")
     calls.close_open()
-    assert [o.failure_kind for o in outputs] == ["cancelled", "interrupted"]
+    assert [o.failure_kind for o in _outputs(log)] == ["cancelled", "interrupted"]
 
 
 def test_the_last_handoff_and_the_first_finish_win_unless_a_wait_moved() -> None:
