@@ -134,23 +134,30 @@ class DecisionBook:
         """Seconds a person has to decide or answer `plan`'s call."""
         return plan.approval_deadline or self.options.approval_deadline
 
+    def _request(self, plan: PlannedCall) -> dict[str, Any]:
+        """The fields of a pending approval or interaction of `plan`'s call, asked now."""
+        call, now = plan.call, self._now()
+        return {
+            "call_id": call.call_id,
+            "tool": call.name,
+            "arguments": call.arguments,
+            "arguments_hash": plan.arguments_hash,
+            "requested_at": now,
+            "deadline": now + timedelta(seconds=self.deadline(plan)),
+        }
+
     # ------------------------------------------------------------ approvals
 
     def register_approval(self, plan: PlannedCall) -> Decision | None:
         """Make `plan`'s call wait for a decision; return an early decision kept for it."""
-        call, now = plan.call, self._now()
-        self.approvals[call.call_id] = PendingApproval(
-            call_id=call.call_id,
-            tool=call.name,
-            arguments=call.arguments,
-            arguments_hash=plan.arguments_hash,
+        call_id = plan.call.call_id
+        self.approvals[call_id] = PendingApproval(
+            **self._request(plan),
             summary=plan.summary,
-            requested_at=now,
-            deadline=now + timedelta(seconds=self.deadline(plan)),
             approvers=plan.approvers,
             signed=bool(plan.approvers) or self.options.require_signed_decisions,
         )
-        return self.early_decisions.pop(call.call_id, None)
+        return self.early_decisions.pop(call_id, None)
 
     def take_early_decision(self, decision: Decision) -> None:
         """Apply a decision that arrived before its call was pending (`register_approval`).
@@ -317,17 +324,11 @@ class DecisionBook:
 
     def register_interaction(self, plan: PlannedCall) -> Answer | None:
         """Make `plan`'s call wait for an answer; return an early answer kept for it."""
-        call, now = plan.call, self._now()
-        self.interactions[call.call_id] = PendingInteraction(
-            call_id=call.call_id,
-            tool=call.name,
-            arguments=call.arguments,
-            arguments_hash=plan.arguments_hash,
-            answer_schema=plan.answer_schema,
-            requested_at=now,
-            deadline=now + timedelta(seconds=self.deadline(plan)),
+        call_id = plan.call.call_id
+        self.interactions[call_id] = PendingInteraction(
+            **self._request(plan), answer_schema=plan.answer_schema
         )
-        return self.early_answers.pop(call.call_id, None)
+        return self.early_answers.pop(call_id, None)
 
     def answer_problem(self, answer: Answer) -> str | None:
         """Why `answer` cannot apply now (`UNKNOWN`: no such call), or `None`."""

@@ -15,7 +15,7 @@ import asyncio
 import builtins
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState
@@ -327,29 +327,47 @@ class TurnCalls:
         """Wait for the call's decision: `None` runs it, else its `Failure`, or `MOVED`."""
         call, book = plan.call, self.book
         seconds = book.deadline(plan)
-        self.view.state = "waiting"
-        try:
-            await self.waits.wait(
-                lambda: self.move_now() or call.call_id in book.decisions or self.superseded,
-                book.approvals[call.call_id].deadline,
-                f"approval deadline of {plan.summary}",
-            )
-        except builtins.TimeoutError:
-            book.approvals.pop(call.call_id, None)
+        waited = await self._await_person(plan, book.approvals, book.decisions, "approval")
+        if isinstance(waited, Moved):
+            return waited  # the pending approval (and any decision) goes to the next run
+        if waited == "expired":
             return expired(
                 call, f"no decision within {seconds_text(seconds)}; the tool did not run"
             )
-        finally:
-            if not self.moving:
-                book.approvals.pop(call.call_id, None)
-            self.view.state = self.calls_state()
-            self.publish()
-        if self.moving:
-            return MOVED  # the pending approval (and any decision) goes to the next run
         decision = book.decisions.get(call.call_id)
         if decision is None:
             return cancelled(call, "a new user message arrived before a decision; not run")
         return decision_outcome(call, decision)
+
+    async def _await_person(
+        self,
+        plan: PlannedCall,
+        pending: dict[str, Any],
+        arrived: Mapping[str, object],
+        what: str,
+    ) -> Literal["expired", "ended"] | Moved:
+        """Wait until a person's input `arrived`, a new message, the deadline, or a move.
+
+        `pending` holds the call's request (its `deadline`), taken out when
+        the wait ends, unless it moves to the next run (`MOVED`).
+        """
+        call_id = plan.call.call_id
+        self.view.state = "waiting"
+        try:
+            await self.waits.wait(
+                lambda: self.move_now() or call_id in arrived or self.superseded,
+                pending[call_id].deadline,
+                f"{what} deadline of {plan.summary}",
+            )
+        except builtins.TimeoutError:
+            pending.pop(call_id, None)
+            return "expired"
+        finally:
+            if not self.moving:
+                pending.pop(call_id, None)
+            self.view.state = self.calls_state()
+            self.publish()
+        return MOVED if self.moving else "ended"
 
     # --------------------------------------------------------- interactions
 
@@ -372,23 +390,11 @@ class TurnCalls:
         """Wait for the call's answer: its `Ok`, a `Failure`, or `MOVED`."""
         call, book = plan.call, self.book
         seconds = book.deadline(plan)
-        self.view.state = "waiting"
-        try:
-            await self.waits.wait(
-                lambda: self.move_now() or call.call_id in book.answers or self.superseded,
-                book.interactions[call.call_id].deadline,
-                f"answer deadline of {plan.summary}",
-            )
-        except builtins.TimeoutError:
-            book.interactions.pop(call.call_id, None)
+        waited = await self._await_person(plan, book.interactions, book.answers, "answer")
+        if isinstance(waited, Moved):
+            return waited  # the pending question (and any answer) goes to the next run
+        if waited == "expired":
             return expired(call, f"no answer within {seconds_text(seconds)}")
-        finally:
-            if not self.moving:
-                book.interactions.pop(call.call_id, None)
-            self.view.state = self.calls_state()
-            self.publish()
-        if self.moving:
-            return MOVED  # the pending question (and any answer) goes to the next run
         answer = book.answers.get(call.call_id)
         if answer is None:
             return cancelled(call, "a new user message arrived before an answer")
