@@ -51,6 +51,7 @@ from durable_tools.workflows.decision_book import (
     DecisionBook,
 )
 from durable_tools.workflows.handler_inputs import (
+    MAX_NAME_CHARS,
     SIGNAL_INPUTS,
     after_turns,
     decoded_update,
@@ -498,7 +499,9 @@ class AgentWorkflow:
         signal of another name is logged and ignored.
         """
         if name not in SIGNAL_INPUTS:
-            workflow.logger.warning("ignoring signal %r: no such signal", clean_text(name, 100))
+            workflow.logger.warning(
+                "ignoring signal %r: no such signal", clean_text(name, MAX_NAME_CHARS)
+            )
             return
         model, default = SIGNAL_INPUTS[name]
         decoded = decode_input(args, model, workflow.payload_converter(), default=default)
@@ -558,7 +561,7 @@ class AgentWorkflow:
             return self._calls.open.get(text_argument(args))
         if name != "transcript_slice":
             raise ApplicationError(
-                f"no query named {clean_text(name, 100)!r}; known queries: "
+                f"no query named {clean_text(name, MAX_NAME_CHARS)!r}; known queries: "
                 "agent_config, followed, history, pending, status, tool_call, transcript_slice",
                 type="UnknownQuery",
             )

@@ -22,6 +22,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from durable_tools.workflows.handler_inputs import MAX_NAME_CHARS
+
 with workflow.unsafe.imports_passed_through():
     from durable_tools.activities.decision_activities import VERIFY_DECISION_ACTIVITY
     from durable_tools.approvals import (
@@ -244,7 +246,7 @@ class DecisionBook:
                 result_type=DecisionVerdict,
                 start_to_close_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(maximum_attempts=3),
-                summary=f"verify decision on {clean_text(decision.call_id, 100)}",
+                summary=f"verify decision on {clean_text(decision.call_id, MAX_NAME_CHARS)}",
             )
         except ActivityError as exc:
             return f"the signature could not be verified: {exc.cause or exc}"
@@ -342,11 +344,9 @@ class DecisionBook:
             return UNKNOWN
         if call_id in self.answers:
             return f"an answer for call {call_id!r} was already received"
-        if answer.arguments_hash != pending.arguments_hash:
-            return (
-                f"arguments hash does not match call {call_id!r}: the digest covers the "
-                "tool name, the call id and the arguments shown"
-            )
+        mismatch = digest_problem(call_id, pending.arguments_hash, answer)
+        if mismatch is not None:
+            return mismatch
         if pending.answer_schema is not None:
             # Formats by a fixed stdlib checker: the verdict, and so the replay,
             # does not depend on the worker's installed packages.

@@ -20,7 +20,17 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.conversation import Answer, Resume, SendMessage
     from durable_tools.handler_input import Undecodable, clean_text, decode_input
 
-__all__ = ["SIGNAL_INPUTS", "UPDATE_INPUTS", "after_turns", "decoded_update", "text_argument"]
+__all__ = [
+    "MAX_NAME_CHARS",
+    "SIGNAL_INPUTS",
+    "UPDATE_INPUTS",
+    "after_turns",
+    "decoded_update",
+    "text_argument",
+]
+
+MAX_NAME_CHARS = 100
+"""Characters of a client-sent name (handler, call id) kept in a message, log line or summary."""
 
 SIGNAL_INPUTS: dict[str, tuple[type[Decision | Answer | SendMessage | Resume], Any]] = {
     "decide": (Decision, None),
@@ -45,7 +55,7 @@ def decoded_update(name: str, args: Sequence[RawValue]) -> Decision | Answer:
     if name not in UPDATE_INPUTS:
         known = ", ".join(sorted(UPDATE_INPUTS))
         raise ApplicationError(
-            f"no update named {clean_text(name, 100)!r}; known updates: {known}",
+            f"no update named {clean_text(name, MAX_NAME_CHARS)!r}; known updates: {known}",
             type="UnknownUpdate",
             non_retryable=True,
         )

@@ -21,6 +21,8 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
+from durable_tools.workflows.model_failure import NEVER_RETRIED
+
 with workflow.unsafe.imports_passed_through():
     from durable_tools.activities.agent_activities import TOOL_ACTIVITY_PREFIX
     from durable_tools.conversation import (
@@ -36,9 +38,6 @@ __all__ = ["activity_failure", "run_tool_activity", "tool_retry_policy"]
 _NO_TIMEOUT = timedelta(days=1)
 """Start-to-close timeout of a tool without one of its own."""
 
-_NEVER_RETRIED = ("ConfigurationError", "PayloadsTooLarge")
-"""Error types no tool activity retries, beside the tool's own non-retryable types."""
-
 
 def tool_retry_policy(plan: PlannedCall) -> RetryPolicy:
     """The retry policy of `plan`'s tool activity (the tool's, as planned)."""
@@ -47,7 +46,7 @@ def tool_retry_policy(plan: PlannedCall) -> RetryPolicy:
         initial_interval=timedelta(seconds=plan.initial_interval),
         backoff_coefficient=plan.backoff_coefficient,
         maximum_interval=timedelta(seconds=plan.maximum_interval),
-        non_retryable_error_types=[*plan.non_retryable_error_types, *_NEVER_RETRIED],
+        non_retryable_error_types=[*plan.non_retryable_error_types, *NEVER_RETRIED],
     )
 
 
