@@ -33,36 +33,24 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    is_cancelled_exception,
-)
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from durable_tools.workflows.continuation import (
-    MAX_CARRY_BYTES,
     NO_DESCRIPTOR_CARRY_PATCH,
     continue_as_new,
     continue_as_new_due,
     restore_turn,
     snapshot_turn,
 )
-from durable_tools.workflows.decision_book import (
-    DecisionBook,
-)
 from durable_tools.workflows.handler_inputs import (
-    MAX_NAME_CHARS,
-    SIGNAL_INPUTS,
     after_turns,
+    decoded_signal,
     decoded_update,
     text_argument,
+    unknown_query,
 )
-from durable_tools.workflows.model_turns import ModelTurns
-from durable_tools.workflows.run_transcript import (
-    RunTranscript,
-    transcript_slice_request,
-)
-from durable_tools.workflows.signal_tools import SignalWaits
+from durable_tools.workflows.model_turns import ModelTurns, add_usage
+from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
 from durable_tools.workflows.visibility import (
     NO_SEARCH_ATTRIBUTES_PATCH,
@@ -96,15 +84,10 @@ with workflow.unsafe.imports_passed_through():
         TurnOutcome,
     )
     from durable_tools.events import MAX_EVENT_TEXT
-    from durable_tools.handler_input import Undecodable, clean_text, decode_input
+    from durable_tools.handler_input import clean_text
     from durable_tools.results import Failure, Ok, ToolCall
     from durable_tools.signals import Finish
-    from durable_tools.transcript import (
-        TranscriptItem,
-        Usage,
-        UserMessage,
-        is_reconciled,
-    )
+    from durable_tools.transcript import TranscriptItem, Usage, is_reconciled
 
 __all__ = ["NO_SEARCH_ATTRIBUTES_PATCH", "PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
 
@@ -160,17 +143,10 @@ class AgentWorkflow:
         self.embedded: bool = getattr(self, "embedded", False)
         self._view = view = Visibility(self, options, state.stream, self.embedded)
         self._waits = waits = Waits(options.version_check_interval, self.embedded)
-        self._signal_waits = SignalWaits(early_resume=state.early_resume)
-        self._model = ModelTurns(
-            options, view=view, waits=waits, publish=self._publish, state=state
-        )
-        self._book = DecisionBook.from_state(
-            options, state, view.event, lambda call_id: self._calls.is_call(call_id)
-        )
-        self._calls = TurnCalls(
+        self._model = ModelTurns(options, state, view=view, waits=waits, publish=self._publish)
+        self._calls = calls = TurnCalls(
             options,
-            book=self._book,
-            signal_waits=self._signal_waits,
+            state,
             waits=waits,
             view=view,
             transcript=log,
@@ -178,6 +154,7 @@ class AgentWorkflow:
             run_tool=self._execute,
             turn=lambda: self._turns,
         )
+        self._book, self._signal_waits = calls.book, calls.signal_waits
         if state.turn is not None:
             restore_turn(state.turn, self._calls)
 
@@ -245,9 +222,8 @@ class AgentWorkflow:
                     continue
                 if turn.summary is not None:  # the context policy's, for later turns too
                     self._transcript.append(turn.summary)
-                    if turn.summary.usage is not None:
-                        model = turn.summary.model or turn.model or agent.model
-                        self._usage[model] = self._usage.get(model, Usage()) + turn.summary.usage
+                    model = turn.summary.model or turn.model or agent.model
+                    add_usage(self._usage, model, turn.summary.usage)
                 self._log.append(turn.message, DeltaEntry(turn=self._turns))
                 self._view.event(
                     "turn_finished",
@@ -310,7 +286,7 @@ class AgentWorkflow:
         # run (its caller follows the chain) instead of waiting on it, which
         # would wait on this very loop.
         self._continuing = True
-        size = await continue_as_new(
+        await continue_as_new(
             self._view,
             self._book.verifications,
             lambda bounded: self._carry(
@@ -321,15 +297,9 @@ class AgentWorkflow:
         # Stay in this run from now on (the carried state only grows).
         self._waits.carry_too_large = True
         self._continuing = self._calls.moving = False
-        workflow.logger.warning(
-            "not continuing as new: the carried state is %d bytes, over %d", size, MAX_CARRY_BYTES
-        )
 
     def _take_inbox(self) -> None:
-        for message in self._inbox:
-            self._transcript.append(UserMessage(text=message.text))
-            self._view.event("message_received", text=message.text[:MAX_EVENT_TEXT])
-        self._inbox.clear()
+        self._log.take_messages(self._inbox, self._view.event)
 
     def _needs_model(self) -> bool:
         return self._log.needs_model()
@@ -402,8 +372,6 @@ class AgentWorkflow:
             book.approvals, book.interactions, self._signal_waits.paused, self._model.failed
         )
 
-    # ---------------------------------------------------------------- model
-
     async def _model_turn(self) -> ModelTurn | Moved:
         """Run the model turn until it succeeds (`ModelTurns.next_turn`), and count it.
 
@@ -421,9 +389,8 @@ class AgentWorkflow:
             return turn
         self._turns += 1
         self._turns_this_run += 1
-        if turn.message.usage is not None:
-            model = turn.model or self._input.agents[self._agent].model
-            self._usage[model] = self._usage.get(model, Usage()) + turn.message.usage
+        model = turn.model or self._input.agents[self._agent].model
+        add_usage(self._usage, model, turn.message.usage)
         if turn.descriptors is not None:
             self._descriptors = turn.descriptors
             self._digest = turn.digest
@@ -462,13 +429,7 @@ class AgentWorkflow:
 
     @retry_now.validator
     def _validate_retry_now(self, *args: Any) -> None:
-        if self._model.failed is None:
-            raise ApplicationError(
-                "the conversation is not waiting after a model failure "
-                f"(state {self._view.state!r})",
-                type="RetryRejected",
-                non_retryable=True,
-            )
+        self._model.check_retry(self._view.state)
 
     def _decision_problem(self, decision: Decision) -> str | None:
         return self._book.decision_problem(decision)
@@ -498,24 +459,14 @@ class AgentWorkflow:
         signal's model is recorded in `pending().rejected` with the reason; a
         signal of another name is logged and ignored.
         """
-        if name not in SIGNAL_INPUTS:
-            workflow.logger.warning(
-                "ignoring signal %r: no such signal", clean_text(name, MAX_NAME_CHARS)
-            )
-            return
-        model, default = SIGNAL_INPUTS[name]
-        decoded = decode_input(args, model, workflow.payload_converter(), default=default)
-        if isinstance(decoded, Undecodable):
-            reason = f"undecodable {name} signal: {decoded.reason}"
-            self._book.reject(decoded.call_id, reason, decoded.sent_by, name)
-            workflow.logger.warning("rejected a %s signal: %s", name, decoded.reason)
-        elif isinstance(decoded, Decision):
+        decoded = decoded_signal(name, args, self._book.reject)
+        if isinstance(decoded, Decision):
             await self._book.decide(decoded)
         elif isinstance(decoded, Answer):
             self._book.answer(decoded)
         elif isinstance(decoded, SendMessage):
             self.send(decoded)
-        else:
+        elif decoded is not None:
             self._signal_waits.take_resume(decoded)
 
     @workflow.update(dynamic=True)
@@ -560,15 +511,8 @@ class AgentWorkflow:
         if name == "tool_call":
             return self._calls.open.get(text_argument(args))
         if name != "transcript_slice":
-            raise ApplicationError(
-                f"no query named {clean_text(name, MAX_NAME_CHARS)!r}; known queries: "
-                "agent_config, followed, history, pending, status, tool_call, transcript_slice",
-                type="UnknownQuery",
-            )
-        request = transcript_slice_request(args, self._base, self._log.length())
-        if request.known_digest is not None:
-            return self.transcript_page(request)
-        return self.transcript_slice(request)
+            raise unknown_query(name)
+        return self._log.query(args)
 
     @workflow.query(name="history")
     def history(self, *_ignored: object) -> list[TranscriptItem]:
@@ -621,13 +565,7 @@ class AgentWorkflow:
     @workflow.query(name="pending")
     def pending(self, *_ignored: object) -> PendingState:
         """Approvals and interactions waiting, the pause reason, rejected inputs."""
-        return PendingState(
-            approvals=list(self._book.approvals.values()),
-            interactions=list(self._book.interactions.values()),
-            paused=self._signal_waits.paused,
-            rejected=list(self._book.rejected),
-            model_failed=self._model.failed,
-        )
+        return self._book.pending_state(self._signal_waits.paused, self._model.failed)
 
     @workflow.query(name="status")
     def status(self, *_ignored: object) -> ConversationStatus:

@@ -117,6 +117,9 @@ async def continue_as_new(
     size = continue_as_new_if_fits(carry(bounded), upgrade)
     if stream is not None:
         stream._detaching = False  # pyright: ignore[reportPrivateUsage]
+    workflow.logger.warning(
+        "not continuing as new: the carried state is %d bytes, over %d", size, MAX_CARRY_BYTES
+    )
     return size
 
 

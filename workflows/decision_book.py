@@ -39,8 +39,10 @@ with workflow.unsafe.imports_passed_through():
         CarriedState,
         ConversationOptions,
         DecisionReceipt,
+        ModelFailure,
         PendingApproval,
         PendingInteraction,
+        PendingState,
         PlannedCall,
         RejectedDecision,
     )
@@ -131,6 +133,16 @@ class DecisionBook:
             "early_answers": self.early_answers,
             "rejected": self.rejected[-MAX_REJECTED:],
         }
+
+    def pending_state(self, paused: str | None, model_failed: ModelFailure | None) -> PendingState:
+        """The `pending` query: what waits for a person, the pause, a model failure, rejections."""
+        return PendingState(
+            approvals=list(self.approvals.values()),
+            interactions=list(self.interactions.values()),
+            paused=paused,
+            rejected=list(self.rejected),
+            model_failed=model_failed,
+        )
 
     def deadline(self, plan: PlannedCall) -> float:
         """Seconds a person has to decide or answer `plan`'s call."""

@@ -8,7 +8,7 @@ workflow task (DESIGN.md invariant 7).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from temporalio import workflow
@@ -25,7 +25,9 @@ __all__ = [
     "SIGNAL_INPUTS",
     "UPDATE_INPUTS",
     "after_turns",
+    "decoded_signal",
     "decoded_update",
+    "unknown_query",
     "text_argument",
 ]
 
@@ -42,6 +44,39 @@ SIGNAL_INPUTS: dict[str, tuple[type[Decision | Answer | SendMessage | Resume], A
 
 UPDATE_INPUTS: dict[str, type[Decision | Answer]] = {"decide_now": Decision, "answer_now": Answer}
 """The updates the dynamic update handler routes, with their input models."""
+
+
+def decoded_signal(
+    name: str, args: Sequence[RawValue], reject: Callable[[str, str, str, str], None]
+) -> Decision | Answer | SendMessage | Resume | None:
+    """The input of signal `name`, or `None` when there is none to act on.
+
+    A signal of a name not in `SIGNAL_INPUTS` is logged and ignored; an
+    input that cannot be decoded into the signal's model is logged and
+    recorded by `reject(call_id, reason, sent_by, signal)`.
+    """
+    if name not in SIGNAL_INPUTS:
+        workflow.logger.warning(
+            "ignoring signal %r: no such signal", clean_text(name, MAX_NAME_CHARS)
+        )
+        return None
+    model, default = SIGNAL_INPUTS[name]
+    decoded = decode_input(args, model, workflow.payload_converter(), default=default)
+    if isinstance(decoded, Undecodable):
+        reason = f"undecodable {name} signal: {decoded.reason}"
+        reject(decoded.call_id, reason, decoded.sent_by, name)
+        workflow.logger.warning("rejected a %s signal: %s", name, decoded.reason)
+        return None
+    return decoded
+
+
+def unknown_query(name: str) -> ApplicationError:
+    """The error a query of a name `AgentWorkflow` does not have fails with (not the workflow)."""
+    return ApplicationError(
+        f"no query named {clean_text(name, MAX_NAME_CHARS)!r}; known queries: "
+        "agent_config, followed, history, pending, status, tool_call, transcript_slice",
+        type="UnknownQuery",
+    )
 
 
 def decoded_update(name: str, args: Sequence[RawValue]) -> Decision | Answer:

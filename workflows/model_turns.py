@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from durable_tools.workflows.model_failure import describe_model_failure, model_retry_policy
 from durable_tools.workflows.visibility import Visibility
@@ -32,12 +32,18 @@ with workflow.unsafe.imports_passed_through():
         ModelTurnRequest,
         TranscriptDelta,
     )
-    from durable_tools.transcript import TranscriptItem
+    from durable_tools.transcript import TranscriptItem, Usage
 
-__all__ = ["MODEL_FAILED_PATCH", "ModelTurns", "turn_summary"]
+__all__ = ["MODEL_FAILED_PATCH", "ModelTurns", "add_usage", "turn_summary"]
 
 MODEL_FAILED_PATCH = "model-failed-waits"
 """Patch id: histories recorded before it failed the workflow on a model error."""
+
+
+def add_usage(totals: dict[str, Usage], model: str, usage: Usage | None) -> None:
+    """Add a model call's `usage` (if it reported one) to the conversation's totals per model."""
+    if usage is not None:
+        totals[model] = totals.get(model, Usage()) + usage
 
 
 def turn_summary(agent: AgentConfig, number: int) -> str:
@@ -53,21 +59,21 @@ class ModelTurns:
     Args:
         options: The conversation's options (timeouts, default `ModelRetry`,
             `transcript_in_activity_input`).
+        state: The state the run starts from: a failure carried from the
+            previous run (it waited in it), with a `retry` that arrived.
         view: The loop's state and events.
         waits: The run's durable waits.
         publish: Publishes what is pending.
-        state: The state the run starts from: a failure carried from the
-            previous run (it waited in it), with a `retry` that arrived.
     """
 
     def __init__(
         self,
         options: ConversationOptions,
+        state: CarriedState,
         *,
         view: Visibility,
         waits: Waits,
         publish: Callable[[], None],
-        state: CarriedState,
     ) -> None:
         self._options = options
         self._view = view
@@ -87,6 +93,19 @@ class ModelTurns:
             "model_failed": self.failed,
             "retry_requested": self.retry_requested and self.failed is not None,
         }
+
+    def check_retry(self, state: str) -> None:
+        """The `retry_now` validator: a retry applies only while a failure waits.
+
+        Raises:
+            ApplicationError: Type `RetryRejected`, naming the state, otherwise.
+        """
+        if self.failed is None:
+            raise ApplicationError(
+                f"the conversation is not waiting after a model failure (state {state!r})",
+                type="RetryRejected",
+                non_retryable=True,
+            )
 
     async def next_turn(
         self,

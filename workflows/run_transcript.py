@@ -12,7 +12,7 @@ item, so each costs what it returns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from temporalio import workflow
@@ -24,12 +24,14 @@ with workflow.unsafe.imports_passed_through():
         CarriedState,
         DeltaEntry,
         RunSpan,
+        SendMessage,
         TranscriptDelta,
         TranscriptPage,
         TranscriptSlice,
     )
+    from durable_tools.events import MAX_EVENT_TEXT
     from durable_tools.handler_input import Undecodable, decode_input
-    from durable_tools.transcript import AssistantMessage, TranscriptItem
+    from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
     from durable_tools.transcript_digest import EMPTY_DIGEST, PrefixDigests
 
 __all__ = [
@@ -215,6 +217,13 @@ class RunTranscript:
         if source is not None:
             self.sources[len(self.items) - 1] = source
 
+    def take_messages(self, inbox: list[SendMessage], event: Callable[..., None]) -> None:
+        """Move the messages waiting in `inbox` into the transcript, each published as received."""
+        for message in inbox:
+            self.items.append(UserMessage(text=message.text))
+            event("message_received", text=message.text[:MAX_EVENT_TEXT])
+        inbox.clear()
+
     def delta(self) -> TranscriptDelta | None:
         """The items since the previous model turn (`transcript_delta`); the next starts here."""
         start, self.delta_from = self.delta_from, len(self.items)
@@ -228,6 +237,16 @@ class RunTranscript:
     def slice(self, request: TranscriptSlice) -> list[TranscriptItem]:
         """`transcript_slice` of this run's items."""
         return transcript_slice(self.items, self.base, request)
+
+    def query(self, args: Sequence[RawValue]) -> list[TranscriptItem] | TranscriptPage:
+        """The `transcript_slice` query: a page with `known_digest`, else a list.
+
+        An undecodable argument reads the first page (`transcript_slice_request`).
+        """
+        request = transcript_slice_request(args, self.base, self.length())
+        if request.known_digest is not None:
+            return self.page(request)
+        return self.slice(request)
 
     def carried(self) -> dict[str, Any]:
         """The `CarriedState` fields of the whole transcript (see `bounded`)."""

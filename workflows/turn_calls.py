@@ -30,7 +30,12 @@ from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
 with workflow.unsafe.imports_passed_through():
     from durable_tools import telemetry
     from durable_tools.approvals import decision_outcome
-    from durable_tools.conversation import ConversationOptions, DeltaEntry, PlannedCall
+    from durable_tools.conversation import (
+        CarriedState,
+        ConversationOptions,
+        DeltaEntry,
+        PlannedCall,
+    )
     from durable_tools.results import Failure, Ok, ToolCall, cancelled, expired, failed, interrupted
     from durable_tools.signals import Finish, Handoff
     from durable_tools.transcript import ToolCallOutput, to_tool_call_output
@@ -64,8 +69,9 @@ class TurnCalls:
 
     Args:
         options: The conversation's options.
-        book: Approvals and answers (`DecisionBook`).
-        signal_waits: What signal tools wait on.
+        state: The state the run starts from (early decisions and answers,
+            rejections, an early `resume`; a carried turn is restored by
+            `continuation.restore_turn`).
         waits: The run's durable waits.
         view: The loop's state and events.
         transcript: The run's transcript, which each call's output joins.
@@ -77,9 +83,8 @@ class TurnCalls:
     def __init__(
         self,
         options: ConversationOptions,
+        state: CarriedState,
         *,
-        book: DecisionBook,
-        signal_waits: SignalWaits,
         waits: Waits,
         view: Visibility,
         transcript: RunTranscript,
@@ -88,8 +93,8 @@ class TurnCalls:
         turn: Callable[[], int],
     ) -> None:
         self.options = options
-        self.book = book
-        self.signal_waits = signal_waits
+        self.book = DecisionBook.from_state(options, state, view.event, self.is_call)
+        self.signal_waits = SignalWaits(early_resume=state.early_resume)
         self.waits = waits
         self.view = view
         self.answered = {i.call_id for i in transcript.items if isinstance(i, ToolCallOutput)}

@@ -37,35 +37,29 @@ def _calls() -> tuple[TurnCalls, RunTranscript]:
     options = ConversationOptions()
     log = RunTranscript(CarriedState(agent="default"))
     view = Visibility(object(), options, None, embedded=False)
-    calls: TurnCalls | None = None
-
-    def is_call(call_id: str) -> bool:
-        assert calls is not None
-        return calls.is_call(call_id)
-
-    book = DecisionBook(
-        options,
-        early_decisions={},
-        early_answers={},
-        rejected=[],
-        event=view.event,
-        is_call=is_call,
-        now=lambda: NOW,
-    )
 
     async def no_tool(plan: PlannedCall, toolkit: str) -> Any:
         raise AssertionError("no tool runs here")
 
     calls = TurnCalls(
         options,
-        book=book,
-        signal_waits=SignalWaits(),
+        CarriedState(agent="default"),
         waits=Waits(None, embedded=False),
         view=view,
         transcript=log,
         publish=lambda: None,
         run_tool=no_tool,
         turn=lambda: 1,
+    )
+    # The same book with a fixed clock (outside a workflow there is no `workflow.now`).
+    calls.book = DecisionBook(
+        options,
+        early_decisions={},
+        early_answers={},
+        rejected=[],
+        event=view.event,
+        is_call=calls.is_call,
+        now=lambda: NOW,
     )
     return calls, log
 
