@@ -24,7 +24,7 @@ import hmac
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field
@@ -34,6 +34,7 @@ from durable_tools.results import Failure, ToolCall, denied
 
 __all__ = [
     "ApprovalPlan",
+    "BoundToCall",
     "Decision",
     "DecisionCheck",
     "DecisionVerdict",
@@ -385,17 +386,32 @@ def approver_problem(decision: Decision, approvers: Sequence[str]) -> str | None
     )
 
 
-def digest_problem(call_id: str, digest: str, decision: Decision) -> str | None:
+class BoundToCall(Protocol):
+    """What names the call it answers: a `Decision`, or an interaction's `Answer`."""
+
+    @property
+    def call_id(self) -> str:
+        """The call it answers."""
+        ...
+
+    @property
+    def arguments_hash(self) -> str:
+        """The call's digest as the person saw it (`call_digest`)."""
+        ...
+
+
+def digest_problem(call_id: str, digest: str, decision: BoundToCall) -> str | None:
     """Why `decision` is not bound to the call `call_id` whose digest is `digest`, or `None`.
 
     The one check every path applies (the loop against the digest it
-    recorded when the call was planned, `Toolkit.run` and `plan_approvals`
-    against `call_digest` of the call): DESIGN.md invariant 3.
+    recorded when the call was planned, for decisions and for answers to
+    interaction calls; `Toolkit.run` and `plan_approvals` against
+    `call_digest` of the call): DESIGN.md invariant 3.
 
     Args:
         call_id: The pending call's id.
         digest: Its `call_digest` (tool name, call id, canonical arguments).
-        decision: The decision that claims to answer it.
+        decision: The decision (or answer) that claims to answer it.
 
     Returns:
         `None` if it applies, else the reason it is rejected (one line).

@@ -8,7 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from durable_tools.approvals import Decision, call_digest, check_decision, decision_outcome
+from durable_tools.approvals import Decision, call_digest, plan_approvals
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 from durable_tools.constructors import normalize_run
 from durable_tools.descriptor import ToolDescriptor
@@ -270,15 +270,14 @@ class Toolkit:
                 )
                 continue
             if gated:
-                decision = decided.get(call.call_id)
-                if decision is None or check_decision(call, decision) is not None:
+                split = plan_approvals([call], lambda _call: True, decided)
+                if split.pending:  # no decision, or one not bound to this call
                     yield ApprovalRequested(
                         call, call_digest(call.name, call.call_id, call.arguments)
                     )
                     continue
-                refusal = decision_outcome(call, decision)
-                if refusal is not None:
-                    yield Output(refusal)
+                if split.rejected:
+                    yield Output(split.rejected[0])
                     continue
             runnable.append(prepared)
 

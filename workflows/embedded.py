@@ -36,7 +36,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from durable_tools._wire import conversation_input
+    from durable_tools._wire import TRANSCRIPT_QUERY, conversation_input
     from durable_tools.conversation import AgentConfig, ConversationOptions, ConversationResult
 
 from durable_tools.workflows.agent_workflow import AgentWorkflow
@@ -46,7 +46,7 @@ __all__ = ["EMBEDDED_HANDLERS", "run_agent", "start_child_conversation"]
 EMBEDDED_HANDLERS: dict[str, tuple[str, ...]] = {
     "signals": ("decide", "answer", "send", "resume", "retry"),
     "updates": ("decide_now", "answer_now", "retry_now", "await_turn"),
-    "queries": ("history", "pending", "status", "transcript_slice"),
+    "queries": ("history", "pending", "status", TRANSCRIPT_QUERY),
 }
 """The conversation's handler names; `run_agent` registers each as `{namespace}.{name}`."""
 
@@ -216,7 +216,7 @@ def _register(agent_loop: AgentWorkflow, namespace: str) -> None:
     handlers.set_update_handler(f"{namespace}.await_turn", await_turn)
 
     def transcript_slice(*args: Any) -> Any:
-        return loop._query("transcript_slice", _raw(args))
+        return loop._query(TRANSCRIPT_QUERY, _raw(args))
 
     def query(method: str) -> Any:
         def answer(*_ignored: Any) -> Any:

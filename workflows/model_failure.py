@@ -20,16 +20,15 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
-from durable_tools.conversation import ModelFailure, ModelRetry
-from durable_tools.models.errors import MAX_FAILURE_MESSAGE_CHARS
+from durable_tools.conversation import MAX_FAILURE_MESSAGE_CHARS, ModelFailure, ModelRetry
 
-__all__ = ["NON_RETRYABLE_TYPES", "describe_model_failure", "model_retry_policy"]
+__all__ = ["NEVER_RETRIED", "NON_RETRYABLE_TYPES", "describe_model_failure", "model_retry_policy"]
 
-NON_RETRYABLE_TYPES: Final[tuple[str, ...]] = (
-    "ConfigurationError",
-    "PayloadsTooLarge",
-    "ModelOutputInvalid",
-)
+NEVER_RETRIED: Final[tuple[str, ...]] = ("ConfigurationError", "PayloadsTooLarge")
+"""Error types no activity of the loop retries (model or tool): a configuration
+error, and a result over Temporal's payload limit (retried, it fails again)."""
+
+NON_RETRYABLE_TYPES: Final[tuple[str, ...]] = (*NEVER_RETRIED, "ModelOutputInvalid")
 """Error types the model activity never retries, beside non-retryable `ApplicationError`s."""
 
 _TIMEOUTS: Final[dict[TimeoutType, str]] = {

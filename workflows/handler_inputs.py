@@ -1,0 +1,123 @@
+"""The inputs of `AgentWorkflow`'s dynamic handlers, decoded without ever failing a task.
+
+Handlers that take input are dynamic: the SDK hands over raw payloads, which
+never fail to decode, and `durable_tools.handler_input.decode_input` decodes
+them here, so no input (none, several, any encoding, any shape) fails a
+workflow task (DESIGN.md invariant 7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_tools.approvals import Decision
+    from durable_tools.conversation import Answer, Resume, SendMessage
+    from durable_tools.handler_input import Undecodable, clean_text, decode_input
+
+__all__ = [
+    "MAX_NAME_CHARS",
+    "SIGNAL_INPUTS",
+    "UPDATE_INPUTS",
+    "after_turns",
+    "decoded_signal",
+    "decoded_update",
+    "unknown_query",
+    "text_argument",
+]
+
+MAX_NAME_CHARS = 100
+"""Characters of a client-sent name (handler, call id) kept in a message, log line or summary."""
+
+SIGNAL_INPUTS: dict[str, tuple[type[Decision | Answer | SendMessage | Resume], Any]] = {
+    "decide": (Decision, None),
+    "answer": (Answer, None),
+    "send": (SendMessage, None),
+    "resume": (Resume, Resume()),
+}
+"""The signals the dynamic signal handler routes: each one's input model and default."""
+
+UPDATE_INPUTS: dict[str, type[Decision | Answer]] = {"decide_now": Decision, "answer_now": Answer}
+"""The updates the dynamic update handler routes, with their input models."""
+
+
+def decoded_signal(
+    name: str, args: Sequence[RawValue], reject: Callable[[str, str, str, str], None]
+) -> Decision | Answer | SendMessage | Resume | None:
+    """The input of signal `name`, or `None` when there is none to act on.
+
+    A signal of a name not in `SIGNAL_INPUTS` is logged and ignored; an
+    input that cannot be decoded into the signal's model is logged and
+    recorded by `reject(call_id, reason, sent_by, signal)`.
+    """
+    if name not in SIGNAL_INPUTS:
+        workflow.logger.warning(
+            "ignoring signal %r: no such signal", clean_text(name, MAX_NAME_CHARS)
+        )
+        return None
+    model, default = SIGNAL_INPUTS[name]
+    decoded = decode_input(args, model, workflow.payload_converter(), default=default)
+    if isinstance(decoded, Undecodable):
+        reason = f"undecodable {name} signal: {decoded.reason}"
+        reject(decoded.call_id, reason, decoded.sent_by, name)
+        workflow.logger.warning("rejected a %s signal: %s", name, decoded.reason)
+        return None
+    return decoded
+
+
+def unknown_query(name: str) -> ApplicationError:
+    """The error a query of a name `AgentWorkflow` does not have fails with (not the workflow)."""
+    return ApplicationError(
+        f"no query named {clean_text(name, MAX_NAME_CHARS)!r}; known queries: "
+        "agent_config, followed, history, pending, status, tool_call, transcript_slice",
+        type="UnknownQuery",
+    )
+
+
+def decoded_update(name: str, args: Sequence[RawValue]) -> Decision | Answer:
+    """The update's input, or `ApplicationError` `DecisionRejected` saying why not.
+
+    Raises:
+        ApplicationError: Type `UnknownUpdate` for a name other than
+            `decide_now` / `answer_now`, `DecisionRejected` for an input
+            that does not decode.
+    """
+    if name not in UPDATE_INPUTS:
+        known = ", ".join(sorted(UPDATE_INPUTS))
+        raise ApplicationError(
+            f"no update named {clean_text(name, MAX_NAME_CHARS)!r}; known updates: {known}",
+            type="UnknownUpdate",
+            non_retryable=True,
+        )
+    decoded = decode_input(args, UPDATE_INPUTS[name], workflow.payload_converter())
+    if isinstance(decoded, Undecodable):
+        raise ApplicationError(
+            f"undecodable {name} update: {decoded.reason}",
+            type="DecisionRejected",
+            non_retryable=True,
+        )
+    return decoded
+
+
+def after_turns(args: Sequence[Any]) -> int:
+    """`after_turns` of an `await_turn` input, 0 for anything else."""
+    first: Any = args[0] if args else None
+    fields = cast(dict[str, Any], first) if isinstance(first, dict) else {}
+    value = fields.get("after_turns")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def text_argument(args: Sequence[RawValue]) -> str:
+    """The one string argument of a query, `""` for anything else (never raises)."""
+    if len(args) != 1:
+        return ""
+    try:
+        value: Any = workflow.payload_converter().from_payload(args[0].payload, str)
+    except Exception:
+        return ""
+    return value if isinstance(value, str) else ""
