@@ -196,7 +196,7 @@ async def _register_search_attributes(env: WorkflowEnvironment) -> None:
     from temporalio.api.enums.v1 import IndexedValueType
     from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 
-    from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+    from durable_tools.workflows.visibility import PENDING_COUNT, PENDING_KINDS
 
     await env.client.operator_service.add_search_attributes(
         AddSearchAttributesRequest(

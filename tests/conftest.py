@@ -40,7 +40,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, running
 
-# Must match `durable_tools.workflows.agent_workflow.PENDING_COUNT` / `PENDING_KINDS`. Kept
+# Must match `durable_tools.workflows.visibility.PENDING_COUNT` / `PENDING_KINDS`. Kept
 # here so the fixtures do not depend on the workflow module importing cleanly.
 PENDING_COUNT = SearchAttributeKey.for_int("DurableToolsPendingCount")
 PENDING_KINDS = SearchAttributeKey.for_keyword_list("DurableToolsPendingKinds")

@@ -41,7 +41,8 @@ from durable_tools.references import guarded
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.worker.app import App, AppOptions, DepsFactory, app_of
 from durable_tools.worker.search_attributes import check_search_attributes
-from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
+from durable_tools.workflows.agent_workflow import AgentWorkflow
+from durable_tools.workflows.visibility import NO_SEARCH_ATTRIBUTES_PATCH
 
 if TYPE_CHECKING:
     from durable_tools.mcp.toolset import McpToolsets

@@ -24,7 +24,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools.errors import ConfigurationError
-from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+from durable_tools.workflows.visibility import PENDING_COUNT, PENDING_KINDS
 
 __all__ = ["SEARCH_ATTRIBUTES", "check_search_attributes", "create_command"]
 

@@ -53,9 +53,6 @@ from durable_tools.workflows.model_turns import ModelTurns, add_usage
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
 from durable_tools.workflows.visibility import (
-    NO_SEARCH_ATTRIBUTES_PATCH,
-    PENDING_COUNT,
-    PENDING_KINDS,
     Visibility,
     settled,
 )
@@ -94,7 +91,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.signals import Finish
     from durable_tools.transcript import TranscriptItem, Usage, is_reconciled
 
-__all__ = ["NO_SEARCH_ATTRIBUTES_PATCH", "PENDING_COUNT", "PENDING_KINDS", "AgentWorkflow"]
+__all__ = ["AgentWorkflow"]
 
 
 @workflow.defn(name="AgentWorkflow")

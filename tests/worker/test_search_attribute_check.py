@@ -41,7 +41,8 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.worker.dev_server import DevServer
 from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
 from durable_tools.worker.runner import run_worker
-from durable_tools.workflows.agent_workflow import NO_SEARCH_ATTRIBUTES_PATCH, AgentWorkflow
+from durable_tools.workflows.agent_workflow import AgentWorkflow
+from durable_tools.workflows.visibility import NO_SEARCH_ATTRIBUTES_PATCH
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from durable_tools.models.errors import ProviderContext, status_error
 from durable_tools.testing import last_user_text
 from durable_tools.transcript import AssistantMessage, UserMessage
 from durable_tools.worker.follow import Commands, Follower
-from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+from durable_tools.workflows.visibility import PENDING_COUNT, PENDING_KINDS
 
 PROVIDER = ProviderContext(
     provider="OpenAI",

@@ -123,7 +123,7 @@ counted in `DurableToolsPendingCount`.
 
 
 def _pending_everywhere(as_json: bool, connection: Connection) -> None:
-    from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+    from durable_tools.workflows.visibility import PENDING_COUNT, PENDING_KINDS
 
     async def main() -> list[PendingConversation]:
         client = await connection.client()

@@ -13,7 +13,7 @@ from temporalio.service import RPCError
 from durable_tools.client import Conversations
 from durable_tools.worker.inbox.conflicts import rpc_conflict
 from durable_tools.worker.inbox.views import WaitingConversation, items_of
-from durable_tools.workflows.agent_workflow import PENDING_COUNT, PENDING_KINDS
+from durable_tools.workflows.visibility import PENDING_COUNT, PENDING_KINDS
 
 __all__ = ["INBOX_QUERY", "InboxListing"]
 
