@@ -30,13 +30,13 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# pyright reads workflows/, activities/ and worker/ through the links in
-# durable_tools/ (pyproject's [tool.pyright]: each file once, by its one
-# name). A checkout without symbolic links (git's core.symlinks=false, as on
-# Windows) has small files there instead, and pyright cannot put a package
-# together from several folders (nor follows links out of its root): it then
-# checks a copy of the package, laid out as installed, under build/ with the
-# same settings.
+# pyright checks each file once, in its folder (pyproject's [tool.pyright]
+# excludes the links durable_tools/{workflows,activities,worker}, through
+# which it resolves `durable_tools.workflows...` imports). A checkout without
+# symbolic links (git's core.symlinks=false, as on Windows) has small files
+# there instead, and pyright cannot put a package together from several
+# folders (nor follows links out of its root): it then checks a copy of the
+# package, laid out as installed, under build/, with the same settings.
 PYRIGHT_VIEW := build/pyright-view
 typecheck: $(STAMP)
 	@if [ -d durable_tools/workflows ]; then $(PY) -m pyright; else \
@@ -45,7 +45,7 @@ typecheck: $(STAMP)
 	  for name in workflows activities worker; do \
 	    rm -f $(PYRIGHT_VIEW)/durable_tools/$$name && cp -R $$name $(PYRIGHT_VIEW)/durable_tools/; \
 	  done && \
-	  $(PY) -c 'import json, tomllib; c = tomllib.load(open("pyproject.toml", "rb"))["tool"]["pyright"]; print(json.dumps({**c, "venvPath": "$(CURDIR)"}))' > $(PYRIGHT_VIEW)/pyrightconfig.json && \
+	  $(PY) -c 'import json, tomllib; c = tomllib.load(open("pyproject.toml", "rb"))["tool"]["pyright"]; print(json.dumps({**c, "include": ["durable_tools"], "exclude": [], "venvPath": "$(CURDIR)"}))' > $(PYRIGHT_VIEW)/pyrightconfig.json && \
 	  $(PY) -m pyright -p $(PYRIGHT_VIEW); fi
 
 # The inbox's browser tests drive Debian's chromium through Playwright (never

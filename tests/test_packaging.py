@@ -500,3 +500,17 @@ def test_checkout_without_symbolic_links_installs_and_imports(tmp_path: Path) ->
         "worker/inbox/templates/base.html",
     ):
         assert f"durable_tools/{sub}" in names
+
+
+def test_pyright_checks_every_folder_once() -> None:
+    # Every folder of source is checked, and the links to the mapped folders
+    # are not (or each of their files would be checked twice, by two names).
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pyright"]
+    assert set(config["include"]) == {"durable_tools", "workflows", "activities", "worker"}
+    assert set(config["exclude"]) == {
+        "durable_tools/workflows",
+        "durable_tools/activities",
+        "durable_tools/worker",
+    }
