@@ -6,7 +6,7 @@ Private: `durable_tools.client.Conversations` is the public API.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar, cast
 
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
@@ -20,7 +20,7 @@ from durable_tools.conversation import (
     ConversationResult,
     DecisionReceipt,
 )
-from durable_tools.errors import DecisionRejected
+from durable_tools.errors import DecisionRejected, DurableToolsError
 from durable_tools.models._settings import check_settings
 
 OutputT = TypeVar("OutputT", bound=BaseModel)
@@ -63,14 +63,32 @@ def new_conversation_input(
 
 async def decision_update(handle: WorkflowHandle[Any, Any], name: str, arg: Any) -> DecisionReceipt:
     """Send a decision or answer update; a `DecisionRejected` failure raises `DecisionRejected`."""
+    receipt = await checked_update(handle, name, arg, DecisionRejected, result_type=DecisionReceipt)
+    return cast(DecisionReceipt, receipt)  # decide_now and answer_now always return one
+
+
+async def checked_update(
+    handle: WorkflowHandle[Any, Any],
+    name: str,
+    arg: Any,
+    rejected: type[DurableToolsError],
+    *,
+    result_type: type[DecisionReceipt] | None = None,
+) -> DecisionReceipt | None:
+    """Send a validated update; its validator's rejection raises `rejected`.
+
+    The workflow's validators reject with an `ApplicationError` whose type is
+    the name of the client error (`DecisionRejected`, `RetryRejected`,
+    `ResumeRejected`); other failures propagate.
+    """
     try:
         return await handle.execute_update(  # pyright: ignore[reportUnknownMemberType]
-            name, arg, result_type=DecisionReceipt
+            name, arg, result_type=result_type
         )
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
-        if isinstance(cause, ApplicationError) and cause.type == "DecisionRejected":
-            raise DecisionRejected(cause.message) from exc
+        if isinstance(cause, ApplicationError) and cause.type == rejected.__name__:
+            raise rejected(cause.message) from exc
         raise
 
 

@@ -25,14 +25,14 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from temporalio.client import WithStartWorkflowOperation, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
 
 from durable_tools._client_reads import ConversationReads
 from durable_tools._client_support import OutputT as OutputT  # `result`'s, as before
 from durable_tools._client_support import (
     StartOptions,
+    checked_update,
     decision_update,
     new_conversation_input,
     with_overrides,
@@ -49,7 +49,12 @@ from durable_tools.conversation import (
     SendMessage,
     TurnOutcome,
 )
-from durable_tools.errors import ConfigurationError, DurableToolsError, RetryRejected
+from durable_tools.errors import (
+    ConfigurationError,
+    DurableToolsError,
+    ResumeRejected,
+    RetryRejected,
+)
 
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
 
@@ -262,12 +267,33 @@ class Conversations(ConversationReads):
         await self._handle(workflow_id).signal("send", SendMessage(text=text, sent_by=sent_by))
 
     async def resume(
-        self, workflow_id: str, message: str = "resumed", *, resumed_by: str = ""
+        self,
+        workflow_id: str,
+        message: str = "resumed",
+        *,
+        resumed_by: str = "",
+        wait: bool = False,
     ) -> None:
-        """Resume a conversation paused by the `pause` signal tool."""
-        await self._handle(workflow_id).signal(
-            "resume", Resume(message=message, resumed_by=resumed_by)
-        )
+        """Resume a conversation paused by the `pause` signal tool.
+
+        Args:
+            workflow_id: The conversation.
+            message: What the model reads as the `pause` call's output.
+            resumed_by: Who resumes it.
+            wait: Send the validated `resume_now` update instead of the
+                `resume` signal: it needs a running worker and raises at once
+                when no `pause` call waits (the signal is then kept for the
+                conversation's next pause).
+
+        Raises:
+            ResumeRejected: With `wait=True`, nothing is paused.
+        """
+        resume = Resume(message=message, resumed_by=resumed_by)
+        handle = self._handle(workflow_id)
+        if wait:
+            await checked_update(handle, "resume_now", resume, ResumeRejected)
+        else:
+            await handle.signal("resume", resume)
 
     async def decide(
         self,
@@ -441,16 +467,10 @@ class Conversations(ConversationReads):
         """
         handle = self._handle(workflow_id)
         request = RetryRequest(requested_by=requested_by)
-        if not wait:
+        if wait:
+            await checked_update(handle, "retry_now", request, RetryRejected)
+        else:
             await handle.signal("retry", request)
-            return
-        try:
-            await handle.execute_update("retry_now", request)  # pyright: ignore[reportUnknownMemberType]
-        except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type == "RetryRejected":
-                raise RetryRejected(cause.message) from exc
-            raise
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancel the conversation; open calls are answered `cancelled` or `interrupted`."""

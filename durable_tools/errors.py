@@ -16,6 +16,7 @@ DurableToolsError
 ├── ToolNotFound                  `Toolkit.get` / `with_run` on a missing name
 ├── DecisionRejected              an approval or answer that fails its checks
 ├── NoFinalOutput                 a typed result asked of a conversation that did not finish
+├── ResumeRejected                `resume_now` on a conversation that is not paused
 ├── RetryRejected                 `retry_now` on a conversation whose model has not failed
 ├── StorageError                  an external payload is missing, corrupt or wrongly claimed
 └── TranscriptUnavailable         a transcript read that no run of the conversation can answer
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidToolName",
     "MissingExtra",
     "NoFinalOutput",
+    "ResumeRejected",
     "RetryRejected",
     "StorageError",
     "StrictModeError",
@@ -143,6 +145,13 @@ class NoFinalOutput(DurableToolsError):
             f"the conversation ended with status {status!r}, not with the finish tool, "
             "so it has no structured output"
         )
+
+
+class ResumeRejected(DurableToolsError):
+    """`Conversations.resume(..., wait=True)` on a conversation no `pause` call holds.
+
+    The `resume` signal in that state is kept for the conversation's next pause instead.
+    """
 
 
 class RetryRejected(DurableToolsError):

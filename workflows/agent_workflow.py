@@ -52,10 +52,7 @@ from durable_tools.workflows.handler_inputs import (
 from durable_tools.workflows.model_turns import ModelTurns, add_usage
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
-from durable_tools.workflows.visibility import (
-    Visibility,
-    settled,
-)
+from durable_tools.workflows.visibility import Visibility, settled
 from durable_tools.workflows.waits import Moved, Waits
 
 with workflow.unsafe.imports_passed_through():
@@ -80,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         ConversationStatus,
         DecisionReceipt,
         PendingState,
+        Resume,
         SendMessage,
         TranscriptPage,
         TranscriptSlice,
@@ -472,11 +470,13 @@ class AgentWorkflow:
             self._signal_waits.take_resume(decoded)
 
     @workflow.update(dynamic=True)
-    async def _update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt:
-        """Route the `decide_now` and `answer_now` updates (validated by `_validate_update`)."""
+    async def _update(self, name: str, args: Sequence[RawValue]) -> DecisionReceipt | None:
+        """Route `decide_now`, `answer_now` and `resume_now` (validated by `_validate_update`)."""
         decoded = decoded_update(name, args)
         if isinstance(decoded, Decision):
             return await self._book.decide_now(decoded)
+        if isinstance(decoded, Resume):
+            return self._signal_waits.take_resume(decoded)
         return self._book.answer_now(decoded)
 
     @_update.validator
@@ -485,10 +485,13 @@ class AgentWorkflow:
 
         Raises:
             ApplicationError: Type `DecisionRejected` (the client raises
-                `DecisionRejected`) with the reason, or `UnknownUpdate` for a
-                name other than `decide_now` / `answer_now`.
+                `DecisionRejected`) with the reason, `ResumeRejected` for a
+                `resume_now` while nothing is paused, or `UnknownUpdate`.
         """
-        problem = self._book.update_problem(decoded_update(name, args))
+        decoded = decoded_update(name, args)
+        if isinstance(decoded, Resume):
+            return self._signal_waits.check_resume(self._view.state)
+        problem = self._book.update_problem(decoded)
         if problem is not None:
             raise ApplicationError(clean_text(problem), type="DecisionRejected", non_retryable=True)
 

@@ -42,8 +42,13 @@ SIGNAL_INPUTS: dict[str, tuple[type[Decision | Answer | SendMessage | Resume], A
 }
 """The signals the dynamic signal handler routes: each one's input model and default."""
 
-UPDATE_INPUTS: dict[str, type[Decision | Answer]] = {"decide_now": Decision, "answer_now": Answer}
-"""The updates the dynamic update handler routes, with their input models."""
+UPDATE_INPUTS: dict[str, tuple[type[Decision | Answer | Resume], Any, str]] = {
+    "decide_now": (Decision, None, "DecisionRejected"),
+    "answer_now": (Answer, None, "DecisionRejected"),
+    "resume_now": (Resume, Resume(), "ResumeRejected"),
+}
+"""The updates the dynamic update handler routes: each one's input model, its
+default (for no input) and the error type its rejections carry."""
 
 
 def decoded_signal(
@@ -79,13 +84,13 @@ def unknown_query(name: str) -> ApplicationError:
     )
 
 
-def decoded_update(name: str, args: Sequence[RawValue]) -> Decision | Answer:
-    """The update's input, or `ApplicationError` `DecisionRejected` saying why not.
+def decoded_update(name: str, args: Sequence[RawValue]) -> Decision | Answer | Resume:
+    """The update's input, or `ApplicationError` saying why not.
 
     Raises:
-        ApplicationError: Type `UnknownUpdate` for a name other than
-            `decide_now` / `answer_now`, `DecisionRejected` for an input
-            that does not decode.
+        ApplicationError: Type `UnknownUpdate` for a name not in
+            `UPDATE_INPUTS`; for an input that does not decode, the update's
+            rejection type (`DecisionRejected`, `ResumeRejected`).
     """
     if name not in UPDATE_INPUTS:
         known = ", ".join(sorted(UPDATE_INPUTS))
@@ -94,12 +99,11 @@ def decoded_update(name: str, args: Sequence[RawValue]) -> Decision | Answer:
             type="UnknownUpdate",
             non_retryable=True,
         )
-    decoded = decode_input(args, UPDATE_INPUTS[name], workflow.payload_converter())
+    model, default, rejected = UPDATE_INPUTS[name]
+    decoded = decode_input(args, model, workflow.payload_converter(), default=default)
     if isinstance(decoded, Undecodable):
         raise ApplicationError(
-            f"undecodable {name} update: {decoded.reason}",
-            type="DecisionRejected",
-            non_retryable=True,
+            f"undecodable {name} update: {decoded.reason}", type=rejected, non_retryable=True
         )
     return decoded
 

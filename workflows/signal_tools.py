@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 from durable_tools.workflows.visibility import Visibility
 from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
@@ -55,6 +56,19 @@ class SignalWaits:
             self.resume = resume
         else:
             self.early_resume = resume
+
+    def check_resume(self, state: str) -> None:
+        """The `resume_now` validator: a resume applies now only while a `pause` call waits.
+
+        Raises:
+            ApplicationError: Type `ResumeRejected`, naming the state, otherwise.
+        """
+        if self.paused is None:
+            raise ApplicationError(
+                f"the conversation is not paused (state {state!r})",
+                type="ResumeRejected",
+                non_retryable=True,
+            )
 
     def restore(self, wait: CarriedCall) -> None:
         """Make a carried call's sleep or pause wait again until its recorded end."""

@@ -402,3 +402,43 @@ def test_a_model_failure_is_shown_by_run_status_and_pending_and_retry_reruns_it(
     assert retried.exit_code == 0, retried.output
     cancelled = live.cli("cancel", wf)
     assert cancelled.exit_code == 0, cancelled.output
+
+
+def test_resume_and_retry_fail_when_the_conversation_cannot_take_them(live: Live) -> None:
+    """Issue 25: they said "resumed" and exited 0 for a conversation that was not paused."""
+    workflow_id = f"cli-{uuid.uuid4().hex[:8]}"
+    started = live.cli(
+        "start",
+        workflow_id,
+        "--model",
+        "scripted",
+        "--toolkit",
+        "support",
+        "--message",
+        "Refund A-1001",
+        task_queue=True,
+    )
+    assert started.exit_code == 0, started.output
+    wait_for_approval(live, workflow_id)  # waiting for a decision: not paused, not failed
+
+    resumed = live.cli("resume", workflow_id, "-m", "go on")
+    line = assert_one_line_error(resumed, code=1)
+    assert "not paused" in line and "'waiting'" in line
+    retried = live.cli("retry", workflow_id)
+    line = assert_one_line_error(retried, code=1)
+    assert "not waiting after a model failure" in line
+    # The durable signal forms stay, and say what they do.
+    signalled = live.cli("resume", workflow_id, "--signal")
+    assert signalled.exit_code == 0, signalled.output
+    assert "resumes the pause, or the next one" in signalled.stdout
+
+    # `follow --timeout` is how long to watch: the time running out is not a failure.
+    followed = runner.invoke(
+        app, ["follow", workflow_id, "--address", live.address, "--timeout", "2"]
+    )
+    assert followed.exit_code == 0, followed.output
+    assert followed.stdout.splitlines()[0].split()[0] == "0"
+    assert "stopped following after 2 s; the conversation goes on" in followed.stderr
+    assert f"durable-tools follow {workflow_id} --after " in followed.stderr
+
+    assert live.cli("cancel", workflow_id).exit_code == 0

@@ -186,6 +186,27 @@ async def test_bad_resume_inputs_are_rejected_and_an_empty_resume_resumes(
     assert await workflow_task_failures(handle) == []
 
 
+async def test_resume_now_is_validated_and_resumes_the_pause(harness: Harness) -> None:
+    wf = await harness.start(
+        turns([("p1", "pause", {"reason": "waiting for the invoice"})], [FINISH]), options=OPTIONS
+    )
+
+    async def paused() -> bool:
+        return (await harness.conversations.pending(wf)).paused is not None
+
+    await eventually(paused, what="the pause")
+    handle = harness.client.get_workflow_handle(wf)
+    for case in ("two inputs", "binary/plain"):
+        with pytest.raises(WorkflowUpdateFailedError) as failure:
+            await handle.execute_update("resume_now", args=BAD_INPUTS[case])
+        assert "undecodable resume_now update" in str(failure.value.cause), case
+    assert (await harness.conversations.pending(wf)).paused == "waiting for the invoice"
+    await harness.conversations.resume(wf, "invoice is in", resumed_by="ana", wait=True)
+    assert (await harness.result(wf)).status == "finished"
+    assert outputs_by_id(await harness.conversations.history(wf))["p1"].content == "invoice is in"
+    assert await workflow_task_failures(handle) == []
+
+
 async def test_a_null_resume_resumes(harness: Harness) -> None:
     wf = await harness.start(turns([("p1", "pause", {})], [FINISH]), options=OPTIONS)
 
@@ -295,6 +316,7 @@ deliveries = st.lists(
                 "resume",
                 "decide_now",
                 "answer_now",
+                "resume_now",
                 "transcript_slice",
                 "agent_config",
                 "tool_call",
@@ -316,7 +338,8 @@ async def _deliver(harness: Harness, batch: list[tuple[str, list[RawValue]]]) ->
     wf, digest = await start_waiting_for_refund(harness)
     handle = harness.client.get_workflow_handle(wf)
     for name, args in batch:
-        if name in ("decide_now", "answer_now"):
+        if name in ("decide_now", "answer_now", "resume_now"):
+            # Nothing is paused, so even a valid resume_now is rejected.
             with pytest.raises(WorkflowUpdateFailedError):
                 await handle.execute_update(name, args=args)
         elif name == "transcript_slice":

@@ -10,6 +10,7 @@ import asyncio
 import importlib
 import json
 import signal
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -388,11 +389,12 @@ def retry_command(
     wait: Annotated[
         bool,
         typer.Option(
-            "--wait",
-            help="Send the validated update (needs a worker) and fail at once if the "
-            "conversation is not in state model_failed.",
+            "--wait/--signal",
+            help="--wait (default): the validated update, which needs a running worker "
+            "and fails unless the conversation is in state model_failed. --signal: the "
+            "durable signal, taken even with no worker running, ignored in other states.",
         ),
-    ] = False,
+    ] = True,
     by: Annotated[str, typer.Option("--by", help="Who asks.")] = "",
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
@@ -402,7 +404,12 @@ def retry_command(
     Connection(address, namespace, timeout).on(
         workflow_id, lambda c: c.retry(workflow_id, requested_by=by or whoami(), wait=wait)
     )
-    out.print(f"asked {escape(workflow_id)} to run its model turn again")
+    if wait:
+        out.print(f"{escape(workflow_id)} runs its model turn again")
+    else:
+        out.print(
+            f"asked {escape(workflow_id)} to run its model turn again (if it waits after a failure)"
+        )
 
 
 def resume_command(
@@ -412,15 +419,28 @@ def resume_command(
         typer.Option("--message", "-m", help="What the model reads as the pause's answer."),
     ] = "resumed",
     by: Annotated[str, typer.Option("--as", help="Who resumes (default: your login).")] = "",
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait/--signal",
+            help="--wait (default): the validated update, which needs a running worker "
+            "and fails unless a pause waits. --signal: the durable signal, taken even "
+            "with no worker running; with nothing paused it resumes the next pause.",
+        ),
+    ] = True,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Resume a paused conversation (the `pause` tool's call gets the message)."""
     Connection(address, namespace, timeout).on(
-        workflow_id, lambda c: c.resume(workflow_id, message, resumed_by=by or whoami())
+        workflow_id,
+        lambda c: c.resume(workflow_id, message, resumed_by=by or whoami(), wait=wait),
     )
-    out.print(f"resumed {escape(workflow_id)}")
+    if wait:
+        out.print(f"resumed {escape(workflow_id)}")
+    else:
+        out.print(f"sent resume to {escape(workflow_id)} (it resumes the pause, or the next one)")
 
 
 def cancel_command(
@@ -478,14 +498,27 @@ def follow_command(
 
     async def follow(conversations: Conversations) -> None:
         printer = EventPrinter()
+        offset = after
+        timed_out = False
         try:
-            async for event in conversations.events(workflow_id, after=after):
-                shown = event.model_dump_json() + "\n" if as_json else printer.feed(event)
-                print(shown, end="", flush=True)
+            async with asyncio.timeout(timeout or None):
+                async for event in conversations.events(workflow_id, after=after):
+                    shown = event.model_dump_json() + "\n" if as_json else printer.feed(event)
+                    print(shown, end="", flush=True)
+                    offset = event.offset
+        except TimeoutError:
+            timed_out = True  # --timeout is how long to watch, not a deadline missed
         finally:
             print(printer.close(), end="", flush=True)
+        if timed_out:
+            sys.stderr.write(
+                f"stopped following after {timeout:g} s; the conversation goes on "
+                f"(durable-tools follow {workflow_id} --after {offset})\n"
+            )
 
-    Connection(address, namespace, timeout or 10**9).on(workflow_id, follow)
+    # Connecting gets its own budget (DEFAULT_TIMEOUT) on top of --timeout.
+    budget = timeout + DEFAULT_TIMEOUT if timeout else FOREVER
+    Connection(address, namespace, budget).on(workflow_id, follow)
 
 
 def status_command(

@@ -33,7 +33,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools.client import Conversations
 from durable_tools.codec import data_converter, load_codec
-from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected, StorageError
+from durable_tools.errors import (
+    ConfigurationError,
+    DecisionRejected,
+    ResumeRejected,
+    RetryRejected,
+    StorageError,
+)
 from durable_tools.storage import PayloadStorage, storage_from_options
 from durable_tools.worker.exits import exit_process
 
@@ -296,7 +302,7 @@ def run_reported(
         return asyncio.run(bounded())
     except CliError as exc:
         fail(str(exc), exc.code)
-    except (DecisionRejected, RetryRejected) as exc:
+    except (DecisionRejected, ResumeRejected, RetryRejected) as exc:
         fail(f"rejected: {exc}")
     except TimeoutError:
         fail(f"no answer within {timeout:g} s from Temporal at {address} ({waiting_for})")
