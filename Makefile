@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install format lint typecheck test test-local-model demo bench bench-long bench-schedules chromium
+.PHONY: install format lint typecheck test test-local-model demo dist bench bench-long bench-schedules chromium
 
 # constraints.txt pins what the dev extras resolve to (see its header).
 $(STAMP): pyproject.toml constraints.txt
@@ -58,6 +58,11 @@ test: lint typecheck $(NODE_STAMP) chromium
 
 demo: $(STAMP)
 	$(PY) -m examples.demo_story
+
+# The wheel and the sdist, into $(DIST) (README, "Install").
+DIST ?= dist
+dist: $(STAMP)
+	$(PY) -m build --outdir $(DIST) .
 
 bench: $(STAMP)
 	$(PY) bench/validation.py

@@ -108,14 +108,17 @@ def _env(venv: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from this checkout (no dependencies)."""
-    out = tmp_path_factory.mktemp("wheel")
+    """The wheel `make dist` builds from this checkout (through its sdist)."""
+    out = tmp_path_factory.mktemp("dist")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        ["make", "-s", "dist", f"DIST={out}", f"PY={sys.executable}"],
+        cwd=ROOT,
         check=True,
         capture_output=True,
-        timeout=300,
+        timeout=600,
     )
+    (sdist,) = out.glob("durable_tools-*.tar.gz")
+    assert sdist.stat().st_size > 0
     (built,) = out.glob("durable_tools-*.whl")
     return built
 
