@@ -442,3 +442,27 @@ def test_resume_and_retry_fail_when_the_conversation_cannot_take_them(live: Live
     assert f"durable-tools follow {workflow_id} --after " in followed.stderr
 
     assert live.cli("cancel", workflow_id).exit_code == 0
+
+
+def test_help_texts_show_their_brackets() -> None:
+    """Issue 25: Rich read `[servers.NAME]` as markup and the help said "( tables)"."""
+    shown = runner.invoke(app, ["worker", "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "([servers.NAME] tables)" in shown.output
+    # No option or command help holds a bracket Rich would take for a tag.
+    import re
+
+    import click
+    import typer
+
+    unescaped: list[str] = []
+
+    def walk(command: click.Command, path: str) -> None:
+        texts = [command.help or "", *(getattr(p, "help", None) or "" for p in command.params)]
+        unescaped.extend(f"{path}: {t}" for t in texts if re.search(r"(?<!\\)\[[\w/#.]", t))
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "durable-tools")
+    assert unescaped == []
