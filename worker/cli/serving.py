@@ -121,7 +121,8 @@ McpConfig = Annotated[
     str | None,
     typer.Option(
         "--mcp-config",
-        help="A TOML file of MCP servers (\\[servers.NAME] tables); their tools join every toolkit.",
+        help="A TOML file of MCP servers (\\[servers.NAME] tables); "
+        "their tools join every toolkit.",
     ),
 ]
 ScriptsDir = Annotated[
