@@ -10,19 +10,18 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, get_origin, get_type_hints, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from durable_tools._local_options import LocalOptions, annotations_of, parameters_schema
 from durable_tools.descriptor import ToolAnnotations
 from durable_tools.errors import ConfigurationError
-from durable_tools.schema import Schema, compile_schema
+from durable_tools.schema import compile_schema
 from durable_tools.tool_threads import run_sync
 from durable_tools.tools import (
     DEFAULT_HEARTBEAT_TIMEOUT,
-    EMPTY_PARAMETERS,
     Emit,
     FailureMode,
     InteractionTool,
@@ -87,106 +86,6 @@ def normalize_run(fn: Callable[..., Any]) -> ToolRun:
         return result
 
     return run
-
-
-def _retry_policy(retry: RetryPolicy | int | None) -> RetryPolicy | None:
-    if isinstance(retry, int):
-        return RetryPolicy(max_attempts=retry)
-    return retry
-
-
-def _effect(
-    given: ToolAnnotations | Mapping[str, Any] | None,
-    annotations: ToolAnnotations,
-    *,
-    idempotent: bool | None,
-    at_most_once: bool,
-    retry: RetryPolicy | None,
-) -> dict[str, bool]:
-    """The `idempotent` and `at_most_once` fields of a local tool.
-
-    A tool's own annotations are its author's word, so they count: read-only
-    or idempotent ones make it idempotent, destructive ones (MCP's reading: not
-    read-only and not `destructive=False`) make it at-most-once unless it is
-    idempotent or has its own `retry`. Without annotations nothing is declared.
-    """
-    declared = given is not None
-    if idempotent is None:
-        idempotent = (
-            declared and not at_most_once and (annotations.read_only or annotations.idempotent)
-        )
-    destructive = declared and annotations.destructive and not annotations.read_only
-    once = at_most_once or (destructive and not idempotent and retry is None)
-    return {"idempotent": idempotent, "at_most_once": once}
-
-
-def _annotations(annotations: ToolAnnotations | Mapping[str, Any] | None) -> ToolAnnotations:
-    if annotations is None:
-        return ToolAnnotations()
-    if isinstance(annotations, ToolAnnotations):
-        return annotations
-    return ToolAnnotations.model_validate(dict(annotations))
-
-
-def _parameters(parameters: Mapping[str, Any] | type | None, *, what: str = "schema") -> Schema:
-    """A tool's parameters schema; `None` is a tool without parameters."""
-    spec = parameters if parameters is not None else dict(EMPTY_PARAMETERS)
-    return compile_schema(spec, what=what)
-
-
-@dataclass(frozen=True)
-class _LocalOptions:
-    """What `@tool` and `dynamic_tool` take alike: see their arguments."""
-
-    needs_approval: NeedsApproval
-    timeout: float | None
-    heartbeat_timeout: float | None
-    retry: RetryPolicy | int | None
-    annotations: ToolAnnotations | Mapping[str, Any] | None
-    strict: bool
-    failure_mode: FailureMode
-    approval_deadline: float | None
-    approvers: Sequence[str]
-    idempotent: bool | None
-    at_most_once: bool
-
-    def tool(
-        self,
-        *,
-        name: str,
-        description: str,
-        parameters: Schema,
-        run: ToolRun,
-        output: Schema | None,
-        dynamic: bool = False,
-    ) -> Tool:
-        """The local tool with these options."""
-        hints, policy = _annotations(self.annotations), _retry_policy(self.retry)
-        effect = _effect(
-            self.annotations,
-            hints,
-            idempotent=self.idempotent,
-            at_most_once=self.at_most_once,
-            retry=policy,
-        )
-        return Tool(
-            name=name,
-            description=description,
-            parameters=parameters,
-            strict=self.strict,
-            annotations=hints,
-            run=run,
-            output=output,
-            needs_approval=self.needs_approval,
-            timeout=self.timeout,
-            heartbeat_timeout=self.heartbeat_timeout,
-            retry=policy,
-            failure_mode=self.failure_mode,
-            approval_deadline=self.approval_deadline,
-            approvers=tuple(self.approvers),
-            dynamic=dynamic,
-            **effect,
-        )
 
 
 def dynamic_tool(
@@ -262,8 +161,8 @@ def dynamic_tool(
         ConfigurationError: `at_most_once=True` with `retry` of more than one
             attempt or with `idempotent=True`.
     """
-    params = _parameters(parameters, what=f"parameters schema of tool {name!r}")
-    options = _LocalOptions(
+    params = parameters_schema(parameters, what=f"parameters schema of tool {name!r}")
+    options = LocalOptions(
         needs_approval=needs_approval,
         timeout=timeout,
         heartbeat_timeout=heartbeat_timeout,
@@ -315,7 +214,7 @@ def _function_tool(
     name: str | None,
     description: str | None,
     output: Any,
-    options: _LocalOptions,
+    options: LocalOptions,
 ) -> Tool:
     tool_name = check_tool_name(name or fn.__name__)
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
@@ -507,7 +406,7 @@ def tool(
             '''
         ```
     """  # noqa: D214 - the example's own docstring has an indented "Args:"
-    options = _LocalOptions(
+    options = LocalOptions(
         needs_approval=needs_approval,
         timeout=timeout,
         heartbeat_timeout=heartbeat_timeout,
@@ -550,7 +449,7 @@ def provider_tool(
     return ProviderTool(
         name=name,
         description=description,
-        parameters=_parameters(parameters),
+        parameters=parameters_schema(parameters),
         provider=provider,
         config=dict(config or {}),
     )
@@ -580,9 +479,9 @@ def signal_tool(
     return SignalTool(
         name=name,
         description=description,
-        parameters=_parameters(parameters),
+        parameters=parameters_schema(parameters),
         handler=handler,
-        annotations=_annotations(annotations),
+        annotations=annotations_of(annotations),
     )
 
 
@@ -610,9 +509,9 @@ def interaction_tool(
     return InteractionTool(
         name=name,
         description=description,
-        parameters=_parameters(parameters),
+        parameters=parameters_schema(parameters),
         answer=compile_schema(answer, what=f"answer schema of tool {name!r}")
         if answer is not None
         else None,
-        annotations=_annotations(annotations),
+        annotations=annotations_of(annotations),
     )
