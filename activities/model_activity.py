@@ -34,7 +34,12 @@ from durable_tools.activities.planning import plan_calls
 from durable_tools.agents import ResolvedAgent, is_offline_model, resolve_agent
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 from durable_tools.context import Summarize
-from durable_tools.conversation import AgentConfig, TranscriptPage, TranscriptSlice
+from durable_tools.conversation import (
+    AGENT_REFUSED,
+    AgentConfig,
+    TranscriptPage,
+    TranscriptSlice,
+)
 from durable_tools.descriptor import ToolDescriptor, descriptors_digest
 from durable_tools.errors import ConfigurationError
 from durable_tools.events import MAX_EVENT_TEXT, TEXT_DELTA_INTERVAL
@@ -120,11 +125,11 @@ class ModelActivity(ActivitiesBase):
 
     def _resolve(self, agent_config: AgentConfig) -> ResolvedAgent:
         try:
-            return resolve_agent(agent_config, self.agents)
+            return resolve_agent(
+                agent_config, self.agents, offline_models=self.allow_offline_models
+            )
         except ConfigurationError as exc:
-            raise ApplicationError(
-                str(exc), type="ConfigurationError", non_retryable=True
-            ) from None
+            raise ApplicationError(str(exc), type=AGENT_REFUSED, non_retryable=True) from None
 
     def _model(self, name: str) -> Model:
         """A registered model, else the model its spec names (built once, then kept)."""
@@ -137,12 +142,12 @@ class ModelActivity(ActivitiesBase):
             except ConfigurationError as exc:
                 if is_offline_model(name):  # refused or unreadable: its own one line
                     raise ApplicationError(
-                        str(exc), type="ConfigurationError", non_retryable=True
+                        str(exc), type=AGENT_REFUSED, non_retryable=True
                     ) from None
                 raise ApplicationError(
                     f"no model named {name!r} on this worker (registered: "
                     f"{sorted(self.models)}), and it is not a usable model spec: {exc}",
-                    type="ConfigurationError",
+                    type=AGENT_REFUSED,
                     non_retryable=True,
                 ) from None
             self.models[name] = model

@@ -31,8 +31,10 @@ invariant 8: clients choose an agent by name; the worker decides what runs):
   worker whose declared agents changed applies them at the next turn, and
   nothing resolved is recorded. With agents declared, the request must name
   one, and each field it sets must be the agent's own or an allowed
-  override; anything else fails the turn with a one-line
-  `ConfigurationError` and the conversation waits in state `model_failed`.
+  override (on a worker that allows offline models, a development worker,
+  any offline model too); anything else fails the turn with a one-line
+  `ConfigurationError` (`ModelFailure.type` `AgentRefused`) and the
+  conversation waits in state `model_failed`.
 
 A worker that declares no agents is in development mode: the request is
 taken as it is (`resolve_agent` then needs its model and toolkit, and
@@ -222,7 +224,9 @@ def template_variables(template: str) -> list[str]:
     return names
 
 
-def resolve_agent(config: AgentConfig, agents: Mapping[str, Agent]) -> ResolvedAgent:
+def resolve_agent(
+    config: AgentConfig, agents: Mapping[str, Agent], *, offline_models: bool = False
+) -> ResolvedAgent:
     """A client's request resolved against the declared agents: what a turn runs with.
 
     The one place a request (`AgentConfig`) becomes a `ResolvedAgent`. With
@@ -233,6 +237,12 @@ def resolve_agent(config: AgentConfig, agents: Mapping[str, Agent]) -> ResolvedA
     Args:
         config: The conversation's requested agent (from history, untrusted).
         agents: The worker's declared agents by name.
+        offline_models: Whether the worker allows offline models
+            (`App(allow_offline_models=True)`, which `durable-tools dev`
+            sets): a development worker, where a client may pick an offline
+            model (`test`, `scripted:FILE`) for any agent, so an app written
+            for a provider runs with no key. Default False: only the agent's
+            own model and `allow.models`.
 
     Returns:
         The resolved configuration.
@@ -254,7 +264,8 @@ def resolve_agent(config: AgentConfig, agents: Mapping[str, Agent]) -> ResolvedA
         )
     prefix = f"agent {config.name!r}"
     model = config.model or agent.model
-    if model != agent.model and model not in agent.allow.models:
+    offline = offline_models and is_offline_model(model)
+    if model != agent.model and model not in agent.allow.models and not offline:
         allowed = ", ".join([agent.model, *agent.allow.models])
         raise ConfigurationError(f"{prefix} does not allow model {model!r} (allowed: {allowed})")
     if config.toolkit and config.toolkit != agent.toolkit:

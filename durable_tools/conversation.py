@@ -28,6 +28,7 @@ from durable_tools.context import ContextPolicy
 from durable_tools.transcript import TranscriptItem, Usage
 
 __all__ = [
+    "AGENT_REFUSED",
     "MAX_FAILURE_MESSAGE_CHARS",
     "DEFAULT_APPROVAL_DEADLINE",
     "DEFAULT_IDLE_TIMEOUT",
@@ -58,6 +59,15 @@ DEFAULT_APPROVAL_DEADLINE: float = 7 * 24 * 3600.0
 
 DEFAULT_IDLE_TIMEOUT: float = 7 * 24 * 3600.0
 """Seconds a conversation waits for the next user message before it ends (7 days)."""
+
+
+AGENT_REFUSED: Final = "AgentRefused"
+"""`ModelFailure.type` when the worker refuses what the client asked for: an
+agent it does not declare, a model, setting, variable, context policy or
+instructions the agent does not allow, a missing template variable, an
+offline model or script it refuses, or a model it cannot resolve. Not
+retryable: only the client can fix it (`durable-tools run` cancels the
+conversation it started when its first turn is refused)."""
 
 
 MAX_FAILURE_MESSAGE_CHARS: Final = 1000
@@ -104,10 +114,10 @@ class ModelFailure(BaseModel):
             (the worker's log has the full text).
         type: The error's type: a provider error (`ProviderBadRequest`,
             `ProviderUnavailable`, `ContextLengthExceeded`, ...; see
-            `durable_tools.models.errors`), `ConfigurationError` (no such
-            toolkit or model on the worker, an agent it does not declare, an
-            override the agent does not allow, an offline model or a script
-            it refuses), or a timeout
+            `durable_tools.models.errors`), `AgentRefused` (`AGENT_REFUSED`:
+            the worker refuses the agent, model or override the client asked
+            for), `ConfigurationError` (the worker lacks the conversation's
+            toolkit, e.g. during a rolling deploy), or a timeout
             (`StartToClose`, `Heartbeat`, `ScheduleToClose`).
         retries_exhausted: True when a retryable error ran out of attempts or
             time; False when the error is not retryable.

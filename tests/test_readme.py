@@ -11,6 +11,12 @@ as the README's model table says) at a local server that replays recorded
 Chat Completions answers, the only part replaced (a paid API). The model asks
 for `lookup_order`, then `refund`, which waits until `approve_refunds()`
 approves it, then answers.
+
+The README's offline quickstart ("Try it offline, with no key") runs as
+written too: its script saved as `shop_script.yaml`, its shell lines run as
+commands (split as a shell splits them) with no API key in the environment.
+The one change is again the address: `dev` is given free ports, and the other
+commands find it through `DURABLE_TOOLS_ADDRESS`, which they read.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import io
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -45,8 +52,54 @@ BIN = Path(sys.executable).parent
 README_ADDRESS = "localhost:7233"
 
 
+def _blocks(language: str, text: str | None = None) -> list[str]:
+    text = (ROOT / "README.md").read_text() if text is None else text
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.M | re.S)
+
+
 def _python_blocks() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```$", (ROOT / "README.md").read_text(), re.M | re.S)
+    return _blocks("python")
+
+
+def _section(heading: str) -> str:
+    """The README's text under `heading` (a whole line), up to the next `##`/`###` heading."""
+    text = (ROOT / "README.md").read_text()
+    found = re.search(rf"^{re.escape(heading)}\n(.*?)(?=^#{{2,3}} )", text, re.M | re.S)
+    assert found is not None, heading
+    return found.group(1)
+
+
+@contextlib.contextmanager
+def _dev(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[None]:
+    """`durable-tools dev ...` in its own session until it serves, stopped on exit."""
+    with log.open("w") as out:
+        dev = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while "try: durable-tools run" not in log.read_text():
+            assert dev.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(dev.pid, signal.SIGINT)
+        try:
+            dev.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait()
+
+
+def _dev_ports(port: int, tmp_path: Path) -> list[str]:
+    return ["--port", str(port), "--ui-port", str(free_port())] + [
+        "--inbox-port",
+        str(free_port()),
+        "--db-filename",
+        str(tmp_path / "t.db"),
+    ]
 
 
 def _completion(message: dict[str, Any], finish: str) -> dict[str, Any]:
@@ -139,58 +192,14 @@ async def test_readme_python_blocks_run_as_written(
         OPENAI_API_KEY="sk-readme-test",
         NO_COLOR="1",
     )
-    log = tmp_path / "dev.log"
-    with log.open("w") as out:
-        dev = subprocess.Popen(
-            [str(BIN / "durable-tools"), "dev", "--app", "shop:app", "--port", str(port)]
-            + ["--ui-port", str(free_port()), "--inbox-port", str(free_port())]
-            + ["--db-filename", str(tmp_path / "t.db")],
-            cwd=tmp_path,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
     sys.path.insert(0, str(tmp_path))
+    dev = [str(BIN / "durable-tools"), "dev", "--app", "shop:app", *_dev_ports(port, tmp_path)]
     try:
-        deadline = time.monotonic() + 90
-        while "try: durable-tools run" not in log.read_text():
-            assert dev.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
-        import readme_app  # the README's application code, as written
-
-        await readme_app.open_ticket()
-        client = await Client.connect(address, data_converter=pydantic_data_converter)
-        conversations = Conversations(client, task_queue="agents")
-        # Until the conversation settles: lookup_order ran, refund waits.
-        waiting = await conversations.wait_turn("ticket-42")
-        assert [a.call_id for a in waiting.pending.approvals] == ["call_2"], waiting
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            await readme_app.approve_refunds()
-        # The summary the README's comment shows.
-        assert printed.getvalue().strip() == "refund(order_id='A-1001', amount_cents=1290)"
-
-        answered = await conversations.wait_turn("ticket-42", after_turns=waiting.turns)
-        assert answered.reply == "Done: 12.90 is refunded to your card.", answered
-        items = await conversations.history("ticket-42")
-        outputs = {i.call_id: i for i in items if isinstance(i, ToolCallOutput)}
-        assert '"status":"delivered"' in outputs["call_1"].content.replace(" ", "")
-        assert "rf-ticket-42/call_2" in outputs["call_2"].content
-        last = items[-1]
-        assert isinstance(last, AssistantMessage)
-        assert last.text == "Done: 12.90 is refunded to your card."
+        with _dev(dev, tmp_path, env, tmp_path / "dev.log"):
+            await _application(address)
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("readme_app", None)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(dev.pid, signal.SIGINT)
-        try:
-            dev.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
-            dev.wait()
 
     # What the worker sent the model: the agent's instructions with the
     # client's variable, its settings, and the tools' results.
@@ -201,3 +210,99 @@ async def test_readme_python_blocks_run_as_written(
     assert {t["function"]["name"] for t in first["tools"]} >= {"lookup_order", "refund"}
     last = requests[-1]["body"]["messages"]
     assert any(m["role"] == "tool" and "rf-ticket-42" in m["content"] for m in last)
+
+
+async def _application(address: str) -> None:
+    """The README's application blocks (`readme_app`, on sys.path), run against `address`."""
+    import readme_app  # the README's application code, as written
+
+    await readme_app.open_ticket()
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    conversations = Conversations(client, task_queue="agents")
+    # Until the conversation settles: lookup_order ran, refund waits.
+    waiting = await conversations.wait_turn("ticket-42")
+    assert [a.call_id for a in waiting.pending.approvals] == ["call_2"], waiting
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        await readme_app.approve_refunds()
+    # The summary the README's comment shows.
+    assert printed.getvalue().strip() == "refund(order_id='A-1001', amount_cents=1290)"
+
+    answered = await conversations.wait_turn("ticket-42", after_turns=waiting.turns)
+    assert answered.reply == "Done: 12.90 is refunded to your card.", answered
+    items = await conversations.history("ticket-42")
+    outputs = {i.call_id: i for i in items if isinstance(i, ToolCallOutput)}
+    assert '"status":"delivered"' in outputs["call_1"].content.replace(" ", "")
+    assert "rf-ticket-42/call_2" in outputs["call_2"].content
+    last = items[-1]
+    assert isinstance(last, AssistantMessage)
+    assert last.text == "Done: 12.90 is refunded to your card."
+
+
+def _command(line: str) -> list[str]:
+    """A README shell line as the argv a shell runs (its `# comment` dropped)."""
+    argv = shlex.split(line, comments=True)
+    assert argv and argv[0] == "durable-tools", line
+    return [str(BIN / "durable-tools"), *argv[1:]]
+
+
+def test_readme_offline_quickstart_runs_as_written(tmp_path: Path) -> None:
+    """Issue 25: the README's example needed OPENAI_API_KEY; offline, it waited in model_failed."""
+    section = _section("### Try it offline, with no key")
+    script = _blocks("yaml", section)[0]
+    assert script.startswith("# shop_script.yaml")
+    shell = _blocks("sh", section)[0]
+    lines = [line for line in shell.splitlines() if line.strip()]
+    assert [line.split()[1] for line in lines] == ["dev", "run", "pending", "approve"], lines
+    (tmp_path / "shop.py").write_text(_python_blocks()[0])
+    (tmp_path / "shop_script.yaml").write_text(script)
+
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TEMPORAL_", "DURABLE_", "OPENAI_", "ANTHROPIC_"))
+    }
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        DURABLE_TOOLS_ADDRESS=f"localhost:{port}",
+        NO_COLOR="1",
+        COLUMNS="200",
+    )
+
+    def command(line: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            _command(line), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    dev, run, pending, approve = lines
+    with _dev([*_command(dev), *_dev_ports(port, tmp_path)], tmp_path, env, tmp_path / "dev.log"):
+        run_log = tmp_path / "run.log"
+        with run_log.open("w") as out:
+            running = subprocess.Popen(
+                _command(run), cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        try:
+            # Terminal 3, as a person would: once terminal 2 shows the refund
+            # waiting (after the lookup), with the command that approves it.
+            deadline = time.monotonic() + 60
+            while "durable-tools approve ticket-1 refund" not in run_log.read_text():
+                assert running.poll() is None, run_log.read_text()
+                assert time.monotonic() < deadline, run_log.read_text()
+                time.sleep(0.3)
+            shown = command(pending)
+            assert shown.returncode == 0, shown.stdout + shown.stderr
+            assert "durable-tools approve ticket-1 refund" in shown.stdout, shown.stdout
+            assert "refund(order_id='A-1001', amount_cents=1290)" in shown.stdout, shown.stdout
+
+            approved = command(approve)
+            assert approved.returncode == 0, approved.stdout + approved.stderr
+            assert running.wait(timeout=60) == 0, run_log.read_text()
+        finally:
+            if running.poll() is None:
+                running.kill()
+                running.wait()
+    shown_run = " ".join(run_log.read_text().split())
+    assert "Order A-1001 was delivered; I'm refunding it." in shown_run, shown_run
+    assert "Done: refund rf-ticket-1/refund of 1290 cents is on its way." in shown_run, shown_run
+    assert "model_failed" not in shown_run and "OPENAI_API_KEY" not in shown_run

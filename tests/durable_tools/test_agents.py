@@ -117,3 +117,17 @@ def test_an_untrusted_policy_is_bounded() -> None:
             ContextPolicy.model_validate(bad)
     with pytest.raises(ValidationError):
         ContextPolicy.model_validate({"strategies": [{"kind": "exec", "code": "rm -rf /"}]})
+
+
+def test_a_development_worker_lets_a_client_pick_an_offline_model_for_any_agent() -> None:
+    """Issue 25: the README's agent (an OpenAI model) could not run offline under `dev`."""
+    agents = {"support": Agent(model="openai:gpt-4o", toolkit="shop")}
+    for offline in ("test", "scripted:shop_script.yaml"):
+        config = AgentConfig(name="support", model=offline)
+        with pytest.raises(ConfigurationError, match="does not allow model"):
+            resolve_agent(config, agents)
+        resolved = resolve_agent(config, agents, offline_models=True)
+        assert resolved.model == offline and resolved.toolkit == "shop"
+    # Only offline models: a provider model stays the agent's choice.
+    with pytest.raises(ConfigurationError, match="does not allow model 'openai:o3'"):
+        resolve_agent(AgentConfig(name="support", model="openai:o3"), agents, offline_models=True)

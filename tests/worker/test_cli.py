@@ -404,6 +404,27 @@ def test_a_model_failure_is_shown_by_run_status_and_pending_and_retry_reruns_it(
     assert cancelled.exit_code == 0, cancelled.output
 
 
+def test_a_run_the_worker_refuses_cancels_the_conversation_it_started(live: Live) -> None:
+    """Issue 25: a refused `run` exited 1 but left a conversation waiting in `model_failed`.
+
+    This worker declares no agents, so an agent named without a model is
+    refused (`AGENT_REFUSED`); a toolkit it lacks is not (the test above).
+    """
+    wf = f"refused-{uuid.uuid4().hex[:8]}"
+    ran = live.cli("run", "--id", wf, "--agent", "suport", "hello", task_queue=True)
+    assert ran.exit_code == 1, ran.output
+    assert "model turn 1 failed" in ran.output
+    assert f"conversation '{wf}' is cancelled" in ran.output
+    assert "names no model" in ran.output
+
+    status = live.cli("status", wf)
+    assert status.exit_code == 0, status.output
+    assert "cancelled" in status.output and "model_failed" not in status.output
+    pending = live.cli("pending")
+    assert pending.exit_code == 0, pending.output
+    assert wf not in pending.output
+
+
 def test_resume_and_retry_fail_when_the_conversation_cannot_take_them(live: Live) -> None:
     """Issue 25: they said "resumed" and exited 0 for a conversation that was not paused."""
     workflow_id = f"cli-{uuid.uuid4().hex[:8]}"

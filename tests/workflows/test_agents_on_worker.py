@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, running
 
 from durable_tools.agents import Agent, AgentOverrides
-from durable_tools.conversation import AgentConfig, ModelFailure
+from durable_tools.conversation import AGENT_REFUSED, AgentConfig, ModelFailure
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage
 
@@ -83,7 +83,7 @@ async def refused(harness: Harness, workflow_id: str) -> ModelFailure:
     await harness.wait_state(workflow_id, "model_failed")
     failure = (await harness.conversations.status(workflow_id)).model_failed
     assert failure is not None
-    assert failure.type == "ConfigurationError" and not failure.retries_exhausted
+    assert failure.type == AGENT_REFUSED and not failure.retries_exhausted
     assert "\n" not in failure.message
     return failure
 

@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
+    AGENT_REFUSED,
     AgentConfig,
     ConversationOptions,
 )
@@ -341,7 +342,7 @@ def run_command(
                 emit=lambda line: out.print(line, soft_wrap=True),
                 commands=commands,
             )
-            return await follower.follow(stop)
+            followed = await follower.follow(stop)
         except LostServer as exc:
             raise CliError(
                 f"{exc} at {address}; conversation {wf!r} goes on on the server: see it later "
@@ -349,6 +350,16 @@ def run_command(
             ) from exc
         finally:
             loop.remove_signal_handler(signal.SIGINT)
+        failure = followed.failure
+        if failure is not None and failure.type == AGENT_REFUSED and failure.turn == 1:
+            # The worker refused what this command asked for: nothing ran, and
+            # only a new `run` can fix it. Leave no conversation waiting for it.
+            await conversations.cancel(wf)
+            raise CliError(
+                f"the worker refused what this run asked for ({failure.message}); "
+                f"conversation {wf!r} is cancelled: nothing of it ran"
+            )
+        return followed
 
     followed = run_reported(
         main,

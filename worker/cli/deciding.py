@@ -16,6 +16,7 @@ from rich.markup import escape
 from durable_tools.conversation import (
     PendingApproval,
     PendingInteraction,
+    PendingState,
 )
 from durable_tools.errors import DecisionRejected
 from durable_tools.worker.cli.shared import (
@@ -107,8 +108,33 @@ def pending_command(
     state = connection.on(workflow_id, lambda c: c.pending(workflow_id))
     if as_json:
         print(state.model_dump_json(indent=2))
-    else:
-        out.print(render_pending(state))
+        return
+    out.print(render_pending(state))
+    commands = Commands(address=connection.address, namespace=connection.namespace)
+    for line in _deciding_commands(state, workflow_id, commands):
+        out.print(line, soft_wrap=True)
+
+
+def _deciding_commands(state: PendingState, workflow_id: str, commands: Commands) -> list[str]:
+    """The command lines that decide what `state` waits for, one line each (markup escaped)."""
+    lines: list[str] = []
+    for approval in state.approvals:
+        call, digest = approval.call_id, approval.arguments_hash
+        approve = commands("approve", workflow_id, call, "--hash", digest)
+        deny = commands("deny", workflow_id, call, "--hash", digest, "--reason", "REASON")
+        lines.append(f"approve {escape(call)}: {escape(approve)}")
+        lines.append(f"deny {escape(call)}:    {escape(deny)}")
+    for interaction in state.interactions:
+        call = interaction.call_id
+        answer = commands(
+            "answer", workflow_id, call, "VALUE", "--hash", interaction.arguments_hash
+        )
+        lines.append(f"answer {escape(call)}: {escape(answer)}")
+    if state.paused is not None:
+        lines.append(f"resume: {escape(commands('resume', workflow_id, '-m', 'MESSAGE'))}")
+    if state.model_failed is not None:
+        lines.append(f"retry: {escape(commands('retry', workflow_id))}")
+    return lines
 
 
 PENDING_QUERY = (

@@ -12,7 +12,7 @@ import durable_tools.models as models
 from durable_tools import Toolkit, tool
 from durable_tools._wire import ModelTurnRequest
 from durable_tools.activities.agent_activities import AgentActivities
-from durable_tools.conversation import AgentConfig
+from durable_tools.conversation import AGENT_REFUSED, AgentConfig
 from durable_tools.errors import ConfigurationError
 from durable_tools.models import SchemaDrivenModel, ScriptedFileModel, resolve_model
 from durable_tools.transcript import UserMessage
@@ -102,7 +102,7 @@ async def test_model_activity_resolves_specs_once_and_refuses_bad_ones() -> None
 
     with pytest.raises(ApplicationError) as info:
         await env.run(activities.model_turn, _turn("nope"))
-    assert info.value.type == "ConfigurationError"
+    assert info.value.type == AGENT_REFUSED
     assert info.value.non_retryable
     assert "unknown model spec 'nope'" in info.value.message
     assert "\n" not in info.value.message
@@ -114,7 +114,7 @@ async def test_model_activity_refuses_offline_specs_unless_allowed(tmp_path: Pat
     for spec in ("test", "scripted:/etc/passwd"):
         with pytest.raises(ApplicationError) as info:
             await env.run(activities.model_turn, _turn(spec))
-        assert info.value.type == "ConfigurationError" and info.value.non_retryable
+        assert info.value.type == AGENT_REFUSED and info.value.non_retryable
         assert info.value.message.startswith(f"model {spec!r} is an offline model")
     assert activities.models == {}
 
