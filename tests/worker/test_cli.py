@@ -423,6 +423,10 @@ def test_a_run_the_worker_refuses_cancels_the_conversation_it_started(live: Live
     pending = live.cli("pending")
     assert pending.exit_code == 0, pending.output
     assert wf not in pending.output
+    # An ended conversation takes no message: one line, exit 1.
+    sent = live.cli("send", wf, "hello again")
+    assert sent.exit_code == 1, sent.output
+    assert sent.output.count("\n") == 1 and "has already ended" in sent.output, sent.output
 
 
 def test_resume_and_retry_fail_when_the_conversation_cannot_take_them(live: Live) -> None:
