@@ -9,8 +9,6 @@ rotating keys never changes the outcome of a decision already received.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 from collections.abc import Mapping
 from typing import Final
@@ -19,7 +17,7 @@ from temporalio import activity
 
 from durable_tools._wire import VERIFY_DECISION_ACTIVITY
 from durable_tools.approvals import DecisionCheck, DecisionVerdict, verify_signature
-from durable_tools.errors import ConfigurationError
+from durable_tools.decision_keys import VerifyingKey, check_verifying_keys, parse_verifying_keys
 
 __all__ = [
     "DECISION_KEYS_ENV",
@@ -35,44 +33,38 @@ DECISION_KEYS_ENV: Final[str] = "DURABLE_TOOLS_DECISION_KEYS"
 
 def decision_keys_from_environment(
     environ: Mapping[str, str] | None = None,
-) -> dict[str, bytes]:
+) -> dict[str, VerifyingKey]:
     """The decision keys named by `DURABLE_TOOLS_DECISION_KEYS`.
 
     Args:
         environ: The environment (default `os.environ`).
 
     Returns:
-        Keys by key id; empty when the variable is unset.
+        Keys by key id (HMAC secrets, Ed25519 public keys); empty when the
+        variable is unset.
 
     Raises:
-        ConfigurationError: An entry is not `KEY_ID:BASE64`.
+        ConfigurationError: An entry is not `KEY_ID:BASE64` (an HMAC secret
+            of at least 32 bytes) or `KEY_ID:ed25519:BASE64` (a public key);
+            see `durable_tools.decision_keys.parse_verifying_keys`.
     """
     text = (os.environ if environ is None else environ).get(DECISION_KEYS_ENV, "")
-    keys: dict[str, bytes] = {}
-    for entry in filter(None, (part.strip() for part in text.split(","))):
-        key_id, sep, encoded = entry.partition(":")
-        try:
-            key = base64.b64decode(encoded, validate=True) if sep and key_id else b""
-        except binascii.Error:
-            key = b""
-        if not key:
-            raise ConfigurationError(
-                f"{DECISION_KEYS_ENV}: entry {key_id[:40]!r}… is not KEY_ID:BASE64 "
-                "(e.g. k1:$(head -c 32 /dev/urandom | base64))"
-            )
-        keys[key_id] = key
-    return keys
+    return parse_verifying_keys(text, source=DECISION_KEYS_ENV)
 
 
 class DecisionVerifier:
     """Holds the worker's decision keys and checks signatures with them.
 
     Args:
-        keys: Keys by key id; several at once during a rotation.
+        keys: Keys by key id (HMAC secrets of 32 bytes or more, Ed25519
+            public keys); several at once during a rotation.
+
+    Raises:
+        ConfigurationError: A key that is neither (`check_verifying_keys`).
     """
 
-    def __init__(self, keys: Mapping[str, bytes]) -> None:
-        self.keys = dict(keys)
+    def __init__(self, keys: Mapping[str, VerifyingKey]) -> None:
+        self.keys = check_verifying_keys(keys, source="decision_keys")
 
     @activity.defn(name=VERIFY_DECISION_ACTIVITY)
     async def verify_decision(self, check: DecisionCheck) -> DecisionVerdict:

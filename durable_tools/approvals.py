@@ -4,10 +4,16 @@ A decision is bound to its call by `call_digest`: SHA-256 over one RFC 8785
 (JSON Canonicalization Scheme) document holding the tool name, the call id
 and the call's arguments, so an approval shown for one call can never approve
 another call, another tool or other arguments (fail closed). A decision may
-be signed (`sign_decision`): HMAC-SHA256 with a key the worker holds, over
-the workflow id, call id, digest, verdict, `decided_by`, `decided_at` and the
-groups the signing service asserts; the worker checks it
-(`verify_signature`) and the tool's approvers (`approver_problem`).
+be signed (`sign_decision`): HMAC-SHA256 with a key the worker holds, or
+Ed25519 with a private key only the signing service holds
+(`durable_tools.decision_keys`), over the workflow id, the pending instance
+(the conversation's first run id and when the call started waiting:
+`pending_instance`), call id, digest, verdict, reason, `decided_by`,
+`decided_at` and the groups the signing service asserts; the worker checks it
+(`verify_signature`), the instance and time (`instance_problem`) and the
+tool's approvers (`approver_problem`). A signed decision captured once
+therefore approves nothing else: not another run under a reused workflow
+id, not the same call id asked again, not after its deadline.
 
 Whether a decision is bound to its call (`digest_problem`) and what it does
 (`decision_outcome`: run, or the `denied` Failure the model reads) are
@@ -18,21 +24,21 @@ code that runs tools outside the loop).
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Protocol, cast
 
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field
 
 from durable_tools.arguments import ArgumentsError, parse_arguments
+from durable_tools.decision_keys import SigningKey, VerifyingKey, sign_bytes, verify_bytes
 from durable_tools.results import Failure, ToolCall, denied
 
 __all__ = [
+    "DECISION_CLOCK_SKEW",
     "ApprovalPlan",
     "BoundToCall",
     "Decision",
@@ -41,6 +47,8 @@ __all__ = [
     "approver_problem",
     "decision_outcome",
     "digest_problem",
+    "instance_problem",
+    "pending_instance",
     "arguments_hash",
     "call_digest",
     "canonical_json",
@@ -195,11 +203,16 @@ class Decision(BaseModel):
         decided_by: Who decided (user id, e-mail, service name). Unsigned,
             it is a claim; signed, the signing service vouches for it.
         decided_at: When, as the decider's clock says (signed with the rest).
-        reason: Why; for a denial it becomes the reason the model sees.
+        reason: Why; for a denial it becomes the reason the model sees
+            (signed with the rest when `instance` is set).
         groups: Groups of `decided_by` that the signing service asserts
             (e.g. `["finance"]`), checked against the tool's approvers.
+        instance: The pending instance decided on
+            (`PendingApproval.instance`); signed, and required of a signed
+            decision on a call that has one.
         key_id: The id of the key that signed it (`""`: unsigned).
-        signature: Base64 HMAC-SHA256 of `decision_payload` (`""`: unsigned).
+        signature: Base64 HMAC-SHA256 or Ed25519 signature of
+            `decision_payload` (`""`: unsigned).
     """
 
     model_config = _STRICT
@@ -211,6 +224,7 @@ class Decision(BaseModel):
     decided_at: datetime | None = None
     reason: str = ""
     groups: list[str] = Field(default_factory=list[str])
+    instance: str = ""
     key_id: str = ""
     signature: str = ""
 
@@ -246,45 +260,121 @@ def _timestamp(moment: datetime | None) -> str | None:
     return aware.astimezone(UTC).isoformat(timespec="microseconds")
 
 
+DECISION_CLOCK_SKEW: Final = timedelta(minutes=5)
+"""How far a signed decision's `decided_at` may lie outside its call's wait
+(`requested_at` to `deadline`): the signing service's clock against the
+workflow's (`instance_problem`)."""
+
+
+def pending_instance(first_run_id: str, requested_at: datetime) -> str:
+    """The id of one wait for a decision: `FIRST_RUN_ID@REQUESTED_AT` (UTC, microseconds).
+
+    The conversation's first run id (`workflow.info().first_execution_run_id`,
+    the same across continue-as-new, new when a workflow id is reused) and
+    when the call started waiting tell apart every wait of every conversation
+    that ever had this workflow id, even when call ids repeat.
+
+    Args:
+        first_run_id: The first run id of the conversation.
+        requested_at: When the call started waiting.
+
+    Returns:
+        The instance id (`PendingApproval.instance`).
+    """
+    return f"{first_run_id}@{_timestamp(requested_at)}"
+
+
+def instance_problem(
+    decision: Decision,
+    *,
+    instance: str,
+    requested_at: datetime,
+    deadline: datetime,
+    skew: timedelta = DECISION_CLOCK_SKEW,
+    run_bound: bool = False,
+) -> str | None:
+    """Why a signed decision is not for this wait, or `None` (pure: the workflow applies it).
+
+    Args:
+        decision: The decision (its signature is checked elsewhere, over
+            the fields checked here).
+        instance: The pending approval's `instance`.
+        requested_at: When the call started waiting.
+        deadline: When the wait expires.
+        skew: Allowed clock difference (default `DECISION_CLOCK_SKEW`).
+        run_bound: Whether a decision may name the conversation's first run
+            id alone (the part of `instance` before `@`) and be made before
+            the call waited: a conversation that accepts early decisions
+            (`ConversationOptions.accept_early_decisions`), whose signer
+            cannot know when the call will wait. Default False.
+
+    Returns:
+        `None` if it names this instance and was made within
+        `[requested_at - skew, deadline + skew]` (run-bound: names the run
+        and was made before `deadline + skew`), else why not (one line).
+    """
+    if run_bound and decision.instance and decision.instance == instance.partition("@")[0]:
+        requested_at = datetime.min.replace(tzinfo=UTC) + skew
+    elif decision.instance != instance:
+        named = decision.instance[:120] or "none"
+        return (
+            f"the decision was signed for another wait ({named!r}), not this one ({instance!r}): "
+            "a captured decision cannot be replayed"
+        )
+    if decision.decided_at is None:
+        return "a signed decision needs its decided_at"
+    decided = _aware(decision.decided_at)
+    if not _aware(requested_at) - skew <= decided <= _aware(deadline) + skew:
+        return (
+            f"decided_at {_timestamp(decided)} is outside the call's wait "
+            f"({_timestamp(requested_at)} to {_timestamp(deadline)}, ± {skew.total_seconds():g} s)"
+        )
+    return None
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def decision_payload(workflow_id: str, decision: Decision) -> bytes:
     """The bytes a decision's signature covers (RFC 8785 canonical JSON).
 
     `{"approved", "arguments_hash", "call_id", "decided_at", "decided_by",
-    "groups", "workflow_id"}`, with `decided_at` in UTC to the microsecond.
-    The workflow id is included because call ids (`call_1`) repeat across
-    conversations; the verdict is included so a signed denial can never be
-    turned into an approval.
+    "groups", "instance", "reason", "workflow_id"}`, with `decided_at` in UTC
+    to the microsecond. The workflow id and the instance are included because
+    call ids (`call_1`) repeat across conversations and across the runs of a
+    reused workflow id; the verdict is included so a signed denial can never
+    be turned into an approval, and the reason because the model reads it.
+    A decision without `instance` (signed before decisions were bound to
+    their wait) covers neither `instance` nor `reason`.
 
     Args:
         workflow_id: The conversation.
-        decision: The decision (its `key_id`, `signature` and `reason` are
-            not covered).
+        decision: The decision (its `key_id` and `signature` are not covered).
 
     Returns:
         The canonical bytes.
     """
-    return canonical_json(
-        {
-            "workflow_id": workflow_id,
-            "call_id": decision.call_id,
-            "arguments_hash": decision.arguments_hash,
-            "approved": decision.approved,
-            "decided_by": decision.decided_by,
-            "decided_at": _timestamp(decision.decided_at),
-            "groups": sorted(decision.groups),
-        }
-    )
-
-
-def _mac(key: bytes, payload: bytes) -> str:
-    return base64.b64encode(hmac.new(key, payload, hashlib.sha256).digest()).decode("ascii")
+    covered: dict[str, Any] = {
+        "workflow_id": workflow_id,
+        "call_id": decision.call_id,
+        "arguments_hash": decision.arguments_hash,
+        "approved": decision.approved,
+        "decided_by": decision.decided_by,
+        "decided_at": _timestamp(decision.decided_at),
+        "groups": sorted(decision.groups),
+    }
+    if decision.instance:
+        covered.update(instance=decision.instance, reason=decision.reason)
+    return canonical_json(covered)
 
 
 def sign_decision(
     key_id: str,
-    key: bytes,
+    key: SigningKey,
     *,
     workflow_id: str,
+    instance: str,
     call_id: str,
     arguments_hash: str,
     approved: bool,
@@ -293,27 +383,37 @@ def sign_decision(
     decided_at: datetime | None = None,
     reason: str = "",
 ) -> Decision:
-    """Make a decision signed with HMAC-SHA256, as an approving service would.
+    """Make a signed decision, as an approving service would.
 
     Args:
         key_id: The key's id, as the worker knows it (`App(decision_keys=...)`).
-        key: The shared secret (at least 32 random bytes).
+        key: An HMAC secret (at least 32 random bytes, which the worker holds
+            too) or an Ed25519 private key (the worker holds its public key;
+            `durable_tools.decision_keys`).
         workflow_id: The conversation.
+        instance: The wait decided on (`PendingApproval.instance`; empty
+            only for a wait of a conversation started before decisions were
+            bound, whose signature then covers neither instance nor reason).
         call_id: The call.
         arguments_hash: The call's digest the person saw.
         approved: The verdict.
         decided_by: The person, as the service authenticated them.
         groups: Groups of that person the service asserts (e.g. `["finance"]`).
-        decided_at: When (default now, UTC).
-        reason: Why (not signed: it is informational).
+        decided_at: When (default now, UTC); the workflow refuses a time
+            outside the call's wait (`instance_problem`).
+        reason: Why (signed; a denial's reason is what the model reads).
 
     Returns:
-        The signed `Decision`, ready for `Conversations.decide(decision=...)`
-        or the `decide` signal.
+        The signed `Decision`, ready for `Conversations.send_decision` or
+        the `decide` signal.
+
+    Raises:
+        ConfigurationError: An HMAC key is shorter than 32 bytes.
 
     Example:
         ```python
-        decision = sign_decision("k1", key, workflow_id="ticket-42", call_id="call_2",
+        decision = sign_decision("k1", key, workflow_id="ticket-42",
+                                 instance=approval.instance, call_id="call_2",
                                  arguments_hash=approval.arguments_hash, approved=True,
                                  decided_by="ana", groups=["finance"])
         await conversations.send_decision("ticket-42", decision)
@@ -327,19 +427,23 @@ def sign_decision(
         decided_at=decided_at or datetime.now(UTC),
         reason=reason,
         groups=sorted(set(groups)),
+        instance=instance,
         key_id=key_id,
     )
-    signature = _mac(key, decision_payload(workflow_id, unsigned))
+    signature = sign_bytes(key, decision_payload(workflow_id, unsigned))
     return unsigned.model_copy(update={"signature": signature})
 
 
-def verify_signature(decision: Decision, workflow_id: str, keys: Mapping[str, bytes]) -> str | None:
+def verify_signature(
+    decision: Decision, workflow_id: str, keys: Mapping[str, VerifyingKey]
+) -> str | None:
     """Check a decision's signature with the worker's keys.
 
     Args:
         decision: The decision received.
         workflow_id: The conversation it was sent to.
-        keys: The worker's keys by key id (several at once during a rotation).
+        keys: The worker's keys by key id (several at once during a
+            rotation): HMAC secrets or Ed25519 public keys.
 
     Returns:
         `None` if it verifies, else the reason it does not.
@@ -351,9 +455,8 @@ def verify_signature(decision: Decision, workflow_id: str, keys: Mapping[str, by
     key = keys.get(decision.key_id)
     if key is None:
         return f"unknown key id {decision.key_id[:100]!r}"
-    expected = _mac(key, decision_payload(workflow_id, decision))
-    if not hmac.compare_digest(expected.encode(), decision.signature.encode("utf-8", "replace")):
-        return f"invalid signature (key id {decision.key_id!r})"
+    if not verify_bytes(key, decision_payload(workflow_id, decision), decision.signature):
+        return f"invalid signature (key id {decision.key_id[:100]!r})"
     return None
 
 

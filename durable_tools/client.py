@@ -49,8 +49,10 @@ from durable_tools.conversation import (
     SendMessage,
     TurnOutcome,
 )
+from durable_tools.decision_keys import SigningKey
 from durable_tools.errors import (
     ConfigurationError,
+    DecisionRejected,
     DurableToolsError,
     ResumeRejected,
     RetryRejected,
@@ -305,7 +307,8 @@ class Conversations(ConversationReads):
         decided_by: str = "",
         reason: str = "",
         groups: Sequence[str] = (),
-        sign_with: tuple[str, bytes] | None = None,
+        sign_with: tuple[str, SigningKey] | None = None,
+        instance: str | None = None,
         wait: bool = False,
     ) -> DecisionReceipt | None:
         """Send a decision on an approval-gated call.
@@ -321,9 +324,14 @@ class Conversations(ConversationReads):
             decided_by: Who decided.
             reason: Why (a denial's reason reaches the model).
             groups: Groups of `decided_by` to assert (signed decisions only).
-            sign_with: `(key_id, key)`: sign the decision with HMAC-SHA256
-                (`durable_tools.approvals.sign_decision`); needed when the
-                tool has approvers or the conversation requires signed decisions.
+            sign_with: `(key_id, key)`: sign the decision
+                (`durable_tools.approvals.sign_decision`) with an HMAC secret
+                or an Ed25519 private key; needed when the tool has approvers
+                or the conversation requires signed decisions.
+            instance: The wait decided on (`PendingApproval.instance`), which
+                a signed decision is bound to. `None` (default): with
+                `sign_with`, looked up with the `pending` query (which needs
+                a running worker).
             wait: Send the `decide_now` update and wait for its acceptance
                 instead of the `decide` signal.
 
@@ -332,7 +340,9 @@ class Conversations(ConversationReads):
 
         Raises:
             ConfigurationError: `arguments_hash` is empty.
-            DecisionRejected: With `wait=True`, the call is unknown, already
+            DecisionRejected: Signing, and the call is not waiting for a
+                decision (its instance is looked up); with `wait=True`, the
+                call is unknown, already
                 decided, the digest does not match, or the signature or the
                 decider's identity is refused.
         """
@@ -342,10 +352,13 @@ class Conversations(ConversationReads):
                 "(PendingApproval.arguments_hash)"
             )
         if sign_with is not None:
+            if instance is None:
+                instance = await self._instance(workflow_id, call_id)
             decision = sign_decision(
                 sign_with[0],
                 sign_with[1],
                 workflow_id=workflow_id,
+                instance=instance,
                 call_id=call_id,
                 arguments_hash=arguments_hash,
                 approved=approved,
@@ -364,6 +377,18 @@ class Conversations(ConversationReads):
                 groups=list(groups),
             )
         return await self.send_decision(workflow_id, decision, wait=wait)
+
+    async def _instance(self, workflow_id: str, call_id: str) -> str:
+        """The `instance` of call `call_id`'s wait for a decision (the `pending` query)."""
+        approvals = (await self.pending(workflow_id)).approvals
+        found = next((a for a in approvals if a.call_id == call_id), None)
+        if found is None:
+            waiting = ", ".join(a.call_id for a in approvals) or "none"
+            raise DecisionRejected(
+                f"call {call_id[:200]!r} of {workflow_id!r} is not waiting for a decision "
+                f"(waiting: {waiting})"
+            )
+        return found.instance
 
     async def send_decision(
         self, workflow_id: str, decision: Decision, *, wait: bool = False

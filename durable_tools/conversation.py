@@ -284,6 +284,11 @@ class PendingApproval(BaseModel):
             who can signal the conversation.
         signed: Whether only a signed decision counts (the tool has approvers,
             or the conversation requires signed decisions).
+        instance: This wait's id (`durable_tools.approvals.pending_instance`:
+            the conversation's first run id and `requested_at`), which a
+            signed decision must carry (`Decision.instance`) and was made
+            within (`requested_at` to `deadline`, ± 5 minutes); empty in
+            conversations started before decisions were bound to their wait.
     """
 
     call_id: str
@@ -295,6 +300,7 @@ class PendingApproval(BaseModel):
     deadline: datetime
     approvers: list[str] = Field(default_factory=list[str])
     signed: bool = False
+    instance: str = ""
 
 
 class PendingInteraction(BaseModel):

@@ -25,6 +25,7 @@ from temporalio.converter import PayloadCodec
 
 from durable_tools.agents import Agent, check_agents
 from durable_tools.context import ContextStrategyFunction
+from durable_tools.decision_keys import VerifyingKey, check_verifying_keys
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
@@ -89,11 +90,14 @@ class App:
         scripts_dir: The directory `scripted:FILE` paths are read under; a
             path outside it (absolute, `..`, a symlink out) is refused.
             `None` (default): the worker's working directory.
-        decision_keys: HMAC keys by key id that signed decisions are checked
+        decision_keys: Keys by key id that signed decisions are checked
             with (`durable_tools.approvals.sign_decision`; several during a
-            rotation); `None` (default): those in
-            `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:BASE64`). Held by the
-            worker, never recorded in history (docs/approvals.md, "Trust model").
+            rotation): HMAC secrets of at least 32 bytes, or Ed25519 public
+            keys (the signing service alone holds the private key;
+            `durable_tools.decision_keys`). `None` (default): those in
+            `DURABLE_TOOLS_DECISION_KEYS` (`k1:BASE64,k2:ed25519:BASE64`). Held
+            by the worker, never recorded in history (docs/approvals.md,
+            "Trust model").
         storage: External storage for payloads over its threshold, set on the
             client's data converter (its codec and failure converter kept) and
             raising the tool result and argument limits to its
@@ -130,7 +134,9 @@ class App:
     Raises:
         ConfigurationError: An agent names a toolkit the app lacks, an
             offline model while `allow_offline_models` is False, or a custom
-            context strategy not in `context_strategies`.
+            context strategy not in `context_strategies`; a decision key
+            is neither an HMAC secret of 32 bytes or more nor an Ed25519
+            public key.
     """
 
     toolkits: Mapping[str, Toolkit] = field(default_factory=dict[str, Toolkit])
@@ -142,7 +148,7 @@ class App:
     allow_offline_models: bool = False
     scripts_dir: str | os.PathLike[str] | None = None
 
-    decision_keys: Mapping[str, bytes] | None = None
+    decision_keys: Mapping[str, VerifyingKey] | None = None
     storage: PayloadStorage | None = None
     context_strategies: Mapping[str, ContextStrategyFunction] = field(
         default_factory=dict[str, ContextStrategyFunction]
@@ -158,6 +164,8 @@ class App:
             allow_offline_models=self.allow_offline_models,
             context_strategies=self.context_strategies,
         )
+        if self.decision_keys is not None:
+            check_verifying_keys(self.decision_keys, source="App(decision_keys=...)")
 
 
 class AppOptions(TypedDict, total=False):
@@ -174,7 +182,7 @@ class AppOptions(TypedDict, total=False):
     agents: Mapping[str, Agent] | None
     allow_offline_models: bool
     scripts_dir: str | os.PathLike[str] | None
-    decision_keys: Mapping[str, bytes] | None
+    decision_keys: Mapping[str, VerifyingKey] | None
     storage: PayloadStorage | None
     context_strategies: Mapping[str, ContextStrategyFunction] | None
     tool_threads: int | None
@@ -293,7 +301,7 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
     if keys is not None and not isinstance(keys, Mapping):
         raise ConfigurationError(
             f"decision_keys of {spec!r} is a {type(keys).__name__}, not a mapping of key id "
-            "to bytes"
+            "to keys (bytes, Ed25519PublicKey)"
         )
     codec: object = getattr(found, "payload_codec", None)
     if codec is not None and not isinstance(codec, PayloadCodec):
@@ -320,7 +328,7 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         agents={str(k): v for k, v in cast(Mapping[object, Agent], agents).items()},
         allow_offline_models=getattr(found, "allow_offline_models", False) is True,
         scripts_dir=cast(str | None, scripts_dir),
-        decision_keys=cast(Mapping[str, bytes] | None, keys),
+        decision_keys=cast(Mapping[str, VerifyingKey] | None, keys),
         storage=storage,
         context_strategies=_context_strategies(spec, getattr(found, "context_strategies", None)),
         tool_threads=_tool_threads(spec, getattr(found, "tool_threads", None)),

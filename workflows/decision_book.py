@@ -32,6 +32,8 @@ with workflow.unsafe.imports_passed_through():
         DecisionVerdict,
         approver_problem,
         digest_problem,
+        instance_problem,
+        pending_instance,
     )
     from durable_tools.conversation import (
         Answer,
@@ -46,10 +48,20 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.formats import check_answer
     from durable_tools.handler_input import clean_text
 
-__all__ = ["MAX_REJECTED", "TRUSTED_DECISIONS_PATCH", "UNKNOWN", "DecisionBook"]
+__all__ = [
+    "BOUND_DECISIONS_PATCH",
+    "MAX_REJECTED",
+    "TRUSTED_DECISIONS_PATCH",
+    "UNKNOWN",
+    "DecisionBook",
+]
 
 TRUSTED_DECISIONS_PATCH = "trusted-decisions"
 """Patch id: histories recorded before it kept early decisions and answers by default."""
+
+BOUND_DECISIONS_PATCH = "bound-decisions"
+"""Patch id: approvals registered after it have an `instance` that a signed
+decision must name, with its `decided_at` inside the wait (issue 23)."""
 
 UNKNOWN = "unknown"
 """The problem of a decision or answer for a call the book does not know."""
@@ -162,11 +174,18 @@ class DecisionBook:
     def register_approval(self, plan: PlannedCall) -> Decision | None:
         """Make `plan`'s call wait for a decision; return an early decision kept for it."""
         call_id = plan.call.call_id
+        request = self._request(plan)
+        instance = (
+            pending_instance(workflow.info().first_execution_run_id, request["requested_at"])
+            if workflow.patched(BOUND_DECISIONS_PATCH)
+            else ""
+        )
         self.approvals[call_id] = PendingApproval(
-            **self._request(plan),
+            **request,
             summary=plan.summary,
             approvers=plan.approvers,
             signed=bool(plan.approvers) or self.options.require_signed_decisions,
+            instance=instance,
         )
         return self.early_decisions.pop(call_id, None)
 
@@ -199,9 +218,21 @@ class DecisionBook:
             mismatch = digest_problem(call_id, pending.arguments_hash, decision)
             if mismatch is not None:
                 return mismatch
-            if pending.signed and not decision.signature:
+            if not pending.signed:
+                return None
+            if not decision.signature:
                 return f"call {call_id!r} needs a signed decision (key_id and signature)"
-            return approver_problem(decision, pending.approvers) if pending.signed else None
+            if pending.instance:  # bound: this wait, at a time inside it
+                bound = instance_problem(
+                    decision,
+                    instance=pending.instance,
+                    requested_at=pending.requested_at,
+                    deadline=pending.deadline,
+                    run_bound=self.options.accept_early_decisions,
+                )
+                if bound is not None:
+                    return bound
+            return approver_problem(decision, pending.approvers)
         if self._is_call(call_id):
             return f"call {call_id!r} is not waiting for a decision"
         if call_id in self.early_decisions:

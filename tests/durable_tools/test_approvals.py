@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,9 +23,12 @@ from durable_tools import (
     sign_decision,
 )
 from durable_tools.approvals import (
+    DECISION_CLOCK_SKEW,
     approver_problem,
     canonical_json,
     decision_payload,
+    instance_problem,
+    pending_instance,
     verify_signature,
 )
 from durable_tools.arguments import ArgumentsError, parse_arguments
@@ -189,6 +192,7 @@ def _signed(**kwargs: Any) -> Decision:
         "approved": True,
         "decided_by": "ana",
         "groups": ["finance"],
+        "instance": "run-1@2026-11-26T10:00:00.000000+00:00",
     }
     return sign_decision("k1", KEY, **{**fields, **kwargs})
 
@@ -197,7 +201,7 @@ def test_a_signed_decision_verifies_and_survives_json() -> None:
     decision = _signed()
     again = Decision.model_validate_json(decision.model_dump_json())
     assert verify_signature(again, "wf", {"k1": KEY}) is None
-    assert verify_signature(again, "wf", {"k0": b"old", "k1": KEY}) is None  # rotation
+    assert verify_signature(again, "wf", {"k0": b"o" * 32, "k1": KEY}) is None  # rotation
 
 
 @pytest.mark.parametrize(
@@ -209,6 +213,8 @@ def test_a_signed_decision_verifies_and_survives_json() -> None:
         ({"decided_by": "mallory"}, "wf", "invalid signature"),
         ({"groups": ["finance", "admin"]}, "wf", "invalid signature"),
         ({"decided_at": datetime(2020, 1, 1, tzinfo=UTC)}, "wf", "invalid signature"),
+        ({"instance": "run-2@2026-11-26T10:00:00.000000+00:00"}, "wf", "invalid signature"),
+        ({"reason": "forged reason the model reads"}, "wf", "invalid signature"),
         ({}, "another-wf", "invalid signature"),
         ({"key_id": "k9"}, "wf", "unknown key id 'k9'"),
         ({"signature": ""}, "wf", "not signed"),
@@ -236,6 +242,8 @@ def test_the_payload_names_what_is_signed() -> None:
         "decided_at",
         "decided_by",
         "groups",
+        "instance",
+        "reason",
         "workflow_id",
     ]
 
@@ -417,3 +425,38 @@ def test_canonical_json_is_rfc8785_for_any_json_value(value: Any) -> None:
             canonical_json(value)
     else:
         assert canonical_json(value) == expected
+
+
+# instance_problem (issue 23, item 5) ------------------------------------------------------
+
+REQUESTED = datetime(2026, 11, 26, 10, tzinfo=UTC)
+INSTANCE = pending_instance("run-1", REQUESTED)
+
+
+def _bound(**kwargs: Any) -> str | None:
+    fields: dict[str, Any] = {"instance": INSTANCE, "decided_at": REQUESTED + timedelta(hours=1)}
+    decision = _signed(**{**fields, **kwargs})
+    return instance_problem(
+        decision, instance=INSTANCE, requested_at=REQUESTED, deadline=REQUESTED + timedelta(days=1)
+    )
+
+
+def test_a_signed_decision_applies_to_its_own_wait_only() -> None:
+    assert INSTANCE == "run-1@2026-11-26T10:00:00.000000+00:00"
+    assert _bound() is None
+    # Another run under the same workflow id, or the same call asked again later.
+    for other in (
+        pending_instance("run-2", REQUESTED),
+        pending_instance("run-1", REQUESTED + timedelta(seconds=1)),
+        "",
+    ):
+        problem = _bound(instance=other)
+        assert problem is not None and "another wait" in problem
+    # Made before the call waited or after it expired (beyond the clock skew).
+    assert _bound(decided_at=REQUESTED - DECISION_CLOCK_SKEW + timedelta(seconds=1)) is None
+    early = _bound(decided_at=REQUESTED - DECISION_CLOCK_SKEW - timedelta(seconds=1))
+    assert early is not None and "outside the call's wait" in early
+    late = _bound(
+        decided_at=REQUESTED + timedelta(days=1) + DECISION_CLOCK_SKEW + timedelta(seconds=1)
+    )
+    assert late is not None and "outside the call's wait" in late

@@ -9,6 +9,7 @@ event loop, because the CLI runs its own `asyncio.run`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import threading
@@ -116,11 +117,18 @@ def test_worker_against_a_closed_port_is_one_line() -> None:
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        (["--key-env", "DT_NO_SUCH_KEY_VAR", "--key-id", "k1"], "holds no base64 key"),
+        (["--key-env", "DT_NO_SUCH_KEY_VAR", "--key-id", "k1"], "holds no key"),
         (["--key-env", "HOME"], "--key-env needs --key-id"),
+        # Issue 23: a 16-byte HMAC key was accepted.
+        (["--key-env", "DT_SHORT_KEY", "--key-id", "k1"], "has 16 bytes"),
+        (["--key-env", "DT_NOT_BASE64", "--key-id", "k1"], "is not KEY_ID:BASE64"),
     ],
 )
-def test_a_bad_signing_key_is_refused_before_connecting(extra: list[str], expected: str) -> None:
+def test_a_bad_signing_key_is_refused_before_connecting(
+    extra: list[str], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DT_SHORT_KEY", base64.b64encode(b"k" * 16).decode())
+    monkeypatch.setenv("DT_NOT_BASE64", "not base64!")
     address = f"127.0.0.1:{closed_port()}"
     command = ["approve", "ticket-1", "call_1", "--hash", "ab" * 32, "--address", address]
     line = assert_one_line_error(runner.invoke(app, [*command, *extra]), code=2)

@@ -26,6 +26,7 @@ from inbox_support import (
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, running
 
+from durable_tools.decision_keys import generate_ed25519_entries
 from durable_tools.errors import ConfigurationError
 from durable_tools.worker.inbox.server import parse_decision_key
 
@@ -72,6 +73,32 @@ async def test_the_worker_accepts_the_inbox_signed_decision(signed_worker: Harne
     assert outputs["p1"].content == "paid 900 to acme"
     assert [r["call_id"] for r in harness.ledger_rows("pay")] == ["p1"]
     assert (await harness.conversations.pending(wf)).rejected == []
+
+
+async def test_an_ed25519_signing_inbox_and_workers_holding_the_public_key_only(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: with HMAC every worker host could sign; with Ed25519 only the inbox can."""
+    signing_entry, verifying_entry = generate_ed25519_entries("ed1")
+    monkeypatch.setenv("DURABLE_TOOLS_DECISION_KEYS", verifying_entry)
+    monkeypatch.setenv("DT_TEST_LEDGER", str(tmp_path / "ledger.jsonl"))
+    inbox_key = parse_decision_key(signing_entry)
+    assert inbox_key is not None
+    async with running(
+        dev_env, task_queue, tmp_path / "ledger.jsonl", toolkits={"payments": PAYMENTS}
+    ) as harness:
+        wf, digest = await _pay(harness, "acme")
+        async with inbox_client(harness, decision_key=inbox_key) as client:
+            token = await csrf_token(client, ANA)
+            response = await client.post(
+                f"/api/conversations/{wf}/calls/p1/decision",
+                json={"approved": True, "arguments_hash": digest},
+                headers={**ANA, "X-CSRF-Token": token},
+            )
+            assert response.status_code == 200, response.text
+        outputs = await harness.wait_outputs(wf, "p1")
+        assert outputs["p1"].content == "paid 900 to acme"
+        assert (await harness.conversations.pending(wf)).rejected == []
 
 
 async def test_an_unsigned_decision_is_refused_when_keys_are_required(

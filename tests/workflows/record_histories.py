@@ -136,9 +136,11 @@ async def signed_decisions(c: Conversations, wid: str) -> None:
     await c.approve(wid, "r1", arguments_hash=call_digest("refund", "r1", args))  # early
     await c.send(wid, turns([("r1", "refund", args)]))
     digest = await _approval(c, wid, "r1")
+    [pending] = (await c.pending(wid)).approvals
     await c.approve(wid, "r1", arguments_hash=digest, decided_by="mallory")  # unsigned
     forged = sign_decision(
-        "k1", b"x" * 32, workflow_id=wid, call_id="r1", arguments_hash=digest,
+        "k1", b"x" * 32, workflow_id=wid, instance=pending.instance, call_id="r1",
+        arguments_hash=digest,
         approved=True, decided_by="forger",
     )  # fmt: skip
     await c.send_decision(wid, forged)
@@ -148,7 +150,8 @@ async def signed_decisions(c: Conversations, wid: str) -> None:
 
     await _until(three_rejected, "three rejected decisions")
     signed = sign_decision(
-        "k1", DECISION_KEY, workflow_id=wid, call_id="r1", arguments_hash=digest,
+        "k1", DECISION_KEY, workflow_id=wid, instance=pending.instance, call_id="r1",
+        arguments_hash=digest,
         approved=True, decided_by="ana", groups=["finance"],
     )  # fmt: skip
     await c.send_decision(wid, signed)

@@ -66,6 +66,7 @@ _COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("health", operating.health_command),
     ("check-upgrade", operating.check_upgrade_command),
     ("codec-server", operating.codec_server_command),
+    ("keygen", operating.keygen_command),
 )
 for _name, _command in _COMMANDS:
     app.command(_name)(_command)

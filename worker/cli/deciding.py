@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import os
 from collections.abc import Sequence
@@ -18,7 +16,8 @@ from durable_tools.conversation import (
     PendingInteraction,
     PendingState,
 )
-from durable_tools.errors import DecisionRejected
+from durable_tools.decision_keys import SigningKey, parse_signing_key
+from durable_tools.errors import ConfigurationError, DecisionRejected
 from durable_tools.worker.cli.shared import (
     DEFAULT_ADDRESS,
     DEFAULT_NAMESPACE,
@@ -175,19 +174,19 @@ def _pending_everywhere(as_json: bool, connection: Connection) -> None:
     out.print(render_pending_conversations(found, commands), soft_wrap=True)
 
 
-def _signing_key(key_env: str | None, key_id: str) -> tuple[str, bytes] | None:
+def _signing_key(key_env: str | None, key_id: str) -> tuple[str, SigningKey] | None:
+    """`(key_id, key)` from `--key-env VAR` (`BASE64` or `ed25519-private:BASE64`)."""
     if key_env is None:
         return None
     if not key_id:
         fail("--key-env needs --key-id (the id the worker knows the key by)", EXIT_BAD_INPUT)
-    encoded = os.environ.get(key_env, "")
+    value = os.environ.get(key_env, "").strip()
+    if not value:
+        fail(f"environment variable {key_env} holds no key", EXIT_BAD_INPUT)
     try:
-        key = base64.b64decode(encoded, validate=True)
-    except binascii.Error:
-        key = b""
-    if not key:
-        fail(f"environment variable {key_env} holds no base64 key", EXIT_BAD_INPUT)
-    return key_id, key
+        return parse_signing_key(f"{key_id}:{value}", source=f"environment variable {key_env}")
+    except ConfigurationError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
 
 
 def _pending_call(
@@ -271,7 +270,7 @@ def _decide(
     reason: str,
     arguments_hash: str | None,
     yes: bool,
-    sign_with: tuple[str, bytes] | None,
+    sign_with: tuple[str, SigningKey] | None,
     groups: Sequence[str],
     signal: bool,
     connection: Connection,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import os
+import secrets
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from durable_tools.codec import load_codec
+from durable_tools.decision_keys import generate_ed25519_entries
 from durable_tools.errors import ConfigurationError
 from durable_tools.worker.cli.shared import (
     DEFAULT_ADDRESS,
@@ -72,8 +75,10 @@ def inbox_command(
         Path | None,
         typer.Option(
             "--decision-key-file",
-            help="Sign decisions with the key in this file, KEY_ID:BASE64 (one of the worker's "
-            "DURABLE_TOOLS_DECISION_KEYS); else $DURABLE_TOOLS_INBOX_DECISION_KEY; else unsigned.",
+            help="Sign decisions with the key in this file: KEY_ID:BASE64 (an HMAC secret, one "
+            "of the workers' DURABLE_TOOLS_DECISION_KEYS) or KEY_ID:ed25519-private:BASE64 "
+            "(its public key on the workers; `durable-tools keygen`); else "
+            "$DURABLE_TOOLS_INBOX_DECISION_KEY; else unsigned.",
         ),
     ] = None,
 ) -> None:
@@ -160,6 +165,37 @@ def health_command(
     if problem is not None:
         fail(problem)
     out.print("healthy")
+
+
+def keygen_command(
+    key_id: Annotated[str, typer.Option("--key-id", help="The id both sides know the key by.")],
+    hmac_key: Annotated[
+        bool,
+        typer.Option(
+            "--hmac",
+            help="A 32-byte HMAC secret (every worker holds it too) instead of an Ed25519 pair.",
+        ),
+    ] = False,
+) -> None:
+    """Print a new decision key: the inbox's signing entry and the workers' entry.
+
+    Ed25519 (default): the inbox signs with the private key
+    (`--decision-key-file` or DURABLE_TOOLS_INBOX_DECISION_KEY) and workers
+    verify with the public key (DURABLE_TOOLS_DECISION_KEYS), so no worker
+    host can sign. `--hmac`: one shared secret for both (docs/approvals.md).
+    """
+    if not key_id or "," in key_id or ":" in key_id:
+        fail("--key-id must be non-empty, without ':' or ','", EXIT_BAD_INPUT)
+    if hmac_key:
+        entry = f"{key_id}:{base64.b64encode(secrets.token_bytes(32)).decode()}"
+        signing, verifying = entry, entry
+    else:
+        try:
+            signing, verifying = generate_ed25519_entries(key_id)
+        except ConfigurationError as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+    print(f"inbox (signs; keep it secret): {signing}")
+    print(f"workers (DURABLE_TOOLS_DECISION_KEYS): {verifying}")
 
 
 def check_upgrade_command(

@@ -37,6 +37,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from durable_tools.client import Conversations
+from durable_tools.decision_keys import SigningKey
 from durable_tools.worker.inbox.api import Problem, add_api_routes
 from durable_tools.worker.inbox.auth import Authenticators, Csrf
 from durable_tools.worker.inbox.conflicts import Conflict
@@ -57,7 +58,7 @@ def create_app(
     *,
     csrf_secret: bytes | None = None,
     refresh_seconds: float = 5.0,
-    decision_key: tuple[str, bytes] | None = None,
+    decision_key: tuple[str, SigningKey] | None = None,
 ) -> FastAPI:
     """Build the inbox app.
 

@@ -9,11 +9,8 @@ from pathlib import Path
 
 import uvicorn
 
-from durable_tools.activities.decision_activities import (
-    DECISION_KEYS_ENV,
-    decision_keys_from_environment,
-)
 from durable_tools.client import Conversations
+from durable_tools.decision_keys import SigningKey, parse_signing_key
 from durable_tools.errors import ConfigurationError
 from durable_tools.worker.dev_server import port_in_use
 from durable_tools.worker.inbox.app import create_app
@@ -41,31 +38,26 @@ DECISION_KEY_ENV = "DURABLE_TOOLS_INBOX_DECISION_KEY"
 """Environment variable with the key the inbox signs decisions with: `KEY_ID:BASE64`."""
 
 
-def parse_decision_key(text: str, *, source: str = DECISION_KEY_ENV) -> tuple[str, bytes] | None:
-    """The inbox's signing key from `KEY_ID:BASE64` (the worker's format, one key).
+def parse_decision_key(
+    text: str, *, source: str = DECISION_KEY_ENV
+) -> tuple[str, SigningKey] | None:
+    """The inbox's signing key: `KEY_ID:BASE64` (HMAC) or `KEY_ID:ed25519-private:BASE64`.
+
+    An HMAC key is one of the workers' `DURABLE_TOOLS_DECISION_KEYS`; an
+    Ed25519 private key's public half is (`durable-tools keygen` prints both).
 
     Args:
-        text: `KEY_ID:BASE64` (blanks around it ignored; `""`: no key).
+        text: One entry (blanks around it ignored; `""`: no key).
         source: Where it came from, for the error message.
 
     Returns:
         `(key_id, key)`, or `None` for blank text.
 
     Raises:
-        ConfigurationError: Not one `KEY_ID:BASE64` entry.
+        ConfigurationError: Not one well-formed entry, or an HMAC key
+            shorter than 32 bytes (`durable_tools.decision_keys.parse_signing_key`).
     """
-    if not text.strip():
-        return None
-    try:
-        keys = decision_keys_from_environment({DECISION_KEYS_ENV: text.strip()})
-    except ConfigurationError as exc:
-        message = str(exc).replace(DECISION_KEYS_ENV, source, 1)
-        raise ConfigurationError(message) from exc
-    if len(keys) != 1:
-        raise ConfigurationError(
-            f"{source}: one KEY_ID:BASE64 entry signs decisions, not {len(keys)}"
-        )
-    return next(iter(keys.items()))
+    return parse_signing_key(text, source=source)
 
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -134,7 +126,7 @@ async def serve_inbox(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[str], None] | None = None,
     refresh_seconds: float = 5.0,
-    decision_key: tuple[str, bytes] | None = None,
+    decision_key: tuple[str, SigningKey] | None = None,
 ) -> None:
     """Serve the inbox until `stop` is set (or the task is cancelled).
 

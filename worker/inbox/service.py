@@ -43,6 +43,7 @@ from durable_tools.conversation import (
     PendingInteraction,
     PendingState,
 )
+from durable_tools.decision_keys import SigningKey
 from durable_tools.errors import DecisionRejected, RetryRejected
 from durable_tools.transcript import ToolCallOutput
 from durable_tools.worker.inbox.auth import Identity, may_decide
@@ -66,7 +67,7 @@ async def send_decision(
     *,
     approved: bool,
     reason: str,
-    key: tuple[str, bytes] | None = None,
+    key: tuple[str, SigningKey] | None = None,
 ) -> DecisionReceipt | None:
     """Send one decision through the validated update, signed when the inbox holds a key.
 
@@ -100,6 +101,7 @@ async def send_decision(
         reason=reason,
         groups=identity.groups if key is not None else (),
         sign_with=key,
+        instance=approval.instance,
         wait=True,
     )
 
@@ -114,7 +116,7 @@ class InboxService(InboxListing, InboxReading):
     """
 
     conversations: Conversations
-    decision_key: tuple[str, bytes] | None = None
+    decision_key: tuple[str, SigningKey] | None = None
     _limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     _listing_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _listing: tuple[float, str] | None = None
@@ -145,6 +147,8 @@ class InboxService(InboxListing, InboxReading):
             deadline=datetime.min,
         )
         current = await self._pending_call(workflow_id, call_id, interaction=False)
+        if isinstance(current, PendingApproval):  # the wait a signed decision is bound to
+            shown = shown.model_copy(update={"instance": current.instance})
         if not may_decide(identity, current or shown):
             raise Conflict("not_allowed", f"{identity.name} may not decide on call {call_id!r}")
         try:
