@@ -24,6 +24,9 @@ from pathlib import Path
 import pytest
 from inbox_support import (
     DECISION_KEY,
+    FORMS,
+    FORMS_AGENT,
+    IBAN_PATTERN,
     PAYMENTS,
     PAYMENTS_AGENT,
     SHIFTY,
@@ -207,7 +210,7 @@ async def inbox(
         dev_env,
         task_queue,
         tmp_path / "ledger.jsonl",
-        toolkits={"demo": make_kit(workspace), "payments": PAYMENTS},
+        toolkits={"demo": make_kit(workspace), "payments": PAYMENTS, "forms": FORMS},
         models={MODEL: ScriptedFileModel(SCRIPT), "broken": BROKEN, "shifty": SHIFTY},
         mcp_servers=[TIME_SERVER],
     ) as harness:
@@ -296,6 +299,57 @@ async def test_approve_the_demo_write_then_answer_its_question(inbox: Inbox) -> 
     items = await harness.conversations.history(wf)
     answer = next(i for i in items if getattr(i, "call_id", "") == "ask" and i.role == "tool")
     assert json.loads(answer.content) == {"recipient": "ops@example.com"}  # type: ignore[union-attr]
+
+
+async def test_the_answer_form_follows_the_schema_and_shows_descriptions(inbox: Inbox) -> None:
+    """The generated fields come in the schema's order (not alphabetical), labelled by their
+    titles and described by their descriptions; a pattern checks the value but is never shown
+    as text: a value that breaks it is refused with the field's description."""
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start(
+        turns(("q1", "open_account", {"question": "Where do we pay?"})), agent=FORMS_AGENT
+    )
+    await harness.wait_interaction(wf, "q1")
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    form = page.locator("form.answer")
+    labels = form.locator(".gen-field label")
+    await expect(labels).to_have_text(
+        ["IBAN (required)", "Account holder (required)", "currency", "bic"]
+    )
+    iban = form.get_by_label("IBAN (required)")
+    await expect(iban).to_have_accessible_description(
+        "The account's IBAN, capitals and digits without spaces."
+    )
+    await expect(form.get_by_label("Account holder (required)")).to_have_accessible_description(
+        "The name on the account."
+    )
+    await expect(form.get_by_label("bic")).to_have_accessible_description(
+        "The bank's BIC, if you know it."
+    )
+    await _accessible(page)
+
+    await iban.fill("not an iban")
+    await form.get_by_label("Account holder (required)").fill("Ana Example")
+    await form.get_by_role("button", name="Send answer").click()
+    errors = form.locator(".errors")
+    await expect(errors).to_have_text(
+        "IBAN is not in the expected form: The account's IBAN, capitals and digits without spaces."
+    )
+    await expect(iban).to_be_focused()
+    assert IBAN_PATTERN not in await page.locator("main").inner_text()
+    await expect(iban).to_have_attribute("pattern", IBAN_PATTERN)  # the browser's check
+    assert [i.call_id for i in (await harness.conversations.pending(wf)).interactions] == ["q1"]
+
+    await iban.fill("DE89370400440532013000")
+    await form.get_by_label("currency").select_option("EUR")
+    await form.get_by_role("button", name="Send answer").click()
+    await expect(page.get_by_role("status")).to_have_text("Answered call q1.")
+    outputs = await harness.wait_outputs(wf, "q1")
+    assert json.loads(outputs["q1"].content) == {
+        "iban": "DE89370400440532013000",
+        "holder": "Ana Example",
+        "currency": "EUR",
+    }
 
 
 async def test_a_denial_with_a_reason_reaches_the_model(inbox: Inbox) -> None:
