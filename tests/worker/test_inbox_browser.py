@@ -593,3 +593,20 @@ async def test_a_failed_model_turn_is_listed_and_retried(inbox: Inbox) -> None:
     await page.get_by_role("button", name="Retry the model turn").click()
     await expect(page.get_by_role("status")).to_have_text("Retrying the model turn.")
     await harness.wait_assistant_text(wf, "fixed and answered")
+
+
+@pytest.mark.parametrize("inbox", [0.5], indirect=True)
+async def test_an_ended_conversation_stops_offering_a_message(inbox: Inbox) -> None:
+    """A page open while its conversation is terminated drops "Send a message" by itself."""
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start("hello")
+    await harness.wait_assistant_text(wf, "echo: hello")
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await expect(page.get_by_role("heading", name="Send a message")).to_be_visible()
+    await harness.client.get_workflow_handle(wf).terminate("test")
+    await expect(page.get_by_test_id("ended")).to_have_text(
+        "This conversation has ended (terminated); it takes no more messages."
+    )
+    await expect(page.locator("form.send")).to_have_count(0)
+    await expect(page.locator("#meta")).to_contain_text("ended (terminated)")
+    await _accessible(page)

@@ -91,6 +91,10 @@ class ConversationView(BaseModel):
         event_offset: The offset of the last event of the conversation's
             event stream read before the rest (`-1`: none or unknown): follow
             the events endpoint after it to miss no change.
+        ended: How its workflow closed (`completed`, `cancelled`,
+            `terminated`, `failed`, `timed out`); `""` while it runs. An
+            ended conversation takes no more messages (a send is a 409
+            `ended`), whatever its last `status.state` says.
     """
 
     workflow_id: str
@@ -99,6 +103,7 @@ class ConversationView(BaseModel):
     transcript: list[TranscriptItem]
     version: str
     event_offset: int = -1
+    ended: str = ""
 
 
 def items_of(pending: PendingState) -> list[InboxItem]:

@@ -271,6 +271,10 @@ function followConversation(segment) {
         const now = document.querySelector(sel), next = fresh.querySelector(sel);
         if (now && next) now.replaceWith(next);
       }
+      // Once the conversation has ended, its message form goes (never while it runs:
+      // someone may be typing a message in it).
+      const send = document.getElementById("send-section"), nextSend = fresh.getElementById("send-section");
+      if (send && nextSend && !nextSend.querySelector("form.send")) send.replaceWith(nextSend);
       const now = document.getElementById("waiting-region"), next = fresh.getElementById("waiting-region");
       if (now && next && now.dataset.items !== next.dataset.items) {
         if (busyIn(now)) {
