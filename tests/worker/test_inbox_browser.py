@@ -15,6 +15,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -591,8 +592,42 @@ async def test_a_failed_model_turn_is_listed_and_retried(inbox: Inbox) -> None:
     await item.get_by_role("link", name="Open to decide").click()
     BROKEN.broken = False
     await page.get_by_role("button", name="Retry the model turn").click()
-    await expect(page.get_by_role("status")).to_have_text("Retrying the model turn.")
+    # The page tells the retry's outcome as it finds it: still running, or through.
+    await expect(page.get_by_role("status")).to_have_text(
+        re.compile(r"Retrying the model turn\.|Retried the model turn: it succeeded\.")
+    )
     await harness.wait_assistant_text(wf, "fixed and answered")
+    await page.reload()
+    await expect(page.get_by_role("status")).to_have_text("Retried the model turn: it succeeded.")
+
+
+@pytest.mark.parametrize("inbox", [0.5], indirect=True)
+async def test_a_retry_that_fails_again_says_so(inbox: Inbox) -> None:
+    """After Retry, the page tells the new outcome: the turn failed again (a newer failure
+    than the one retried), not a green "Retrying" above the same failure."""
+    harness, page = inbox.harness, inbox.page
+    BROKEN.broken = True
+    wf = await harness.start(
+        "hello",
+        agent=AgentConfig(name="fragile", model="broken", toolkit="tests"),
+        options=ConversationOptions(model_retry=ModelRetry(max_attempts=1)),
+    )
+    await harness.wait_state(wf, "model_failed")
+    first = (await harness.conversations.status(wf)).model_failed
+    assert first is not None
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await page.get_by_role("button", name="Retry the model turn").click()
+    # The retried turn fails a moment later; the page follows the event stream and says so.
+    alert = page.get_by_role("alert")
+    await expect(alert).to_contain_text("The retry failed again: model turn 1 failed: ")
+    await expect(alert).to_contain_text("HTTP 400")
+    await expect(page.locator("p.notice")).to_have_count(0)
+    again = (await harness.conversations.status(wf)).model_failed
+    assert again is not None and again.failed_at > first.failed_at
+    await expect(page.get_by_role("button", name="Retry the model turn")).to_be_visible()
+    # A reload keeps the outcome (the retried failure is in the page's address).
+    await page.reload()
+    await expect(page.get_by_role("alert")).to_contain_text("The retry failed again")
 
 
 @pytest.mark.parametrize("inbox", [0.5], indirect=True)

@@ -262,8 +262,11 @@ function followConversation(segment) {
     if (running) { again = true; return; }
     running = true;
     try {
-      // The conversation's own page (after a form's conflict, location is the form's target).
-      const url = "/conversations/" + segment;
+      // The conversation's own page (after a form's conflict, location is the form's target);
+      // after a retry, with the failure retried, so its notice tells the retry's outcome.
+      const notice = document.getElementById("notice");
+      const retried = notice ? notice.dataset.retried : undefined;
+      const url = "/conversations/" + segment + (retried === undefined ? "" : "?retried=" + encodeURIComponent(retried));
       const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
       if (!r.ok) return;
       const fresh = new DOMParser().parseFromString(await r.text(), "text/html");
@@ -271,6 +274,8 @@ function followConversation(segment) {
         const now = document.querySelector(sel), next = fresh.querySelector(sel);
         if (now && next) now.replaceWith(next);
       }
+      const nextNotice = fresh.getElementById("notice");
+      if (retried !== undefined && notice && nextNotice) notice.replaceWith(nextNotice);
       // Once the conversation has ended, its message form goes (never while it runs:
       // someone may be typing a message in it).
       const send = document.getElementById("send-section"), nextSend = fresh.getElementById("send-section");
