@@ -19,7 +19,14 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client
 from workflow_helpers import Harness, eventually
 
-from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, tool
+from durable_tools import (
+    AssistantMessage,
+    ToolCall,
+    ToolContext,
+    Toolkit,
+    interaction_tool,
+    tool,
+)
 from durable_tools.conversation import AgentConfig
 from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
@@ -50,6 +57,41 @@ PAYMENTS = Toolkit(*TOOLKIT.tools.values(), pay, label="payments")
 """The tests toolkit and `pay`, whose approvers are the `approvers` group."""
 
 PAYMENTS_AGENT = AgentConfig(name="payments", model="directed", toolkit="payments")
+
+IBAN_PATTERN = "^[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}$"
+"""The pattern of `open_account`'s `iban`: validated, never shown as text."""
+
+open_account = interaction_tool(
+    "open_account",
+    description="Ask a person for the account to pay into.",
+    parameters={"type": "object", "properties": {"question": {"type": "string"}}},
+    answer={
+        "type": "object",
+        "properties": {
+            "iban": {
+                "type": "string",
+                "title": "IBAN",
+                "description": "The account's IBAN, capitals and digits without spaces.",
+                "pattern": IBAN_PATTERN,
+            },
+            "holder": {
+                "type": "string",
+                "title": "Account holder",
+                "description": "The name on the account.",
+                "minLength": 1,
+            },
+            "currency": {"type": "string", "enum": ["EUR", "USD"]},
+            "bic": {"type": "string", "description": "The bank's BIC, if you know it."},
+        },
+        "required": ["iban", "holder"],
+    },
+)
+"""An interaction tool whose answer schema lists its properties out of alphabetical order."""
+
+FORMS = Toolkit(*TOOLKIT.tools.values(), open_account, label="forms")
+"""The tests toolkit and `open_account`."""
+
+FORMS_AGENT = AgentConfig(name="forms", model="directed", toolkit="forms")
 
 _ASKED: Counter[str] = Counter()
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from agent_support import AGENT
 from inbox_support import basic, bearer, csrf_token, inbox_client, listed, turns
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import Harness, running
+from workflow_helpers import Harness, eventually, running
 
 from durable_tools.conversation import ConversationOptions
 from durable_tools.errors import ConfigurationError
@@ -229,6 +230,50 @@ async def test_an_ended_conversation_is_a_conflict_not_a_stack_trace(harness: Ha
         assert response.status_code == 409, response.text
         assert response.json()["error"] == "ended"
         assert "Traceback" not in response.text
+
+
+@pytest.mark.parametrize("ending", ["completed", "cancelled", "terminated"])
+async def test_an_ended_conversation_offers_no_message_form(harness: Harness, ending: str) -> None:
+    """A completed, cancelled or terminated conversation takes no more messages: its page says
+    it ended instead of offering "Send a message", and a send is a 409 `ended`."""
+    closed = {
+        "completed": WorkflowExecutionStatus.COMPLETED,
+        "cancelled": WorkflowExecutionStatus.CANCELED,
+        "terminated": WorkflowExecutionStatus.TERMINATED,
+    }[ending]
+    if ending == "completed":
+        wf = await harness.start(turns(("f1", "finish", {"output": "done"})))
+    else:
+        wf = await harness.start("hello")
+        await harness.wait_assistant_text(wf, "echo: hello")
+    handle = harness.client.get_workflow_handle(wf)
+    if ending == "cancelled":
+        await harness.conversations.cancel(wf)
+    elif ending == "terminated":
+        await handle.terminate("test")
+
+    async def ended() -> bool:
+        return (await handle.describe()).status == closed
+
+    await eventually(ended, what=f"the conversation {ending}")
+    async with inbox_client(harness) as client:
+        page = await client.get(f"/conversations/{wf}", headers=ANA)
+        assert page.status_code == 200, page.text
+        assert 'class="send"' not in page.text
+        assert f"This conversation has ended ({ending}); it takes no more messages." in page.text
+        token = await csrf_token(client, ANA)
+        sent = await client.post(
+            f"/api/conversations/{wf}/messages",
+            json={"text": "one more thing"},
+            headers={**ANA, "X-CSRF-Token": token},
+        )
+        assert sent.status_code == 409, sent.text
+        assert sent.json()["error"] == "ended"
+        form = await client.post(
+            f"/conversations/{wf}/send", data={"csrf_token": token, "text": "hi"}, headers=ANA
+        )
+        assert form.status_code == 409 and "has already ended" in form.text
+        assert 'class="send"' not in form.text
 
 
 async def test_openapi_schema_describes_every_operation(harness: Harness) -> None:

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -24,6 +25,9 @@ from pathlib import Path
 import pytest
 from inbox_support import (
     DECISION_KEY,
+    FORMS,
+    FORMS_AGENT,
+    IBAN_PATTERN,
     PAYMENTS,
     PAYMENTS_AGENT,
     SHIFTY,
@@ -207,7 +211,7 @@ async def inbox(
         dev_env,
         task_queue,
         tmp_path / "ledger.jsonl",
-        toolkits={"demo": make_kit(workspace), "payments": PAYMENTS},
+        toolkits={"demo": make_kit(workspace), "payments": PAYMENTS, "forms": FORMS},
         models={MODEL: ScriptedFileModel(SCRIPT), "broken": BROKEN, "shifty": SHIFTY},
         mcp_servers=[TIME_SERVER],
     ) as harness:
@@ -296,6 +300,57 @@ async def test_approve_the_demo_write_then_answer_its_question(inbox: Inbox) -> 
     items = await harness.conversations.history(wf)
     answer = next(i for i in items if getattr(i, "call_id", "") == "ask" and i.role == "tool")
     assert json.loads(answer.content) == {"recipient": "ops@example.com"}  # type: ignore[union-attr]
+
+
+async def test_the_answer_form_follows_the_schema_and_shows_descriptions(inbox: Inbox) -> None:
+    """The generated fields come in the schema's order (not alphabetical), labelled by their
+    titles and described by their descriptions; a pattern checks the value but is never shown
+    as text: a value that breaks it is refused with the field's description."""
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start(
+        turns(("q1", "open_account", {"question": "Where do we pay?"})), agent=FORMS_AGENT
+    )
+    await harness.wait_interaction(wf, "q1")
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    form = page.locator("form.answer")
+    labels = form.locator(".gen-field label")
+    await expect(labels).to_have_text(
+        ["IBAN (required)", "Account holder (required)", "currency", "bic"]
+    )
+    iban = form.get_by_label("IBAN (required)")
+    await expect(iban).to_have_accessible_description(
+        "The account's IBAN, capitals and digits without spaces."
+    )
+    await expect(form.get_by_label("Account holder (required)")).to_have_accessible_description(
+        "The name on the account."
+    )
+    await expect(form.get_by_label("bic")).to_have_accessible_description(
+        "The bank's BIC, if you know it."
+    )
+    await _accessible(page)
+
+    await iban.fill("not an iban")
+    await form.get_by_label("Account holder (required)").fill("Ana Example")
+    await form.get_by_role("button", name="Send answer").click()
+    errors = form.locator(".errors")
+    await expect(errors).to_have_text(
+        "IBAN is not in the expected form: The account's IBAN, capitals and digits without spaces."
+    )
+    await expect(iban).to_be_focused()
+    assert IBAN_PATTERN not in await page.locator("main").inner_text()
+    await expect(iban).to_have_attribute("pattern", IBAN_PATTERN)  # the browser's check
+    assert [i.call_id for i in (await harness.conversations.pending(wf)).interactions] == ["q1"]
+
+    await iban.fill("DE89370400440532013000")
+    await form.get_by_label("currency").select_option("EUR")
+    await form.get_by_role("button", name="Send answer").click()
+    await expect(page.get_by_role("status")).to_have_text("Answered call q1.")
+    outputs = await harness.wait_outputs(wf, "q1")
+    assert json.loads(outputs["q1"].content) == {
+        "iban": "DE89370400440532013000",
+        "holder": "Ana Example",
+        "currency": "EUR",
+    }
 
 
 async def test_a_denial_with_a_reason_reaches_the_model(inbox: Inbox) -> None:
@@ -537,5 +592,56 @@ async def test_a_failed_model_turn_is_listed_and_retried(inbox: Inbox) -> None:
     await item.get_by_role("link", name="Open to decide").click()
     BROKEN.broken = False
     await page.get_by_role("button", name="Retry the model turn").click()
-    await expect(page.get_by_role("status")).to_have_text("Retrying the model turn.")
+    # The page tells the retry's outcome as it finds it: still running, or through.
+    await expect(page.get_by_role("status")).to_have_text(
+        re.compile(r"Retrying the model turn\.|Retried the model turn: it succeeded\.")
+    )
     await harness.wait_assistant_text(wf, "fixed and answered")
+    await page.reload()
+    await expect(page.get_by_role("status")).to_have_text("Retried the model turn: it succeeded.")
+
+
+@pytest.mark.parametrize("inbox", [0.5], indirect=True)
+async def test_a_retry_that_fails_again_says_so(inbox: Inbox) -> None:
+    """After Retry, the page tells the new outcome: the turn failed again (a newer failure
+    than the one retried), not a green "Retrying" above the same failure."""
+    harness, page = inbox.harness, inbox.page
+    BROKEN.broken = True
+    wf = await harness.start(
+        "hello",
+        agent=AgentConfig(name="fragile", model="broken", toolkit="tests"),
+        options=ConversationOptions(model_retry=ModelRetry(max_attempts=1)),
+    )
+    await harness.wait_state(wf, "model_failed")
+    first = (await harness.conversations.status(wf)).model_failed
+    assert first is not None
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await page.get_by_role("button", name="Retry the model turn").click()
+    # The retried turn fails a moment later; the page follows the event stream and says so.
+    alert = page.get_by_role("alert")
+    await expect(alert).to_contain_text("The retry failed again: model turn 1 failed: ")
+    await expect(alert).to_contain_text("HTTP 400")
+    await expect(page.locator("p.notice")).to_have_count(0)
+    again = (await harness.conversations.status(wf)).model_failed
+    assert again is not None and again.failed_at > first.failed_at
+    await expect(page.get_by_role("button", name="Retry the model turn")).to_be_visible()
+    # A reload keeps the outcome (the retried failure is in the page's address).
+    await page.reload()
+    await expect(page.get_by_role("alert")).to_contain_text("The retry failed again")
+
+
+@pytest.mark.parametrize("inbox", [0.5], indirect=True)
+async def test_an_ended_conversation_stops_offering_a_message(inbox: Inbox) -> None:
+    """A page open while its conversation is terminated drops "Send a message" by itself."""
+    harness, page = inbox.harness, inbox.page
+    wf = await harness.start("hello")
+    await harness.wait_assistant_text(wf, "echo: hello")
+    await page.goto(f"{inbox.url}conversations/{wf}")
+    await expect(page.get_by_role("heading", name="Send a message")).to_be_visible()
+    await harness.client.get_workflow_handle(wf).terminate("test")
+    await expect(page.get_by_test_id("ended")).to_have_text(
+        "This conversation has ended (terminated); it takes no more messages."
+    )
+    await expect(page.locator("form.send")).to_have_count(0)
+    await expect(page.locator("#meta")).to_contain_text("ended (terminated)")
+    await _accessible(page)

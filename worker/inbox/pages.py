@@ -20,6 +20,7 @@ from durable_tools.worker.inbox.auth import CSRF_FIELD, Identity, refusal
 from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.params import filter_waiting, parse_ages
 from durable_tools.worker.inbox.paths import quote_segment
+from durable_tools.worker.inbox.views import failure_mark, retry_outcome
 from durable_tools.worker.inbox.web import (
     BadInput,
     CsrfFailed,
@@ -118,8 +119,10 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         workflow_id: str,
         *,
         notice: str = "",
+        retried: str | None = None,
         conflict: Conflict | None = None,
     ) -> Response:
+        """The conversation's page; after a retry (`retried`), the notice tells its outcome."""
         try:
             view = await state.service.conversation(workflow_id)
         except Conflict as exc:
@@ -130,6 +133,10 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
                 {"workflow_id": workflow_id, "view": None, "conflict": conflict or exc},
                 status_code=exc.status_code if conflict is None else conflict.status_code,
             )
+        notice_failed = False
+        if retried is not None:
+            outcome = retry_outcome(view, retried)
+            notice, notice_failed = outcome.message, outcome.failed
         refusals = {
             item.call_id: reason
             for item in view.items
@@ -143,6 +150,8 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
                 "workflow_id": workflow_id,
                 "view": view,
                 "notice": notice,
+                "notice_failed": notice_failed,
+                "retried": retried,
                 "conflict": conflict,
                 "refusals": refusals,
                 "signing": state.service.decision_key is not None,
@@ -156,9 +165,9 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         include_in_schema=False,
     )
     async def conversation_page(  # pyright: ignore[reportUnusedFunction]
-        request: Request, workflow_id: str, who: Who, notice: str = ""
+        request: Request, workflow_id: str, who: Who, notice: str = "", retried: str | None = None
     ) -> Response:
-        return await _conversation_page(request, who, workflow_id, notice=notice)
+        return await _conversation_page(request, who, workflow_id, notice=notice, retried=retried)
 
     def _form_checked(request: Request, who: Identity, token: str) -> None:
         if who.needs_csrf and not state.csrf.check(token, request.cookies, who):
@@ -254,5 +263,11 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         request: Request, workflow_id: str, who: Who, csrf: CsrfToken = ""
     ) -> Response:
         _form_checked(request, who, csrf)
-        retry = state.service.retry(workflow_id, who)
-        return await _act(request, who, workflow_id, retry, "Retrying the model turn.")
+        try:
+            failure = await state.service.retry(workflow_id, who)
+        except Conflict as exc:
+            return await _conversation_page(request, who, workflow_id, conflict=exc)
+        # The page compares the failure retried with the one it finds (`retry_outcome`).
+        retried = failure_mark(failure) if failure is not None else ""
+        url = f"/conversations/{quote_segment(workflow_id)}?{urlencode({'retried': retried})}"
+        return RedirectResponse(url, status_code=303)

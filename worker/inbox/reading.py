@@ -7,6 +7,7 @@ from collections.abc import AsyncGenerator
 from contextlib import suppress
 
 from temporalio.client import (
+    WorkflowExecutionStatus,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
@@ -26,6 +27,15 @@ from durable_tools.worker.inbox.views import ConversationView, changes, items_of
 
 __all__ = ["InboxReading"]
 
+_ENDED = {
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.TIMED_OUT: "timed out",
+}
+"""How a closed workflow ended, as the page says it (`ConversationView.ended`)."""
+
 
 class _End:
     """The event stream ended (the conversation ended and its last events were read)."""
@@ -37,13 +47,17 @@ class InboxReading:
     conversations: Conversations
 
     async def conversation(self, workflow_id: str) -> ConversationView:
-        """One conversation's status, pending items and transcript.
+        """One conversation's status, pending items and transcript, and whether it ended.
 
         Raises:
             Conflict: `not_found` or `ended` (no running conversation), `no_worker`.
         """
+        handle = self.conversations.client.get_workflow_handle(workflow_id)
         try:
             async with asyncio.timeout(QUERY_TIMEOUT):
+                # Read first: a conversation that ends after it still shows a send form,
+                # and the send is then refused as `ended`.
+                execution = (await handle.describe()).status
                 offset = await self._event_offset(workflow_id)
                 status = await self.conversations.status(workflow_id)
                 pending = await self.conversations.pending(workflow_id)
@@ -61,6 +75,7 @@ class InboxReading:
             transcript=transcript,
             version=version_of(status, pending),
             event_offset=offset,
+            ended=_ENDED.get(execution, "") if execution is not None else "",
         )
 
     async def _event_offset(self, workflow_id: str) -> int:

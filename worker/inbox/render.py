@@ -107,7 +107,12 @@ def output_text(content: str) -> str:
 
 
 def register_filters(env: Environment) -> None:
-    """Add the filters the templates use to `env`."""
+    """Add the filters the templates use to `env`, and keep `tojson`'s key order.
+
+    Jinja's `tojson` sorts keys by default; an answer schema's properties are
+    the order its form shows its fields in, so they keep the schema's order.
+    """
+    env.policies["json.dumps_kwargs"] = {"sort_keys": False}
     filters = cast("dict[str, Any]", env.filters)
     filters.update(
         fields=fields_of,

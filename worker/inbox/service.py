@@ -39,6 +39,7 @@ from temporalio.service import RPCError
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
     DecisionReceipt,
+    ModelFailure,
     PendingApproval,
     PendingInteraction,
     PendingState,
@@ -218,18 +219,25 @@ class InboxService(InboxListing, InboxReading):
             self.conversations.resume(workflow_id, message or "resumed", resumed_by=identity.name)
         )
 
-    async def retry(self, workflow_id: str, identity: Identity) -> None:
+    async def retry(self, workflow_id: str, identity: Identity) -> ModelFailure | None:
         """Retry a failed model turn (validated update).
+
+        Returns:
+            The failure retried, as the conversation reported it just before
+            (`None` if it reported none); compare it with the failure after
+            (`views.retry_outcome`) to tell whether the retry failed again.
 
         Raises:
             Conflict: `not_failed` when the conversation is not in `model_failed`.
         """
+        before = await self._bounded(self.conversations.pending(workflow_id))
         try:
             await self._bounded(
                 self.conversations.retry(workflow_id, requested_by=identity.name, wait=True)
             )
         except RetryRejected as exc:
             raise Conflict("not_failed", str(exc)) from exc
+        return before.model_failed
 
     async def _bounded(self, operation: Awaitable[T]) -> T:
         try:

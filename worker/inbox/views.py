@@ -22,9 +22,12 @@ from durable_tools.transcript import TranscriptItem
 __all__ = [
     "ConversationView",
     "InboxItem",
+    "RetryOutcome",
     "WaitingConversation",
     "changes",
+    "failure_mark",
     "items_of",
+    "retry_outcome",
     "version_of",
 ]
 
@@ -91,6 +94,10 @@ class ConversationView(BaseModel):
         event_offset: The offset of the last event of the conversation's
             event stream read before the rest (`-1`: none or unknown): follow
             the events endpoint after it to miss no change.
+        ended: How its workflow closed (`completed`, `cancelled`,
+            `terminated`, `failed`, `timed out`); `""` while it runs. An
+            ended conversation takes no more messages (a send is a 409
+            `ended`), whatever its last `status.state` says.
     """
 
     workflow_id: str
@@ -99,6 +106,7 @@ class ConversationView(BaseModel):
     transcript: list[TranscriptItem]
     version: str
     event_offset: int = -1
+    ended: str = ""
 
 
 def items_of(pending: PendingState) -> list[InboxItem]:
@@ -148,13 +156,61 @@ def _question_item(interaction: PendingInteraction) -> InboxItem:
     )
 
 
-def _model_failed_item(failure: ModelFailure) -> InboxItem:
+def _failure_text(failure: ModelFailure) -> str:
     kind = f"{failure.type}: " if failure.type else ""
+    return f"model turn {failure.turn} failed: {kind}{failure.message}"
+
+
+def _model_failed_item(failure: ModelFailure) -> InboxItem:
     return InboxItem(
-        kind="model_failed",
-        summary=f"model turn {failure.turn} failed: {kind}{failure.message}",
-        requested_at=failure.failed_at,
+        kind="model_failed", summary=_failure_text(failure), requested_at=failure.failed_at
     )
+
+
+def failure_mark(failure: ModelFailure) -> str:
+    """Which model failure this is: its turn and time, e.g. `3@2026-11-22T15:40:00+00:00`.
+
+    A retry's outcome is told by comparing the mark of the failure retried
+    with the conversation's failure after it (`retry_outcome`).
+    """
+    return f"{failure.turn}@{failure.failed_at.isoformat()}"
+
+
+class RetryOutcome(BaseModel):
+    """What the page says after a person retried a failed model turn.
+
+    Attributes:
+        message: The sentence.
+        failed: Whether the retry failed again (shown as an alert, not a notice).
+    """
+
+    message: str
+    failed: bool = False
+
+
+def retry_outcome(view: ConversationView, retried: str) -> RetryOutcome:
+    """The outcome of a retry, from the conversation as it is now.
+
+    The retried turn runs after the `retry_now` update returns and may fail
+    again at once; a failure other than the one retried (another turn or a
+    later time) means it did.
+
+    Args:
+        view: The conversation now.
+        retried: `failure_mark` of the failure that was retried (`""`: unknown).
+
+    Returns:
+        `failed` with the new failure; "Retrying" while the old failure or the
+        model turn is still in place; else that the retried turn succeeded.
+    """
+    failure = view.status.model_failed
+    if failure is not None and failure_mark(failure) != retried:
+        return RetryOutcome(
+            message=f"The retry failed again: {_failure_text(failure)}", failed=True
+        )
+    if failure is not None or view.status.state in ("model", "starting"):
+        return RetryOutcome(message="Retrying the model turn.")
+    return RetryOutcome(message="Retried the model turn: it succeeded.")
 
 
 async def changes(conversations: Conversations, workflow_id: str) -> str:

@@ -1,7 +1,9 @@
 // durable-tools inbox: plain JavaScript, no build step.
 // - deadline countdowns;
 // - answer forms generated from the answer's JSON Schema and checked before sending
-//   (the workflow checks again: this only saves a round trip);
+//   (the workflow checks again: this only saves a round trip): fields in the schema's
+//   order, labelled by title (else name) and described by description; a pattern
+//   checks the value but a person reads the description, never the regex;
 // - live updates over server-sent events: a conversation page follows the conversation's
 //   event stream (GET /api/conversations/{id}/events, resumed by Last-Event-ID) and
 //   redraws its transcript and what it waits for; the list reloads when the list's
@@ -41,10 +43,21 @@ const FORMATS = {
   email: (s) => /^[^@\s]+@[^@\s]+$/.test(s),
 };
 
+function matches(pattern, value) {
+  // A pattern JavaScript cannot compile (JSON Schema patterns are ECMA 262, but some are
+  // written for Python) is left to the workflow, which checks every answer again.
+  try { return new RegExp(pattern, "u").test(value); } catch (e) { return true; }
+}
+
+function nameOf(schema, name) {
+  // What the page calls a field: its title, else its property name.
+  return (schema && typeof schema === "object" && schema.title) || name;
+}
+
 function validate(schema, value, path, errors) {
   if (schema === true || schema === undefined || schema === null) return errors;
   if (schema === false) { errors.push(path + ": no value is allowed"); return errors; }
-  const where = path || "the answer";
+  const where = path || nameOf(schema, "the answer");
   if (schema.type !== undefined) {
     const types = Array.isArray(schema.type) ? schema.type : [schema.type];
     const t = typeOf(value);
@@ -65,8 +78,9 @@ function validate(schema, value, path, errors) {
       errors.push(where + (schema.minLength === 1 ? " is required" : " needs at least " + schema.minLength + " characters"));
     if (schema.maxLength !== undefined && n > schema.maxLength)
       errors.push(where + " allows at most " + schema.maxLength + " characters");
-    if (schema.pattern && !new RegExp(schema.pattern, "u").test(value))
-      errors.push(where + " must match " + schema.pattern);
+    // The pattern is for the browser and the workflow; a person reads the description.
+    if (schema.pattern && !matches(schema.pattern, value))
+      errors.push(where + " is not in the expected form" + (schema.description ? ": " + schema.description : ""));
     if (schema.format && FORMATS[schema.format] && !FORMATS[schema.format](value))
       errors.push(where + " must be a valid " + schema.format);
   }
@@ -84,10 +98,10 @@ function validate(schema, value, path, errors) {
   if (typeOf(value) === "object") {
     const props = schema.properties || {};
     for (const name of schema.required || []) {
-      if (!(name in value)) errors.push((path ? path + "." : "") + name + " is required");
+      if (!(name in value)) errors.push((path ? path + "." : "") + nameOf(props[name], name) + " is required");
     }
     for (const [name, v] of Object.entries(value)) {
-      if (name in props) validate(props[name], v, (path ? path + "." : "") + name, errors);
+      if (name in props) validate(props[name], v, (path ? path + "." : "") + nameOf(props[name], name), errors);
       else if (schema.additionalProperties === false) errors.push(where + " does not allow " + name);
       else if (typeof schema.additionalProperties === "object") validate(schema.additionalProperties, v, (path ? path + "." : "") + name, errors);
     }
@@ -106,7 +120,7 @@ function scalarField(name, schema, required) {
   wrap.className = "gen-field";
   const label = document.createElement("label");
   label.htmlFor = id;
-  label.textContent = (schema.title || name || "Answer") + (required ? " (required)" : "");
+  label.textContent = nameOf(schema, name || "Answer") + (required ? " (required)" : "");
   let input;
   if (Array.isArray(schema.enum)) {
     input = document.createElement("select");
@@ -130,6 +144,7 @@ function scalarField(name, schema, required) {
     input = document.createElement("input");
     input.type = schema.format === "date" ? "date" : schema.format === "email" ? "email" : "text";
     input.dataset.kind = "string";
+    if (typeof schema.pattern === "string") input.setAttribute("pattern", schema.pattern);
   }
   input.id = id;
   input.dataset.name = name;
@@ -247,8 +262,11 @@ function followConversation(segment) {
     if (running) { again = true; return; }
     running = true;
     try {
-      // The conversation's own page (after a form's conflict, location is the form's target).
-      const url = "/conversations/" + segment;
+      // The conversation's own page (after a form's conflict, location is the form's target);
+      // after a retry, with the failure retried, so its notice tells the retry's outcome.
+      const notice = document.getElementById("notice");
+      const retried = notice ? notice.dataset.retried : undefined;
+      const url = "/conversations/" + segment + (retried === undefined ? "" : "?retried=" + encodeURIComponent(retried));
       const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
       if (!r.ok) return;
       const fresh = new DOMParser().parseFromString(await r.text(), "text/html");
@@ -256,6 +274,12 @@ function followConversation(segment) {
         const now = document.querySelector(sel), next = fresh.querySelector(sel);
         if (now && next) now.replaceWith(next);
       }
+      const nextNotice = fresh.getElementById("notice");
+      if (retried !== undefined && notice && nextNotice) notice.replaceWith(nextNotice);
+      // Once the conversation has ended, its message form goes (never while it runs:
+      // someone may be typing a message in it).
+      const send = document.getElementById("send-section"), nextSend = fresh.getElementById("send-section");
+      if (send && nextSend && !nextSend.querySelector("form.send")) send.replaceWith(nextSend);
       const now = document.getElementById("waiting-region"), next = fresh.getElementById("waiting-region");
       if (now && next && now.dataset.items !== next.dataset.items) {
         if (busyIn(now)) {
