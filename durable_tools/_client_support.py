@@ -10,7 +10,7 @@ from typing import Any, TypedDict, TypeVar, cast
 
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
 from durable_tools._wire import ConversationInput, conversation_input
@@ -44,6 +44,7 @@ class StartOptions(TypedDict):
     task_queue: str
     result_type: type[ConversationResult]
     id_conflict_policy: WorkflowIDConflictPolicy
+    search_attributes: TypedSearchAttributes
 
 
 def new_conversation_input(

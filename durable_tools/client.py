@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.client import WithStartWorkflowOperation, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
 from durable_tools._client_reads import ConversationReads
 from durable_tools._client_support import OutputT as OutputT  # `result`'s, as before
@@ -57,6 +57,7 @@ from durable_tools.errors import (
     ResumeRejected,
     RetryRejected,
 )
+from durable_tools.teams import TEAM, check_team
 
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
 
@@ -81,13 +82,19 @@ class Conversations(ConversationReads):
         task_queue: Task queue the durable-tools worker polls.
     """
 
-    def _start_options(self, workflow_id: str) -> StartOptions:
+    def _start_options(self, workflow_id: str, team: str | None) -> StartOptions:
         """How `start` and `start_and_wait` start (or attach to) a conversation's workflow."""
+        attributes = (
+            TypedSearchAttributes([SearchAttributePair(TEAM, check_team(team))])
+            if team
+            else TypedSearchAttributes.empty
+        )
         return StartOptions(
             id=workflow_id,
             task_queue=self.task_queue,
             result_type=ConversationResult,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=attributes,
         )
 
     async def start(
@@ -102,6 +109,7 @@ class Conversations(ConversationReads):
         handoffs: Sequence[str | AgentConfig] = (),
         options: ConversationOptions | None = None,
         summary: str | None = None,
+        team: str | None = None,
     ) -> WorkflowHandle[Any, ConversationResult]:
         """Start a conversation, or return the running one with the same id.
 
@@ -130,13 +138,17 @@ class Conversations(ConversationReads):
                 switch to.
             options: Limits and deadlines (defaults: `ConversationOptions()`).
             summary: Shown in the Temporal UI and `temporal workflow describe`.
+            team: The team that owns the conversation (`durable_tools.teams`):
+                its `DurableToolsTeam` search attribute, which the inbox
+                shows only to that team's people. `None` (default): no team.
 
         Returns:
             The workflow handle.
 
         Raises:
-            ConfigurationError: Two agent configurations share a name, or a
-                setting names a rendered field or is not JSON. What
+            ConfigurationError: Two agent configurations share a name, a
+                setting names a rendered field or is not JSON, or `team` is
+                not a team name (`check_team`). What
                 the worker's agent does not allow is refused by the worker:
                 the conversation waits in state `model_failed` with a
                 `ConfigurationError` saying what (see `pending`).
@@ -152,7 +164,7 @@ class Conversations(ConversationReads):
         return await self.client.start_workflow(
             WORKFLOW_TYPE,
             new_conversation_input(agent, message, handoffs, options),
-            **self._start_options(workflow_id),
+            **self._start_options(workflow_id, team),
             static_summary=summary
             or f"conversation with {agent.name}" + (f" ({agent.model})" if agent.model else ""),
         )
@@ -169,6 +181,7 @@ class Conversations(ConversationReads):
         handoffs: Sequence[str | AgentConfig] = (),
         options: ConversationOptions | None = None,
         summary: str | None = None,
+        team: str | None = None,
     ) -> TurnOutcome:
         """Start a conversation and return its first answer or first wait, in one call.
 
@@ -188,6 +201,7 @@ class Conversations(ConversationReads):
             handoffs: Other agents `handoff` may switch to.
             options: Limits and deadlines.
             summary: Shown in the Temporal UI.
+            team: The team that owns the conversation, as in `start`.
 
         Returns:
             The `TurnOutcome`: `reply` (the model's text), or `pending`
@@ -203,7 +217,7 @@ class Conversations(ConversationReads):
         start: WithStartWorkflowOperation[Any, ConversationResult] = WithStartWorkflowOperation(
             WORKFLOW_TYPE,
             new_conversation_input(agent, message, handoffs, options),
-            **self._start_options(workflow_id),
+            **self._start_options(workflow_id, team),
             static_summary=summary or f"conversation with {agent.name} ({agent.model})",
         )
         outcome: TurnOutcome = await self.client.execute_update_with_start_workflow(  # pyright: ignore[reportUnknownMemberType]

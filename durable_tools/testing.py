@@ -192,10 +192,12 @@ async def terminate_running(client: Client, workflow_ids: Iterable[str]) -> None
 
 async def _register_search_attributes(env: WorkflowEnvironment) -> None:
     # The test server fails every workflow task that upserts an unknown
-    # search attribute, and conversations upsert durable-tools' two.
+    # search attribute, and conversations upsert durable-tools' two (the team
+    # is set at start, when a client gives one).
     from temporalio.api.enums.v1 import IndexedValueType
     from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 
+    from durable_tools.teams import TEAM
     from durable_tools.workflows.visibility import PENDING_COUNT, PENDING_KINDS
 
     await env.client.operator_service.add_search_attributes(
@@ -204,6 +206,7 @@ async def _register_search_attributes(env: WorkflowEnvironment) -> None:
             search_attributes={
                 PENDING_COUNT.name: IndexedValueType.INDEXED_VALUE_TYPE_INT,
                 PENDING_KINDS.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+                TEAM.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
             },
         )
     )

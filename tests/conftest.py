@@ -44,7 +44,8 @@ from workflow_helpers import Harness, running
 # here so the fixtures do not depend on the workflow module importing cleanly.
 PENDING_COUNT = SearchAttributeKey.for_int("DurableToolsPendingCount")
 PENDING_KINDS = SearchAttributeKey.for_keyword_list("DurableToolsPendingKinds")
-SEARCH_ATTRIBUTES = (PENDING_COUNT, PENDING_KINDS)
+TEAM = SearchAttributeKey.for_keyword("DurableToolsTeam")  # durable_tools.teams.TEAM
+SEARCH_ATTRIBUTES = (PENDING_COUNT, PENDING_KINDS, TEAM)
 
 # Raising the transfer-queue poll rate cuts a sequential activity round trip
 # on the dev server from ~42 ms to ~16 ms on this machine (measured).
@@ -77,8 +78,9 @@ async def _shutdown(env: WorkflowEnvironment) -> None:
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """A real Temporal server (`temporal server start-dev`, in memory, no UI).
 
-    Search attributes `DurableToolsPendingCount` (Int) and
-    `DurableToolsPendingKinds` (KeywordList) are registered; the client uses
+    Search attributes `DurableToolsPendingCount` (Int),
+    `DurableToolsPendingKinds` (KeywordList) and `DurableToolsTeam` (Keyword)
+    are registered; the client uses
     the pydantic data converter.
     """
     env = await WorkflowEnvironment.start_local(

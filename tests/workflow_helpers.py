@@ -142,6 +142,7 @@ class Harness:
         handoffs: Sequence[AgentConfig] = (),
         agent: AgentConfig = AGENT,
         workflow_id: str | None = None,
+        team: str | None = None,
     ) -> str:
         workflow_id = workflow_id or f"conv-{uuid.uuid4()}"
         self.started.append(workflow_id)
@@ -151,6 +152,7 @@ class Harness:
             message=message,
             handoffs=handoffs,
             options=options or ConversationOptions(search_attributes=True),
+            team=team,
         )
         return workflow_id
 

@@ -24,6 +24,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools.errors import ConfigurationError
+from durable_tools.teams import TEAM
 from durable_tools.workflows.visibility import PENDING_COUNT, PENDING_KINDS
 
 __all__ = ["SEARCH_ATTRIBUTES", "check_search_attributes", "create_command"]
@@ -31,8 +32,10 @@ __all__ = ["SEARCH_ATTRIBUTES", "check_search_attributes", "create_command"]
 SEARCH_ATTRIBUTES: Mapping[str, str] = {
     PENDING_COUNT.name: "Int",
     PENDING_KINDS.name: "KeywordList",
+    TEAM.name: "Keyword",
 }
-"""durable-tools' search attributes and their Temporal types (the CLI's `--type` names)."""
+"""durable-tools' search attributes and their Temporal types (the CLI's `--type` names):
+what conversations upsert, and the team a client sets at start (`durable_tools.teams`)."""
 
 _TYPE_NAMES: Mapping[int, str] = {
     IndexedValueType.INDEXED_VALUE_TYPE_TEXT: "Text",
@@ -120,7 +123,7 @@ async def check_search_attributes(client: Client, *, address: str, namespace: st
     missing = {name: kind for name, kind in SEARCH_ATTRIBUTES.items() if name not in registered}
     if missing:
         raise ConfigurationError(
-            f"namespace {namespace!r} lacks the search attributes conversations upsert "
+            f"namespace {namespace!r} lacks the search attributes of conversations "
             f"({', '.join(missing)}): run `{create_command(address, namespace, missing)}`, "
             + _OPT_OUT
         )

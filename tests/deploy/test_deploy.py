@@ -183,6 +183,7 @@ def test_setup_job_registers_search_attributes_idempotently(bare_server: DevServ
     listed = _search_attributes(bare_server)
     assert re.search(r"DurableToolsPendingCount\s+Int", listed), listed
     assert re.search(r"DurableToolsPendingKinds\s+KeywordList", listed), listed
+    assert re.search(r"DurableToolsTeam\s+Keyword", listed), listed
 
 
 def _register_search_attributes(server: DevServer) -> None:

@@ -57,7 +57,9 @@ def _command(address: str, namespace: str = "default") -> str:
         f"temporal operator search-attribute create --address {address} --namespace {namespace} "
         "--name DurableToolsPendingCount --type Int && "
         f"temporal operator search-attribute create --address {address} --namespace {namespace} "
-        "--name DurableToolsPendingKinds --type KeywordList"
+        "--name DurableToolsPendingKinds --type KeywordList && "
+        f"temporal operator search-attribute create --address {address} --namespace {namespace} "
+        "--name DurableToolsTeam --type Keyword"
     )
 
 
@@ -97,7 +99,7 @@ async def test_plugin_worker_refuses_to_start_with_run_workers_message(
         await asyncio.wait_for(Worker(client, task_queue=task_queue).run(), 20)
     message = str(refused.value)
     assert "\n" not in message
-    assert "lacks the search attributes conversations upsert" in message
+    assert "lacks the search attributes of conversations" in message
     assert f"run `{_command(address, fresh_namespace)}`" in message
     assert "search_attributes=False" in message and "--no-search-attributes" in message
 

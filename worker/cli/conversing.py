@@ -26,6 +26,7 @@ from durable_tools.conversation import (
     ConversationOptions,
 )
 from durable_tools.errors import ConfigurationError
+from durable_tools.teams import check_team
 from durable_tools.worker.cli.shared import (
     DEFAULT_ADDRESS,
     DEFAULT_NAMESPACE,
@@ -127,12 +128,14 @@ def start_command(
         typer.Option(help="Upsert DurableToolsPending* (they must be registered)."),
     ] = True,
     setting: ModelSettings = None,
+    team: Team = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
     """Start a conversation (or attach to the running one with this id)."""
+    _check_team(team)
     values = _variables(variables)
     overrides: dict[str, Any] = {"search_attributes": search_attributes}
     if approval_deadline is not None:
@@ -158,7 +161,7 @@ def start_command(
     async def main() -> str:
         conversations = await connection.conversations(task_queue)
         handle = await conversations.start(
-            workflow_id, agent=config, message=message, options=options
+            workflow_id, agent=config, message=message, options=options, team=team
         )
         return handle.result_run_id or handle.run_id or ""
 
@@ -167,6 +170,25 @@ def start_command(
         f"conversation [bold]{escape(workflow_id)}[/] runs on task queue {escape(task_queue)} "
         f"(run {run_id}); see it with `durable-tools pending {escape(workflow_id)}`"
     )
+
+
+Team = Annotated[
+    str | None,
+    typer.Option(
+        "--team",
+        help="The team that owns the conversation: the inbox shows it only to that team "
+        "(its DurableToolsTeam search attribute).",
+    ),
+]
+
+
+def _check_team(team: str | None) -> None:
+    """Fail with one line (exit 2) on a team name `check_team` refuses."""
+    if team is not None:
+        try:
+            check_team(team)
+        except ConfigurationError as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
 
 
 def _model_settings(given: list[str] | None) -> dict[str, Any]:
@@ -270,6 +292,7 @@ def run_command(
         bool, typer.Option("--detach", "-d", help="Print the id and return at once.")
     ] = False,
     setting: ModelSettings = None,
+    team: Team = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
@@ -285,6 +308,7 @@ def run_command(
     answer. When the model answers in text, the conversation waits for the next
     message (`send`); `run` shows the answer and returns.
     """
+    _check_team(team)
     values = _variables(variables)
     settings = _model_settings(setting)
     if agent is None:  # development mode: the whole configuration from here
@@ -319,7 +343,7 @@ def run_command(
         try:
             async with asyncio.timeout(timeout):
                 conversations = await connection.conversations(task_queue)
-                await conversations.start(wf, agent=config, message=prompt)
+                await conversations.start(wf, agent=config, message=prompt, team=team)
         except TimeoutError:
             raise CliError(
                 f"no answer within {timeout:g} s from Temporal at {address} "

@@ -81,10 +81,37 @@ def inbox_command(
             "$DURABLE_TOOLS_INBOX_DECISION_KEY; else unsigned.",
         ),
     ] = None,
+    team: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--team",
+            help="GROUP=TEAM: members of GROUP belong to TEAM and see its conversations "
+            "(repeatable; a group not named here is the team of the same name).",
+        ),
+    ] = None,
+    admin_group: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--admin-group", help="Members of this group see every conversation (repeatable)."
+        ),
+    ] = None,
+    require_team: Annotated[
+        bool,
+        typer.Option(
+            "--require-team",
+            help="Conversations started without a team are shown to admins only (default: "
+            "to everyone).",
+        ),
+    ] = False,
 ) -> None:
-    """Serve the approval inbox: a web page and an HTTP API for the people who decide."""
+    """Serve the approval inbox: a web page and an HTTP API for the people who decide.
+
+    Each person sees only the conversations of their teams (a conversation's
+    team is set when it starts: `run --team`, `start(..., team=...)`).
+    """
     require_extra("durable-tools inbox", "inbox")
     from durable_tools.worker.inbox import build_auth, serve_inbox
+    from durable_tools.worker.inbox.authz import TeamAuthorizer, parse_team_map
     from durable_tools.worker.inbox.server import (
         DECISION_KEY_ENV,
         TOKENS_ENV,
@@ -113,6 +140,9 @@ def inbox_command(
             signing_key = parse_decision_key(key_text, source=str(decision_key_file))
         else:
             signing_key = parse_decision_key(os.environ.get(DECISION_KEY_ENV, ""))
+        authorizer = TeamAuthorizer(
+            parse_team_map(team or []), frozenset(admin_group or []), require_team
+        )
     except ConfigurationError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
 
@@ -141,6 +171,7 @@ def inbox_command(
             stop=stop,
             on_ready=ready,
             decision_key=signing_key,
+            authorizer=authorizer,
         )
         out.print("inbox stopped")
 

@@ -244,8 +244,9 @@ def worker_command(
     search_attributes: Annotated[
         bool,
         typer.Option(
-            help="Check at start that the namespace has DurableToolsPendingCount and "
-            "DurableToolsPendingKinds; --no-search-attributes: run without them "
+            help="Check at start that the namespace has DurableToolsPendingCount, "
+            "DurableToolsPendingKinds and DurableToolsTeam; --no-search-attributes: run without "
+            "them "
             "(conversations make no upserts; `pending` without an id cannot find them)."
         ),
     ] = True,

@@ -156,7 +156,7 @@ def add_api_routes(app: FastAPI, state: State) -> None:
         """
         ages = parse_ages(older_than or "", newer_than or "")
         return filter_waiting(
-            await state.service.waiting(), tool=tool, kind=kind, agent=agent, ages=ages
+            await state.service.waiting(who), tool=tool, kind=kind, agent=agent, ages=ages
         )
 
     @app.get(
@@ -179,7 +179,7 @@ def add_api_routes(app: FastAPI, state: State) -> None:
         visibility cannot be read.
         """
         interval = state.refresh_seconds or 5.0
-        first = await state.service.listing_version(interval)
+        first = await state.service.listing_version(interval, who)
 
         async def stream() -> AsyncIterator[str]:
             yield f"retry: {int(interval * 1000)}\n\n" + _event("changed", {"version": first})
@@ -189,7 +189,7 @@ def add_api_routes(app: FastAPI, state: State) -> None:
                     await asyncio.sleep(interval)
                     if await request.is_disconnected():
                         return
-                    version = await state.service.listing_version(interval)
+                    version = await state.service.listing_version(interval, who)
                     if version != last:
                         last = version
                         yield _event("changed", {"version": version})
@@ -206,7 +206,7 @@ def add_api_routes(app: FastAPI, state: State) -> None:
     )
     async def api_conversation(workflow_id: str, who: Who) -> ConversationView:  # pyright: ignore[reportUnusedFunction]
         """A conversation's status, what it waits for and its transcript."""
-        return await state.service.conversation(workflow_id)
+        return await state.service.conversation(workflow_id, who)
 
     @app.get(
         "/api/conversations/{workflow_id:segment}/version",
@@ -215,7 +215,7 @@ def add_api_routes(app: FastAPI, state: State) -> None:
     )
     async def api_version(workflow_id: str, who: Who) -> dict[str, str]:  # pyright: ignore[reportUnusedFunction]
         """A string that changes whenever the conversation does (pages poll it)."""
-        return {"version": await state.service.version(workflow_id)}
+        return {"version": await state.service.version(workflow_id, who)}
 
     @app.get(
         "/api/conversations/{workflow_id:segment}/events",
@@ -255,7 +255,7 @@ def add_api_routes(app: FastAPI, state: State) -> None:
         except ValueError as exc:
             raise BadInput("invalid_offset", str(exc)) from exc
         events = await state.service.follow(
-            workflow_id, after=-1 if start is None else start, keepalive=_KEEPALIVE
+            workflow_id, who, after=-1 if start is None else start, keepalive=_KEEPALIVE
         )
 
         async def stream() -> AsyncIterator[str]:

@@ -40,6 +40,7 @@ from durable_tools.client import Conversations
 from durable_tools.decision_keys import SigningKey
 from durable_tools.worker.inbox.api import Problem, add_api_routes
 from durable_tools.worker.inbox.auth import Authenticators, Csrf
+from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
 from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.pages import add_page_routes
 from durable_tools.worker.inbox.paths import KeepEncodedSlashes
@@ -59,6 +60,7 @@ def create_app(
     csrf_secret: bytes | None = None,
     refresh_seconds: float = 5.0,
     decision_key: tuple[str, SigningKey] | None = None,
+    authorizer: Authorizer | None = None,
 ) -> FastAPI:
     """Build the inbox app.
 
@@ -75,13 +77,14 @@ def create_app(
             (HMAC-SHA256; the worker holds the same key in
             `DURABLE_TOOLS_DECISION_KEYS`). `None`: decisions are unsigned,
             and calls that need a signed decision cannot be decided here.
+        authorizer: What each identity may see and do (`authz.py`). `None`
+            (default): `TeamAuthorizer()`, teams from groups.
 
     Returns:
         An ASGI app (serve it with uvicorn).
     """
-    state = State(
-        InboxService(conversations, decision_key), auth, Csrf(csrf_secret), refresh_seconds
-    )
+    service = InboxService(conversations, decision_key, authorizer or TeamAuthorizer())
+    state = State(service, auth, Csrf(csrf_secret), refresh_seconds)
     app = FastAPI(
         title="durable-tools inbox",
         summary="Approvals, questions, pauses and failed model turns waiting for a person.",

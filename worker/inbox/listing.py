@@ -11,6 +11,8 @@ from temporalio.client import WorkflowQueryFailedError, WorkflowQueryRejectedErr
 from temporalio.service import RPCError
 
 from durable_tools.client import Conversations
+from durable_tools.worker.inbox.auth import Identity
+from durable_tools.worker.inbox.authz import Authorizer
 from durable_tools.worker.inbox.conflicts import rpc_conflict
 from durable_tools.worker.inbox.views import WaitingConversation, items_of
 from durable_tools.workflows.visibility import PENDING_COUNT, PENDING_KINDS
@@ -29,26 +31,37 @@ _LIST_QUERY_TIMEOUT = 3.0
 whose worker is gone waits for its whole timeout, and the page waits for the slowest."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_CONVERSATIONS = 500
+_MAX_CACHED_LISTINGS = 256
+"""Listing versions kept, one per distinct query (team set): bounded memory."""
 
 
 class InboxListing:
     """`InboxService`'s list of waiting conversations (its attributes are the service's)."""
 
     conversations: Conversations
+    authorizer: Authorizer
     _limit: asyncio.Semaphore
     _listing_lock: asyncio.Lock
-    _listing: tuple[float, str] | None
+    _listing: dict[str, tuple[float, str]]
 
-    async def waiting(self) -> list[WaitingConversation]:
-        """Every running conversation waiting for a person, newest first.
+    def _query(self, identity: Identity) -> str:
+        """`INBOX_QUERY`, restricted server-side to what `identity` may view."""
+        clause = self.authorizer.visibility_clause(identity)
+        return INBOX_QUERY if clause is None else f"{INBOX_QUERY} AND {clause}"
 
-        Found with Temporal visibility (`INBOX_QUERY`), then each one's
-        `pending` and `status` queries.
+    async def waiting(self, identity: Identity) -> list[WaitingConversation]:
+        """Every running conversation waiting for a person that `identity` may view, newest first.
+
+        Found with Temporal visibility (`INBOX_QUERY` and the authorizer's
+        clause: the teams `identity` belongs to), then each one's `pending`
+        and `status` queries.
         """
         client = self.conversations.client
         found: list[WaitingConversation] = []
         try:
-            async for execution in client.list_workflows(INBOX_QUERY, limit=_MAX_CONVERSATIONS):
+            async for execution in client.list_workflows(
+                self._query(identity), limit=_MAX_CONVERSATIONS
+            ):
                 attributes = execution.typed_search_attributes
                 found.append(
                     WaitingConversation(
@@ -63,25 +76,28 @@ class InboxListing:
         found.sort(key=lambda w: w.started or _EPOCH, reverse=True)
         return found
 
-    async def listing_version(self, max_age: float) -> str:
-        """A string that changes when the set of waiting conversations does.
+    async def listing_version(self, max_age: float, identity: Identity) -> str:
+        """A string that changes when the set of waiting conversations `identity` may view does.
 
-        One visibility query (`INBOX_QUERY`: ids, runs, pending counts and
-        kinds; no per-conversation queries), shared by every caller: a result
-        younger than `max_age` seconds is reused, so any number of open pages
-        cost one visibility query per `max_age`.
+        One visibility query (`INBOX_QUERY` and the authorizer's clause: ids,
+        runs, pending counts and kinds; no per-conversation queries), shared
+        by every caller with the same clause: a result younger than `max_age`
+        seconds is reused, so any number of open pages cost one visibility
+        query per team set per `max_age`.
 
         Raises:
             Conflict: `unavailable` when Temporal refuses the query.
         """
         loop = asyncio.get_running_loop()
+        query = self._query(identity)
         async with self._listing_lock:
-            if self._listing is not None and loop.time() - self._listing[0] < max_age:
-                return self._listing[1]
+            cached = self._listing.get(query)
+            if cached is not None and loop.time() - cached[0] < max_age:
+                return cached[1]
             rows: list[tuple[str, str, int, list[str]]] = []
             try:
                 async for execution in self.conversations.client.list_workflows(
-                    INBOX_QUERY, limit=_MAX_CONVERSATIONS
+                    query, limit=_MAX_CONVERSATIONS
                 ):
                     attributes = execution.typed_search_attributes
                     rows.append(
@@ -96,7 +112,9 @@ class InboxListing:
                 raise rpc_conflict(exc, "the inbox") from exc
             text = json.dumps(sorted(rows))
             version = hashlib.sha256(text.encode()).hexdigest()[:16]
-            self._listing = (loop.time(), version)
+            if len(self._listing) >= _MAX_CACHED_LISTINGS:
+                self._listing.clear()
+            self._listing[query] = (loop.time(), version)
             return version
 
     async def _fill(self, waiting: WaitingConversation) -> None:

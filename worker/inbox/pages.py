@@ -86,7 +86,7 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             ages, problem = (None, None), exc.message
             older_than = newer_than = ""
         try:
-            waiting = await state.service.waiting()
+            waiting = await state.service.waiting(who)
         except Conflict as exc:
             waiting, problem = [], exc.message
         tools = sorted({i.tool for w in waiting for i in w.items if i.tool})
@@ -124,7 +124,7 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
     ) -> Response:
         """The conversation's page; after a retry (`retried`), the notice tells its outcome."""
         try:
-            view = await state.service.conversation(workflow_id)
+            view = await state.service.conversation(workflow_id, who)
         except Conflict as exc:
             return _page(
                 request,

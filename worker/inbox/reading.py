@@ -17,6 +17,9 @@ from temporalio.service import RPCError
 
 from durable_tools.client import Conversations
 from durable_tools.events import ConversationEvent
+from durable_tools.teams import TEAM
+from durable_tools.worker.inbox.auth import Identity
+from durable_tools.worker.inbox.authz import Action, Authorizer
 from durable_tools.worker.inbox.conflicts import (
     QUERY_TIMEOUT,
     Conflict,
@@ -45,19 +48,50 @@ class InboxReading:
     """`InboxService`'s reading of one conversation (its attributes are the service's)."""
 
     conversations: Conversations
+    authorizer: Authorizer
 
-    async def conversation(self, workflow_id: str) -> ConversationView:
+    def _check(
+        self, workflow_id: str, identity: Identity, action: Action, team: str | None
+    ) -> None:
+        if not self.authorizer.may(identity, action, team):
+            # Exactly what a missing conversation answers: the id's use is not confirmed.
+            raise Conflict("not_found", f"conversation {workflow_id!r} does not exist.")
+
+    async def authorize(self, workflow_id: str, identity: Identity, action: Action) -> None:
+        """Raise unless `identity` may do `action` on the conversation (its team, `describe`).
+
+        Raises:
+            Conflict: `not_found` when it may not (as for a conversation that
+                does not exist), or when there is none; `unavailable` when
+                Temporal does not answer within `QUERY_TIMEOUT`.
+        """
+        handle = self.conversations.client.get_workflow_handle(workflow_id)
+        try:
+            async with asyncio.timeout(QUERY_TIMEOUT):
+                described = await handle.describe()
+        except TimeoutError as exc:
+            raise Conflict("unavailable", "Temporal did not answer within 10 s.") from exc
+        except RPCError as exc:
+            raise rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
+        self._check(workflow_id, identity, action, described.typed_search_attributes.get(TEAM))
+
+    async def conversation(self, workflow_id: str, identity: Identity) -> ConversationView:
         """One conversation's status, pending items and transcript, and whether it ended.
 
         Raises:
-            Conflict: `not_found` or `ended` (no running conversation), `no_worker`.
+            Conflict: `not_found` (none, or `identity` may not view it) or
+                `ended` (no running conversation), `no_worker`.
         """
         handle = self.conversations.client.get_workflow_handle(workflow_id)
         try:
             async with asyncio.timeout(QUERY_TIMEOUT):
                 # Read first: a conversation that ends after it still shows a send form,
                 # and the send is then refused as `ended`.
-                execution = (await handle.describe()).status
+                described = await handle.describe()
+                self._check(
+                    workflow_id, identity, "view", described.typed_search_attributes.get(TEAM)
+                )
+                execution = described.status
                 offset = await self._event_offset(workflow_id)
                 status = await self.conversations.status(workflow_id)
                 pending = await self.conversations.pending(workflow_id)
@@ -86,8 +120,9 @@ class InboxReading:
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError):
             return -1
 
-    async def version(self, workflow_id: str) -> str:
-        """`changes(...)`, with failures as `Conflict`."""
+    async def version(self, workflow_id: str, identity: Identity) -> str:
+        """`changes(...)`, with failures as `Conflict` (`not_found`: not `identity`'s to view)."""
+        await self.authorize(workflow_id, identity, "view")
         try:
             async with asyncio.timeout(QUERY_TIMEOUT):
                 return await changes(self.conversations, workflow_id)
@@ -97,12 +132,12 @@ class InboxReading:
             raise rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
 
     async def follow(
-        self, workflow_id: str, *, after: int = -1, keepalive: float = 15.0
+        self, workflow_id: str, identity: Identity, *, after: int = -1, keepalive: float = 15.0
     ) -> AsyncGenerator[ConversationEvent | None]:
         """The conversation's events after offset `after`, as they happen.
 
-        Checks first that the conversation exists (so a missing one is a
-        `Conflict` before anything is streamed), then reads
+        Checks first that the conversation exists and that `identity` may
+        view it (so either is a `Conflict` before anything is streamed), then reads
         `Conversations.events(workflow_id, after=after)`: one long-poll update
         per batch of events while the conversation runs, queries once it
         ended. The iterator yields `None` when no event came for `keepalive`
@@ -111,6 +146,7 @@ class InboxReading:
 
         Args:
             workflow_id: The conversation.
+            identity: Who reads it (`Authorizer.may(..., "view", ...)`).
             after: The offset of the last event already seen (`-1`: all).
             keepalive: Seconds without an event before a `None`.
 
@@ -122,13 +158,7 @@ class InboxReading:
                 iterator raises `unavailable` or `no_worker` when the stream
                 fails later.
         """
-        try:
-            async with asyncio.timeout(QUERY_TIMEOUT):
-                await self.conversations.client.get_workflow_handle(workflow_id).describe()
-        except TimeoutError as exc:
-            raise Conflict("unavailable", "Temporal did not answer within 10 s.") from exc
-        except RPCError as exc:
-            raise rpc_conflict(exc, f"conversation {workflow_id!r}") from exc
+        await self.authorize(workflow_id, identity, "view")
         return self._follow(workflow_id, after, keepalive)
 
     async def _follow(

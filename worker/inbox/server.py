@@ -21,6 +21,7 @@ from durable_tools.worker.inbox.auth import (
     ProxyHeaderAuth,
     TokenAuth,
 )
+from durable_tools.worker.inbox.authz import Authorizer
 
 __all__ = [
     "DECISION_KEY_ENV",
@@ -127,6 +128,7 @@ async def serve_inbox(
     on_ready: Callable[[str], None] | None = None,
     refresh_seconds: float = 5.0,
     decision_key: tuple[str, SigningKey] | None = None,
+    authorizer: Authorizer | None = None,
 ) -> None:
     """Serve the inbox until `stop` is set (or the task is cancelled).
 
@@ -141,6 +143,8 @@ async def serve_inbox(
             visibility for changes (0: pages update only when reloaded).
         decision_key: `(key_id, key)` to sign decisions with; default
             `$DURABLE_TOOLS_INBOX_DECISION_KEY` (`KEY_ID:BASE64`), else unsigned.
+        authorizer: What each identity may see and do (default
+            `TeamAuthorizer()`; `authz.py`).
 
     Raises:
         ConfigurationError: The port is taken, or the decision key is malformed.
@@ -158,6 +162,7 @@ async def serve_inbox(
         csrf_secret=secret.encode() if secret else None,
         refresh_seconds=refresh_seconds,
         decision_key=decision_key,
+        authorizer=authorizer,
     )
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="off", access_log=False

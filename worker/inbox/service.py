@@ -48,6 +48,7 @@ from durable_tools.decision_keys import SigningKey
 from durable_tools.errors import DecisionRejected, RetryRejected
 from durable_tools.transcript import ToolCallOutput
 from durable_tools.worker.inbox.auth import Identity, may_decide
+from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
 from durable_tools.worker.inbox.conflicts import QUERY_TIMEOUT, Conflict, no_worker, rpc_conflict
 from durable_tools.worker.inbox.listing import InboxListing
 from durable_tools.worker.inbox.reading import InboxReading
@@ -114,13 +115,18 @@ class InboxService(InboxListing, InboxReading):
     Attributes:
         conversations: The client API.
         decision_key: `(key_id, key)` decisions are signed with (`None`: unsigned).
+        authorizer: What each identity may see and do (`authz.py`; default
+            `TeamAuthorizer()`: teams from groups, untagged conversations
+            visible to everyone). Every operation on a conversation asks it
+            first; a conversation an identity may not view is `not_found`.
     """
 
     conversations: Conversations
     decision_key: tuple[str, SigningKey] | None = None
+    authorizer: Authorizer = field(default_factory=TeamAuthorizer)
     _limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     _listing_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _listing: tuple[float, str] | None = None
+    _listing: dict[str, tuple[float, str]] = field(default_factory=dict[str, tuple[float, str]])
 
     async def decide(
         self,
@@ -147,6 +153,7 @@ class InboxService(InboxListing, InboxReading):
             requested_at=datetime.min,
             deadline=datetime.min,
         )
+        await self.authorize(workflow_id, identity, "decide")
         current = await self._pending_call(workflow_id, call_id, interaction=False)
         if isinstance(current, PendingApproval):  # the wait a signed decision is bound to
             shown = shown.model_copy(update={"instance": current.instance})
@@ -182,6 +189,7 @@ class InboxService(InboxListing, InboxReading):
             Conflict: As `decide`, and `invalid_answer` for an answer that
                 violates the answer schema.
         """
+        await self.authorize(workflow_id, identity, "answer")
         current = await self._pending_call(workflow_id, call_id, interaction=True)
         if current is not None and not may_decide(identity, current):
             raise Conflict("not_allowed", f"{identity.name} may not answer call {call_id!r}")
@@ -200,15 +208,22 @@ class InboxService(InboxListing, InboxReading):
             raise await self._rejected(workflow_id, call_id, str(exc)) from exc
 
     async def send(self, workflow_id: str, identity: Identity, text: str) -> None:
-        """Send a user message (durable signal)."""
+        """Send a user message (durable signal).
+
+        Raises:
+            Conflict: `not_found` when `identity` may not send to it.
+        """
+        await self.authorize(workflow_id, identity, "send")
         await self._bounded(self.conversations.send(workflow_id, text, sent_by=identity.name))
 
     async def resume(self, workflow_id: str, identity: Identity, message: str) -> None:
         """Resume a paused conversation (durable signal).
 
         Raises:
-            Conflict: `not_waiting` when it is not paused.
+            Conflict: `not_waiting` when it is not paused; `not_found` when
+                `identity` may not resume it.
         """
+        await self.authorize(workflow_id, identity, "resume")
         try:
             pending = await self._bounded(self.conversations.pending(workflow_id))
         except Conflict:
@@ -228,8 +243,10 @@ class InboxService(InboxListing, InboxReading):
             (`views.retry_outcome`) to tell whether the retry failed again.
 
         Raises:
-            Conflict: `not_failed` when the conversation is not in `model_failed`.
+            Conflict: `not_failed` when the conversation is not in
+                `model_failed`; `not_found` when `identity` may not retry it.
         """
+        await self.authorize(workflow_id, identity, "retry")
         before = await self._bounded(self.conversations.pending(workflow_id))
         try:
             await self._bounded(
