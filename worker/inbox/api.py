@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from durable_tools.conversation import DecisionReceipt
 from durable_tools.worker.inbox.conflicts import Conflict
-from durable_tools.worker.inbox.params import filter_waiting, parse_ages, parse_offset
+from durable_tools.worker.inbox.params import AGE_PATTERN, filter_waiting, parse_ages, parse_offset
 from durable_tools.worker.inbox.views import ConversationView, WaitingConversation
 from durable_tools.worker.inbox.web import (
     BadInput,
@@ -140,10 +140,20 @@ def add_api_routes(app: FastAPI, state: State) -> None:
         kind: str | None = None,
         agent: str | None = None,
         older_than: Annotated[
-            str | None, Query(description="Asked at least this long ago: 90s, 15m, 2h, 7d.")
+            str | None,
+            Query(
+                description="Asked at least this long ago: 90s, 15m, 2h, 7d.",
+                # Documented, not enforced here: a bad age is a Problem (`invalid_filter`).
+                json_schema_extra={"pattern": AGE_PATTERN},
+            ),
         ] = None,
         newer_than: Annotated[
-            str | None, Query(description="Asked at most this long ago: 90s, 15m, 2h, 7d.")
+            str | None,
+            Query(
+                description="Asked at most this long ago: 90s, 15m, 2h, 7d.",
+                # Documented, not enforced here: a bad age is a Problem (`invalid_filter`).
+                json_schema_extra={"pattern": AGE_PATTERN},
+            ),
         ] = None,
     ) -> list[WaitingConversation]:
         """Every conversation waiting for a person, with what it waits for.

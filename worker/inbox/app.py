@@ -42,6 +42,7 @@ from durable_tools.worker.inbox.api import Problem, add_api_routes
 from durable_tools.worker.inbox.auth import Authenticators, Csrf
 from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
 from durable_tools.worker.inbox.conflicts import Conflict
+from durable_tools.worker.inbox.headers import SecurityHeaders
 from durable_tools.worker.inbox.pages import add_page_routes
 from durable_tools.worker.inbox.paths import KeepEncodedSlashes
 from durable_tools.worker.inbox.render import register_filters
@@ -95,6 +96,7 @@ def create_app(
     )
     app.state.inbox = state
     app.add_middleware(KeepEncodedSlashes)  # ids with `/`: see paths.py
+    app.add_middleware(SecurityHeaders)  # CSP, no framing, nosniff: headers.py
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     register_filters(templates.env)
     app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")

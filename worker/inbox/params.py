@@ -8,10 +8,21 @@ from datetime import UTC, datetime, timedelta
 from durable_tools.worker.inbox.views import WaitingConversation
 from durable_tools.worker.inbox.web import BadInput
 
-__all__ = ["MAX_AGE_SECONDS", "filter_waiting", "parse_age", "parse_ages", "parse_offset"]
+__all__ = [
+    "AGE_PATTERN",
+    "MAX_AGE_SECONDS",
+    "filter_waiting",
+    "parse_age",
+    "parse_ages",
+    "parse_offset",
+]
 
 MAX_AGE_SECONDS = 3650 * 86400
 """The longest age a filter takes (ten years)."""
+
+AGE_PATTERN = r"^ *([0-9]{1,10}(\.[0-9]{1,6})? *([sSmMhHdDwW]|[sS][eE][cC]|[mM][iI][nN])?)? *$"
+"""What an age filter is, as the OpenAPI documents it (ECMA regex): a subset of
+what `parse_age` accepts, so a request valid by the schema is never refused."""
 
 _AGE = re.compile(r"(\d{1,10}(?:\.\d{1,6})?)\s*(s|sec|m|min|h|d|w)?", re.ASCII)
 _UNIT_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -25,10 +36,11 @@ def parse_age(text: str) -> float | None:
         text: The value as given (surrounding blanks ignored; `""`: no filter).
 
     Returns:
-        Seconds (0 to `MAX_AGE_SECONDS`), or `None` for `""`.
+        Seconds (0 to `MAX_AGE_SECONDS`: a longer age is cut to it), or
+        `None` for `""`.
 
     Raises:
-        ValueError: Not a number with an optional unit, or beyond ten years.
+        ValueError: Not a number with an optional unit.
     """
     text = text.strip().lower()
     if not text:
@@ -38,10 +50,8 @@ def parse_age(text: str) -> float | None:
         raise ValueError(
             f"{text[:40]!r} is not an age: write a number and a unit, e.g. 30m, 2h, 7d"
         )
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
-    if seconds > MAX_AGE_SECONDS:
-        raise ValueError(f"{text[:40]!r} is longer than ten years")
-    return seconds
+    # Longer than ten years is ten years: every conversation is younger.
+    return min(float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"], MAX_AGE_SECONDS)
 
 
 def parse_offset(text: str | None) -> int | None:
