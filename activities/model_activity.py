@@ -328,6 +328,7 @@ class ModelActivity(ActivitiesBase):
             transcript,
             message=message,
             max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
+            redact=self.redact,
         )
         for index, problem in enumerate(problems):
             if problem is not None:
