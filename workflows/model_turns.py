@@ -237,7 +237,9 @@ class ModelTurns:
             turn=number,
             now=workflow.now(),
         )
-        workflow.logger.warning("model turn %d failed: %s", failure.turn, failure.message)
+        workflow.logger.warning(
+            "model turn %d failed (%s): %s", failure.turn, failure.type, failure.message
+        )
         self._view.event("model_failed", turn=failure.turn, reason=failure.message)
         self.retry_requested = False
         return failure
