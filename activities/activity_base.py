@@ -35,6 +35,7 @@ from durable_tools._wire import (
     TRANSCRIPT_QUERY as TRANSCRIPT_QUERY,
 )
 from durable_tools.activities.context_window import ContextWindow
+from durable_tools.activities.failure_log import install_expected_failure_filter
 from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
 from durable_tools.agents import Agent, check_agents
 from durable_tools.context import ContextStrategyFunction
@@ -72,6 +73,8 @@ class ActivitiesBase:
         context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
         tool_threads: int | None = None,
     ) -> None:
+        # An expected model failure: one line on the console (`failure_log.py`).
+        install_expected_failure_filter()
         self.tool_threads = ToolThreads(tool_threads)
         self.max_payload_bytes = max_payload_bytes
         self.redact: Callable[[str], str] = redact or Redactor.from_environment()

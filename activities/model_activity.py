@@ -8,6 +8,7 @@ model adapter, makes its output safe to record and plans the turn's calls.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
@@ -29,6 +30,7 @@ from durable_tools.activities.activity_base import (
 )
 from durable_tools.activities.activity_events import ActivityEvents
 from durable_tools.activities.context_window import SummaryCheckpoint
+from durable_tools.activities.failure_log import expected_failure, mark_expected, one_line
 from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.agents import ResolvedAgent, is_offline_model, resolve_agent
@@ -224,13 +226,29 @@ class ModelActivity(ActivitiesBase):
                         finally:
                             await events.flush()  # every delta lands before `turn_finished`
             except Exception as exc:
-                activity.logger.warning("model turn %d failed", request.turn, exc_info=True)
                 failure = bounded_failure(exc, self.redact)
                 policy = info.retry_policy
                 limit = policy.maximum_attempts if policy is not None else 0
                 never = policy.non_retryable_error_types or () if policy is not None else ()
                 retried = not failure.non_retryable and failure.type not in never
-                if retried and (not limit or info.attempt < limit):
+                retried = retried and (not limit or info.attempt < limit)
+                if expected_failure(exc):
+                    # One line, the traceback (and the SDK's) only at DEBUG; when
+                    # no retry follows, the workflow's `model turn N failed` line.
+                    level = logging.WARNING if retried else logging.DEBUG
+                    activity.logger.log(
+                        level,
+                        "model turn %d failed (attempt %d%s): %s",
+                        request.turn,
+                        info.attempt,
+                        ", retried" if retried else "",
+                        one_line(exc),
+                    )
+                    activity.logger.debug("model turn %d failed", request.turn, exc_info=True)
+                    mark_expected(failure)
+                else:
+                    activity.logger.warning("model turn %d failed", request.turn, exc_info=True)
+                if retried:
                     # Only when a retry follows: otherwise the workflow's `model_failed` says it.
                     events.publish(
                         "model_attempt_failed",
@@ -333,6 +351,7 @@ class ModelActivity(ActivitiesBase):
             transcript,
             message=message,
             max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
+            redact=self.redact,
         )
         for index, problem in enumerate(problems):
             if problem is not None:

@@ -17,6 +17,7 @@ from durable_tools._wire import PlannedCall
 from durable_tools.approvals import call_digest
 from durable_tools.arguments import (
     DEFAULT_MAX_ARGUMENT_BYTES,
+    SUMMARY_LIMIT,
     ArgumentsError,
     summarize_call,
 )
@@ -28,7 +29,7 @@ from durable_tools.toolkit import Toolkit
 from durable_tools.tools import ApprovalContext, InteractionTool, SignalTool
 from durable_tools.transcript import TranscriptItem
 
-__all__ = ["plan_calls", "summarize_call"]
+__all__ = ["plan_calls", "shown_summary", "summarize_call"]
 
 _ACTION = TypeAdapter[Any](SignalAction)
 
@@ -40,6 +41,7 @@ def plan_calls(
     *,
     message: TranscriptItem | None = None,
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+    redact: Callable[[str], str] | None = None,
 ) -> list[PlannedCall]:
     """Plan each call of a turn: kind, early failure, approval, options.
 
@@ -53,6 +55,9 @@ def plan_calls(
         message: The turn's message, appended to `transcript` for
             `needs_approval` (default none).
         max_argument_bytes: Size limit of argument text (default 1 MiB).
+        redact: Applied to each call's summary (`shown_summary`), which
+            Temporal's Web UI shows as the tool activity's summary and
+            approvers read (default: none).
 
     Returns:
         One `PlannedCall` per call, in order.
@@ -66,7 +71,32 @@ def plan_calls(
             made.append((*transcript, message) if message is not None else tuple(transcript))
         return made[0]
 
-    return [_plan(toolkit, call, history, max_argument_bytes) for call in calls]
+    return [_plan(toolkit, call, history, max_argument_bytes, redact) for call in calls]
+
+
+_REDACTED_SPAN = 4 * SUMMARY_LIMIT
+"""Characters of a call's summary redacted before it is cut to `SUMMARY_LIMIT`."""
+
+
+def shown_summary(call: ToolCall, redact: Callable[[str], str] | None = None) -> str:
+    """`summarize_call(call)` with `redact` applied, at most `SUMMARY_LIMIT` characters.
+
+    The summary is redacted before it is cut, so a secret that starts within
+    the first 120 characters is matched whole, not shown in part.
+
+    Args:
+        call: The call.
+        redact: The worker's redactor (default: none, the summary as made).
+
+    Returns:
+        E.g. `login(user='ana', password=[redacted]…` (the same text as
+        `summarize_call(call)` when there is nothing to redact: a plan then
+        records no summary of its own, see `_wire.ModelTurn`).
+    """
+    if redact is None:
+        return summarize_call(call)
+    text = redact(summarize_call(call, _REDACTED_SPAN))
+    return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 1] + "…"
 
 
 def _plan(
@@ -74,11 +104,12 @@ def _plan(
     call: ToolCall,
     history: Callable[[], tuple[Any, ...]],
     max_argument_bytes: int,
+    redact: Callable[[str], str] | None,
 ) -> PlannedCall:
     base: dict[str, Any] = {
         "call": call,
         "arguments_hash": call_digest(call.name, call.call_id, call.arguments),
-        "summary": summarize_call(call),
+        "summary": shown_summary(call, redact),
     }
     found = toolkit.tools.get(call.name)
     if isinstance(found, SignalTool | InteractionTool):

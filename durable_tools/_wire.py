@@ -105,7 +105,8 @@ class PlannedCall(BaseModel):
         approvers: Who may decide it (the tool's `approvers`); empty: anyone.
         arguments_hash: The call's digest, `call_digest(name, call_id, arguments)`
             (histories recorded before it hold a hash of the arguments alone).
-        summary: `tool(arg=…)`, truncated, shown as the activity summary.
+        summary: `tool(arg=…)`, at most 120 characters, redacted by the
+            worker: the tool activity's summary, what approvers read.
         timeout: Start-to-close seconds of one attempt (local tools).
         heartbeat_timeout: Heartbeat timeout in seconds (local tools).
         max_attempts: Attempts including the first (local tools).
@@ -352,12 +353,10 @@ class ToolActivityInput(BaseModel):
             arguments are recorded once, in the model turn's result, and the
             activity takes them from what its worker planned or from the
             `tool_call` query, checked against `reference.digest`.
-        summary: The call as `tool(arg=…)`, at most 120 characters: what
-            `temporal workflow show` and Temporal's UI show of a tool
-            activity's arguments (`""` in histories recorded before it,
-            which gave it as the activity's summary).
 
-    Exactly one of `call` and `reference` is set.
+    Exactly one of `call` and `reference` is set. The call's `tool(arg=…)`
+    summary is the activity's summary (user metadata), not part of its input
+    (inputs recorded for a while held a copy as `summary`: ignored when read).
     """
 
     toolkit: str
@@ -366,7 +365,6 @@ class ToolActivityInput(BaseModel):
     idempotency_key: str
     max_result_bytes: int = PAYLOAD_BUDGET_BYTES
     reference: CallReference | None = None
-    summary: str = ""
 
 
 class ToolActivityResult(BaseModel):

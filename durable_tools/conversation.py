@@ -277,7 +277,7 @@ class PendingApproval(BaseModel):
         arguments: The raw argument text, as the model sent it.
         arguments_hash: The call's digest, what a decision must carry
             (`call_digest` over the tool name, call id and canonical arguments).
-        summary: `tool(arg=…)`, truncated, for a UI.
+        summary: `tool(arg=…)`, at most 120 characters, secrets redacted, for a UI.
         requested_at: When the call started waiting (workflow time, UTC).
         deadline: When it expires.
         approvers: Who may decide (`group:NAME`, `user:ID`); empty: anyone

@@ -11,7 +11,9 @@ Web UI shows it) and shown to the model, so the worker passes it through a
    `*CREDENTIAL*`; MCP servers' tokens, headers and `env`), longest first;
 2. credential shapes: URL user-info (`https://user:pass@host`), `Bearer …` /
    `Basic …`, `token=…` / `api_key=…` / `password=…` assignments and `?key=…` in URLs, and
-   well-known key formats (`sk-…`, `ghp_…`, `xox?-…`, `AKIA…`);
+   well-known key formats (`sk-…`, `ghp_…`, `xox?-…`, `AKIA…`); an assignment
+   whose whole value is the placeholder `...` or `…` is a hint, not a
+   secret, and stays (`pass api_key=... to OpenAIChatModel`);
 3. truncation to `max_chars` (default 2,000), so a failure always fits
    Temporal's failure size limit.
 
@@ -44,12 +46,14 @@ _PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s:@]+:[^/\s@]+(?=@)"), r"\g<scheme>"),
     # Authorization: Bearer xyz / Basic xyz
     (re.compile(r"(?i)\b(?P<scheme>bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\g<scheme> "),
-    # token=..., api_key: "...", password=...
+    # token=abc, api_key: "abc", password=abc; not a placeholder such as the
+    # `pass api_key=...` of a hint, which would read `pass api_key=[redacted]`.
     (
         re.compile(
             r"""(?ix)
             (?P<scheme>\b[\w-]*(?:token|secret|passw(?:or)?d|api[_-]?key|apikey|access[_-]?key
                 |client[_-]?secret|signature|sig|auth)["']?\s*[=:]\s*["']?)
+            (?!(?:\.{3}|…)(?:[\s&"',;)}\]]|$))
             [^\s&"',;)}\]]+
             """
         ),

@@ -255,7 +255,6 @@ class _Narrator:
 _HEADER = re.compile(r"^-+ \[(\d+)\] (\w+) -+$")
 _SHOWN_FIELDS = (
     "activityType.name:",
-    "input[0].summary:",
     "userMetadata.summary:",
     "attempt:",
     "lastFailure.applicationFailureInfo.type:",
@@ -267,8 +266,8 @@ def tool_activity_events(text: str) -> list[str]:
     """Keep the tool activities' events of `temporal workflow show --detailed` output.
 
     An activity whose type starts with `tool.` is a tool call; its
-    `ActivityTaskScheduled` event carries the type and, in its input, the
-    call's summary; its
+    `ActivityTaskScheduled` event carries the type and the call's summary
+    (user metadata); its
     `ActivityTaskStarted` event (recorded when the attempt that ends it
     starts) the attempt number and the previous attempt's failure.
 
@@ -278,7 +277,7 @@ def tool_activity_events(text: str) -> list[str]:
     Returns:
         Lines as the command prints them: an event header `[13]
         ActivityTaskScheduled`, then its indented `activityType.name`,
-        `input[0].summary`, `attempt` and `lastFailure` fields; events of
+        `userMetadata.summary`, `attempt` and `lastFailure` fields; events of
         other activities, workflow tasks, timers and signals are left out.
     """
     events: list[tuple[int, str, list[str]]] = []

@@ -1,13 +1,15 @@
 """Rich renderings of what a conversation shows a person: approvals, pending work, transcripts.
 
 Shared by the CLI (`durable-tools pending`, `history`, `status`) and the demo.
-Every function returns a rich renderable; print it with `Console().print(...)`.
+Every `render_*` function returns a rich renderable; print it with
+`Console().print(...)`. A question's answer schema is shown as a field list
+(`answer_fields.py`), not as JSON.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,9 +26,11 @@ from durable_tools.conversation import (
     SendMessage,
 )
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, UserMessage
+from durable_tools.worker.answer_fields import MAX_FIELDS, answer_fields
 
 __all__ = [
     "PendingConversation",
+    "render_answer_schema",
     "render_approval",
     "render_pending",
     "render_pending_conversations",
@@ -90,10 +94,6 @@ def _pretty_json(text: str) -> str:
         return text
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def render_pending(state: PendingState) -> Group:
     """Tables of pending approvals, interactions, a pause and rejected decisions.
 
@@ -122,17 +122,18 @@ def render_pending(state: PendingState) -> Group:
         parts.append(table)
     if state.interactions:
         table = Table(title="Questions", title_justify="left")
-        for column in ("call id", "tool", "arguments", "answer schema", "deadline"):
+        for column in ("call id", "tool", "arguments", "deadline", "digest"):
             table.add_column(column, overflow="fold")
         for i in state.interactions:
             table.add_row(
                 escape(i.call_id),
                 escape(i.tool),
                 escape(i.arguments),
-                escape(_compact(i.answer_schema)) if i.answer_schema is not None else "any JSON",
                 when(i.deadline),
+                i.arguments_hash,
             )
         parts.append(table)
+        parts += [render_answer_schema(i.call_id, i.answer_schema) for i in state.interactions]
     if state.paused is not None:
         parts.append(
             Text(
@@ -159,6 +160,39 @@ def render_pending(state: PendingState) -> Group:
     if not (state.approvals or state.interactions or state.paused is not None or failure):
         parts.insert(0, Text("nothing pending"))
     return Group(*parts)
+
+
+def render_answer_schema(call_id: str, schema: Mapping[str, Any] | None) -> Table | Text:
+    """The fields an answer to question `call_id` takes, one row each.
+
+    Args:
+        call_id: The question's call id.
+        schema: Its answer schema (`None`: any JSON value).
+
+    Returns:
+        A table with columns `field`, `type`, `required`, `description` and
+        `constraints` (see `answer_fields`), or a line saying any JSON will do.
+    """
+    if schema is None:
+        return Text(f"answer to {call_id}: any JSON value")
+    fields = answer_fields(schema)
+    table = Table(title=f"Answer to {escape(call_id)}", title_justify="left")
+    table.add_column("field", overflow="fold")
+    table.add_column("type", overflow="fold")
+    table.add_column("required", no_wrap=True)
+    table.add_column("description", overflow="fold")
+    table.add_column("constraints", overflow="fold")
+    for field in fields:
+        table.add_row(
+            escape(field.name),
+            escape(field.type),
+            "yes" if field.required else "no",
+            escape(field.description),
+            escape(field.constraints),
+        )
+    if len(fields) >= MAX_FIELDS:
+        table.caption = f"the first {MAX_FIELDS} fields; --json prints the whole schema"
+    return table
 
 
 _SHOWN_CHARACTERS = 2000

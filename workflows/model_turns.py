@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ModelTurnRequest,
         TranscriptDelta,
     )
+    from durable_tools.arguments import SUMMARY_LIMIT
     from durable_tools.conversation import AgentConfig, ConversationOptions, ModelFailure
     from durable_tools.transcript import TranscriptItem, Usage
 
@@ -45,10 +46,21 @@ def add_usage(totals: dict[str, Usage], model: str, usage: Usage | None) -> None
 
 
 def turn_summary(agent: AgentConfig, number: int) -> str:
-    """The model activity's summary: the agent, its model and the turn's number."""
-    if agent.model:
-        return f"{agent.name}: {agent.model}, turn {number}"
-    return f"{agent.name}, turn {number}"
+    """The model activity's summary: the agent, its model and the turn's number.
+
+    Args:
+        agent: The turn's agent configuration.
+        number: The turn's number (1 for the conversation's first).
+
+    Returns:
+        E.g. `support: openai:gpt-4o, turn 3`, at most `SUMMARY_LIMIT` (120)
+        characters: a long agent or model name is cut, the turn's number kept.
+    """
+    who = f"{agent.name}: {agent.model}" if agent.model else agent.name
+    turn = f", turn {number}"
+    if len(who) + len(turn) > SUMMARY_LIMIT:
+        who = who[: max(SUMMARY_LIMIT - len(turn) - 1, 0)] + "…"
+    return who + turn
 
 
 class ModelTurns:
@@ -207,10 +219,12 @@ class ModelTurns:
             ),
             heartbeat_timeout=timedelta(seconds=retry.heartbeat_timeout),
             retry_policy=model_retry_policy(retry),
-            # Where the agent starts (a run's first turn, a handoff): every
-            # summary is a payload the SDK converts in the sandbox, once per
-            # pass (about 0.3 ms of worker CPU per turn).
-            summary=turn_summary(agent, number) if whole else None,
+            # Every turn, for Temporal's Web UI and `temporal workflow show`
+            # (user metadata: replay ignores it, so histories recorded with a
+            # summary on the first turn only replay). The worker CPU it costs
+            # (a payload taken through the sandbox three times per workflow
+            # task) is measured in docs/architecture.md.
+            summary=turn_summary(agent, number),
         )
 
     def describe_failure(
@@ -223,7 +237,9 @@ class ModelTurns:
             turn=number,
             now=workflow.now(),
         )
-        workflow.logger.warning("model turn %d failed: %s", failure.turn, failure.message)
+        workflow.logger.warning(
+            "model turn %d failed (%s): %s", failure.turn, failure.type, failure.message
+        )
         self._view.event("model_failed", turn=failure.turn, reason=failure.message)
         self.retry_requested = False
         return failure

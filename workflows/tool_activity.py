@@ -51,7 +51,11 @@ def tool_retry_policy(plan: PlannedCall) -> RetryPolicy:
 
 
 async def run_tool_activity(plan: PlannedCall, toolkit: str, *, inline: bool) -> ToolActivityResult:
-    """Run `plan`'s call as the activity `tool.<name>`.
+    """Run `plan`'s call as the activity `tool.<name>`, summarized `name(arg=…)`.
+
+    The activity's summary (user metadata, shown by Temporal's Web UI and
+    `temporal workflow show`) is `plan.summary`: at most 120 characters,
+    scrubbed by the worker's redactor when the call was planned.
 
     Args:
         plan: The planned local call.
@@ -76,7 +80,6 @@ async def run_tool_activity(plan: PlannedCall, toolkit: str, *, inline: bool) ->
             else CallReference(call_id=call.call_id, name=call.name, digest=plan.arguments_hash),
             workflow_id=info.workflow_id,
             idempotency_key=f"{info.workflow_id}/{call.call_id}",
-            summary=plan.summary,
         ),
         result_type=ToolActivityResult,
         start_to_close_timeout=timedelta(seconds=plan.timeout) if plan.timeout else _NO_TIMEOUT,
@@ -84,9 +87,10 @@ async def run_tool_activity(plan: PlannedCall, toolkit: str, *, inline: bool) ->
         if plan.heartbeat_timeout
         else None,
         retry_policy=tool_retry_policy(plan),
-        # No activity summary: its payload (user metadata) costs the
-        # worker three sandbox round trips per workflow task, about
-        # 3% of a tool turn's CPU; `summary` in the input says as much.
+        # What Temporal's Web UI and `temporal workflow show` print for the
+        # step: `name(arg=…)`, at most 120 characters, redacted when planned.
+        # Replay ignores user metadata: histories recorded without it replay.
+        summary=plan.summary,
     )
 
 

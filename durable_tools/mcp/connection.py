@@ -81,15 +81,7 @@ class CallTimedOut(Exception):
 
 def describe_error(exc: BaseException) -> str:
     """One line for an exception, unwrapping anyio's exception groups."""
-    leaf: BaseException = exc
-    for _ in range(100):  # nested exception groups: report the first leaf
-        inner: object = getattr(leaf, "exceptions", None)
-        if not isinstance(inner, tuple) or not inner:
-            break
-        first: object = cast(tuple[object, ...], inner)[0]
-        if not isinstance(first, BaseException):
-            break
-        leaf = first
+    leaf = _leaf(exc)  # nested exception groups: report the first leaf
     strerror: object = getattr(leaf, "strerror", None)
     if isinstance(strerror, str) and strerror:
         filename: object = getattr(leaf, "filename", None)
@@ -97,6 +89,37 @@ def describe_error(exc: BaseException) -> str:
     name = type(leaf).__name__
     text = str(leaf).strip().splitlines()
     return f"{name}: {text[0]}" if text else name
+
+
+_HTTP_STAND_INS: Final = frozenset(
+    {"Server returned an error response", "Not Found", "Session terminated"}
+)
+"""What the MCP SDK's streamable HTTP client says in place of an HTTP error status."""
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first leaf of nested exception groups (`exc` itself when it is none)."""
+    leaf = exc
+    for _ in range(100):
+        inner: object = getattr(leaf, "exceptions", None)
+        if not isinstance(inner, tuple) or not inner:
+            break
+        first: object = cast(tuple[object, ...], inner)[0]
+        if not isinstance(first, BaseException):
+            break
+        leaf = first
+    return leaf
+
+
+def http_status_text(status: int, reason: str) -> str:
+    """What an MCP server's HTTP error status says, e.g. `it answered HTTP 401 Unauthorized`.
+
+    A 401 or 403 adds where the credentials come from (`token_env`, `headers`).
+    """
+    text = f"it answered HTTP {status} {reason}".rstrip()
+    if status in (401, 403):
+        text += " (check its token_env, token or headers)"
+    return text
 
 
 @dataclass(eq=False)
@@ -226,6 +249,9 @@ class McpConnection:
         self._lock = asyncio.Lock()
         self._failures = 0
         self._retry_at = 0.0
+        # The latest HTTP error status a request of this connection got
+        # (streamable HTTP): the SDK reports it as a generic JSON-RPC error.
+        self._http_status: tuple[int, str] | None = None
 
     # ----------------------------------------------------------- lifecycle
 
@@ -304,6 +330,7 @@ class McpConnection:
                 if token:
                     headers["Authorization"] = f"Bearer {token}"
                 http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+                http.event_hooks["response"].append(self._note_status)
                 streams = await stack.enter_async_context(
                     streamable_http_client(config.url, http_client=http)
                 )
@@ -312,6 +339,33 @@ class McpConnection:
                 yield _WatchedRead(read, live.lost), _CountingWrite(write, self._count_request)
             finally:
                 live.lost.set()
+
+    async def _note_status(self, response: Any) -> None:
+        """Keep the HTTP error status of a request (POST) for `_with_status`.
+
+        A GET (the optional server-to-client stream; 405 is a normal answer)
+        and the DELETE that ends a session say nothing about a request.
+        """
+        if response.request.method == "POST" and response.status_code >= 400:
+            self._http_status = (int(response.status_code), str(response.reason_phrase))
+
+    def _with_status(self, exc: BaseException) -> BaseException:
+        """`exc`, or an `MCPError` naming the HTTP status the SDK reported generically."""
+        leaf = _leaf(exc)
+        if (
+            isinstance(leaf, MCPError)
+            and leaf.message in _HTTP_STAND_INS
+            and self._http_status is not None
+        ):
+            return MCPError(leaf.code, http_status_text(*self._http_status), leaf.data)
+        return exc
+
+    def _describe(self, exc: BaseException) -> str:
+        """`describe_error(exc)`; an HTTP error status as `http_status_text` says it."""
+        described = self._with_status(exc)
+        if described is not exc:
+            return str(described)
+        return describe_error(exc)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -341,13 +395,13 @@ class McpConnection:
                     group.cancel_scope.cancel()
         except BaseException as exc:
             if not ready.done():
-                ready.set_exception(McpStartError(describe_error(exc)))
+                ready.set_exception(McpStartError(self._describe(exc)))
                 ready.exception()  # retrieved here too: no "never retrieved" warning
             if isinstance(exc, asyncio.CancelledError):
                 raise
             if ready.done() and not live.closing.is_set():
                 _log.warning(
-                    "MCP server %r: connection ended: %s", self.config.name, describe_error(exc)
+                    "MCP server %r: connection ended: %s", self.config.name, self._describe(exc)
                 )
         finally:
             live.lost.set()
@@ -401,15 +455,20 @@ class McpConnection:
         """All tools the server offers (following pagination).
 
         Raises:
-            McpStartError: The server could not be reached.
-            MCPError: The server answered `tools/list` with an error.
+            McpStartError: The server could not be reached (an HTTP error
+                status is named: `it answered HTTP 401 Unauthorized`).
+            MCPError: The server answered `tools/list` with an error (an HTTP
+                error status, named as above).
         """
         client = await self.open()
         tools: list[types.Tool] = []
         cursor: str | None = None
         for _ in range(1000):  # bounded: a server that pages forever is cut off
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await client.session.list_tools(params=params)
+            try:
+                page = await client.session.list_tools(params=params)
+            except MCPError as exc:
+                raise self._with_status(exc) from exc
             tools.extend(page.tools)
             cursor = page.next_cursor
             if not cursor:
@@ -487,7 +546,7 @@ class McpConnection:
                     raise ConnectionLost(
                         "the connection to the server ended during the call", sent=True
                     ) from exc
-                raise
+                raise self._with_status(exc) from exc
         await _abandon(request)
         if not done:
             raise CallTimedOut(f"no answer within {timeout:g} s; the request was cancelled")

@@ -11,7 +11,9 @@ from durable_tools import (
     sleep_tool,
     tool,
 )
-from durable_tools.activities.planning import plan_calls, summarize_call
+from durable_tools.activities.planning import plan_calls, shown_summary, summarize_call
+from durable_tools.arguments import SUMMARY_LIMIT
+from durable_tools.redact import Redactor
 from durable_tools.signals import Sleep
 from durable_tools.tools import ApprovalContext
 from durable_tools.transcript import AssistantMessage, UserMessage
@@ -136,3 +138,21 @@ def test_the_transcript_is_read_only_for_a_needs_approval_function():
 def _gated() -> str:
     """A tool whose approval depends on the transcript."""
     return "ok"
+
+
+def test_a_summary_is_redacted_before_it_is_cut() -> None:
+    """Issue 25, item 5: the tool activity's summary never shows part of a secret."""
+    secret = "tok-0123456789-abcdefghij"
+    redact = Redactor([secret])
+    # The secret starts at character 110 and runs past the 120-character cut.
+    text = "x" * (110 - len("transfer(to='")) + secret
+    plain = ToolCall(call_id="c1", name="transfer", arguments=json.dumps({"to": text}))
+    shown = shown_summary(plain, redact)
+    assert len(shown) == SUMMARY_LIMIT and shown.endswith("[redacted…")
+    assert "tok-" not in shown
+    assert "tok-" in summarize_call(plain)  # cut first, a redactor would miss it
+    # Nothing to redact: the summary as made (a plan then records none of its own).
+    other = ToolCall(call_id="c2", name="transfer", arguments='{"to": "' + "y" * 300 + '"}')
+    assert shown_summary(other, redact) == summarize_call(other)
+    [planned] = plan_calls(Toolkit(transfer), [plain], [], redact=redact)
+    assert planned.summary == shown

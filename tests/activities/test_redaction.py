@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import string
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,6 +42,50 @@ def test_credential_shapes(text: str, hidden: list[str], kept: list[str]) -> Non
     for part in kept:
         assert part in out
     assert (REDACTED in out) == bool(hidden)
+
+
+@pytest.mark.parametrize(
+    "hint",
+    [
+        "no OpenAI API key: set OPENAI_API_KEY, or pass api_key=... (or base_url=...)",
+        "set ANTHROPIC_API_KEY or pass api_key=... to AnthropicModel",
+        'configure it as {"token": "..."} or token=…',
+    ],
+)
+def test_a_placeholder_in_a_hint_is_not_a_secret(hint: str) -> None:
+    """Issue 25, item 5: `pass api_key=...` read `pass api_key=[redacted]`."""
+    assert Redactor()(hint) == hint
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("api_key=...abc123", "...abc123"),
+        ("api_key=abc...", "abc..."),
+        ("token=....", "...."),
+        ("password: 'x...'", "x..."),
+    ],
+)
+def test_values_that_only_start_or_end_with_dots_are_still_redacted(text: str, secret: str) -> None:
+    assert secret not in Redactor()(text)
+
+
+async def test_the_missing_key_hint_reaches_the_conversation_unredacted(
+    dev_env: WorkflowEnvironment, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker without OPENAI_API_KEY: the model failure says how to pass one."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    async with AgentTestEnvironment.start(
+        toolkit=Toolkit(refuse), model=ScriptedModel(["unused"]), env=dev_env
+    ) as env:
+        agent = env.agent.model_copy(update={"model": "openai:gpt-4o-mini"})
+        chat = await env.start_conversation("hello", agent=agent)
+        with anyio.fail_after(30):
+            while (failure := (await env.conversations.status(chat)).model_failed) is None:
+                await anyio.sleep(0.05)
+    assert "no OpenAI API key: set OPENAI_API_KEY, or pass api_key=... " in failure.message
+    assert REDACTED not in failure.message
 
 
 def test_known_secrets_longest_first_and_truncation() -> None:

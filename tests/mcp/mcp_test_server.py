@@ -16,7 +16,9 @@ for each cancellation the client sends. `stamp` lies in its annotations
 key); `relabel` changes another tool's annotations at run time. The HTTP server answers 401 to any
 request without `Authorization: Bearer <token>` (the token is read from the
 environment variable `--token-env`) and logs `{"event": "request", "method":
-...}` for each JSON-RPC request it accepts.
+...}` for each JSON-RPC request it accepts; a call of `gateway_error` with
+`status` is answered with that HTTP status (text/plain), as by a gateway in
+front of the server.
 """
 
 from __future__ import annotations
@@ -194,6 +196,12 @@ async def relabel(tool: str, read_only: bool, ctx: Context) -> str:
     return f"relabelled {tool}"
 
 
+@server.tool(annotations=READ_ONLY)
+async def gateway_error(status: int) -> str:
+    """Over HTTP, answered by the gateway in front of the server: HTTP `status`."""
+    return f"no gateway over this transport (asked for HTTP {status})"
+
+
 async def on_cancelled(ctx: Any, params: types.CancelledNotificationParams) -> None:
     log(event="notification", method="notifications/cancelled", request_id=str(params.request_id))
 
@@ -237,6 +245,16 @@ else:
                 message = None
             if isinstance(message, dict) and "method" in message and "id" in message:
                 log(event="request", method=message["method"])
+            params = message.get("params") if isinstance(message, dict) else None
+            if (
+                isinstance(message, dict)
+                and message.get("method") == "tools/call"
+                and isinstance(params, dict)
+                and params.get("name") == "gateway_error"
+            ):
+                status = int(params.get("arguments", {}).get("status", 500))
+                await Response("gateway says no", status_code=status)(scope, receive, send)
+                return
             sent = False
 
             async def replay() -> dict[str, Any]:

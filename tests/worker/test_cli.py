@@ -388,6 +388,45 @@ def test_deny_by_signal_reaches_the_model(live: Live) -> None:
     assert "over the limit" in output["note"]
 
 
+def test_pending_lists_a_questions_answer_fields(live: Live) -> None:
+    """Issue 25, item 5: the answer schema as fields, not JSON in a narrow column."""
+    workflow_id = f"cli-{uuid.uuid4().hex[:8]}"
+    started = live.cli(
+        "start",
+        workflow_id,
+        "--model",
+        "scripted",
+        "--toolkit",
+        "support",
+        "--message",
+        "I want my money back",  # no order id: the model asks which order
+        task_queue=True,
+    )
+    assert started.exit_code == 0, started.output
+    deadline = time.monotonic() + 30
+    while not (questions := pending_json(live, workflow_id)["interactions"]):
+        assert time.monotonic() < deadline, "no question within 30 s"
+        time.sleep(0.1)
+    [question] = questions
+    shown = runner.invoke(
+        app,
+        ["pending", workflow_id, "--address", live.address, "--timeout", "20"],
+        env={"COLUMNS": "100"},
+    )
+    assert shown.exit_code == 0, shown.output
+    lines = [line.strip() for line in shown.stdout.splitlines()]
+    rows = [[cell.strip() for cell in line.replace("┃", "│").split("│")[1:-1]] for line in lines]
+    assert f"Answer to {question['call_id']}" in lines
+    assert ["field", "type", "required", "description", "constraints"] in rows
+    assert ["order_id", "string", "yes", "", "pattern ^[A-Za-z]-[0-9]{3,}$"] in rows
+    assert ["note", "string", "no", "", ""] in rows
+    assert '"properties"' not in shown.stdout  # no JSON Schema text
+    assert question["arguments_hash"][:20] in shown.stdout  # what `answer --hash` takes
+    answer = ("answer", workflow_id, question["call_id"], '{"order_id": "A-1001"}')
+    answered = live.cli(*answer, "--hash", question["arguments_hash"])
+    assert answered.exit_code == 0, answered.output
+
+
 def test_a_model_failure_is_shown_by_run_status_and_pending_and_retry_reruns_it(
     live: Live,
 ) -> None:

@@ -10,6 +10,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import pytest
 from cli_process import Running, cli
 
 from durable_tools.worker.dev_server import free_port
@@ -107,3 +108,28 @@ async def test_dev_serves_ui_and_worker_persists_and_stops_cleanly(tmp_path: Pat
         assert done.code == 0, done.stdout + done.stderr
     finally:
         await dev.kill()
+
+
+async def test_a_model_failure_is_one_line_on_the_dev_console(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25, item 5: no traceback for an expected failure (a model spec without its key)."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    port = free_port()
+    dev = await _start_dev(tmp_path, port, free_port())
+    try:
+        await dev.wait_for_line("try: durable-tools run", timeout=30)
+        ran = await cli(
+            "run", "--model", "openai:gpt-4o-mini", "--address", f"127.0.0.1:{port}", "hi"
+        )
+        assert ran.code == 1 and "no OpenAI API key" in ran.stdout, ran.stdout + ran.stderr
+        dev.send_signal(signal.SIGINT)
+        done = await dev.finish(timeout=30)
+    finally:
+        await dev.kill()
+    failed = [line for line in done.stderr.splitlines() if "model turn 1 failed" in line]
+    assert len(failed) == 1, done.stderr  # the workflow's; the activity's only at DEBUG
+    assert "(ConfigurationError): no model named 'openai:gpt-4o-mini'" in failed[0]
+    assert "no OpenAI API key" in failed[0]
+    assert "Traceback" not in done.stderr and "Completing activity as failed" not in done.stderr

@@ -97,13 +97,13 @@ def test_demo_tells_the_story_and_exits_0(tmp_path: Path) -> None:
             # Temporal's own record, tools as activity types with summaries
             f"inspect it: temporal workflow show -w {wf} --address {addr}",
             "activityType.name: tool.time__get_current_time",
-            "input[0].summary: time__get_current_time(timezone='Europe/Paris')",
+            "userMetadata.summary: time__get_current_time(timezone='Europe/Paris')",
             "activityType.name: tool.check_service",
-            "input[0].summary: check_service(name='billing')",
+            "userMetadata.summary: check_service(name='billing')",
             "(of [13] tool.check_service)\n    attempt: 3",
             "lastFailure.message: billing: connection reset by peer (attempt 2)",
             "activityType.name: tool.write_file",
-            "input[0].summary: write_file(path='reports/status.md'",
+            "userMetadata.summary: write_file(path='reports/status.md'",
             "done in ",
         ],
     )
@@ -207,7 +207,7 @@ userMetadata.summary: reporter, turn 1
 activityId: 3
 activityType.name: tool.check_service
 input[0].idempotency_key: wf/c2
-input[0].summary: check_service(name='billing')
+userMetadata.summary: check_service(name='billing')
 
 --------------- [14] ActivityTaskStarted ---------------
 attempt: 1
@@ -236,7 +236,7 @@ def test_tool_activity_events_keeps_tool_activities_only() -> None:
     assert tool_activity_events(_DETAILED) == [
         "[13] ActivityTaskScheduled",
         "    activityType.name: tool.check_service",
-        "    input[0].summary: check_service(name='billing')",
+        "    userMetadata.summary: check_service(name='billing')",
         "[19] ActivityTaskStarted  (of [13] tool.check_service)",
         "    attempt: 3",
         "    lastFailure.applicationFailureInfo.type: ConnectionError",

@@ -149,7 +149,7 @@ async def test_handoff_switches_the_agent(harness: Harness) -> None:
     assert len(main) == 1 and len(special) == 2
     assert all(r.instructions == "You are the specialist." for r in special)
     assert (await conv.status(wf)).agent == "specialist"
-    # The Web UI names the agent where it starts: the first turn and the handoff.
+    # The Web UI names each turn's agent: after the handoff, the specialist.
     history = await harness.client.get_workflow_handle(wf).fetch_history()
     converter = harness.client.data_converter.payload_converter
     summaries = [
@@ -162,7 +162,7 @@ async def test_handoff_switches_the_agent(harness: Harness) -> None:
     assert summaries == [
         "main: directed, turn 1",
         "specialist: specialist-model, turn 2",
-        None,
+        "specialist: specialist-model, turn 3",
     ]
 
 

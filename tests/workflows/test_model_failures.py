@@ -161,7 +161,7 @@ async def test_a_provider_error_over_the_failure_size_limit_becomes_one_short_li
     retry = FAST_RETRY.model_copy(update={"max_attempts": 2})
     agent = AgentConfig(model="broken", toolkit="tests", model_retry=retry)
     lines: list[str] = []
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.DEBUG):
         async with running(
             dev_env, task_queue, tmp_path / "l.jsonl", models={"broken": model}
         ) as h:
@@ -190,9 +190,47 @@ async def test_a_provider_error_over_the_failure_size_limit_becomes_one_short_li
     assert followed.outcome == "model_failed" and followed.failure == failure
     assert any("model turn 1 failed" in line and "HTTP 500" in line for line in lines), lines
     logged = [r for r in caplog.records if r.getMessage().startswith("model turn 1 failed")]
-    assert logged and logged[0].exc_info is not None
-    # The full text is in the worker's log (the adapter's error and its cause).
-    assert long_message in logging.Formatter().formatException(logged[0].exc_info)
+    # An expected failure (issue 25, item 5): one line at WARNING per attempt
+    # (the activity's while a retry follows, then the workflow's), no traceback;
+    shown = [r for r in logged if r.levelno >= logging.WARNING]
+    assert [(r.name, r.exc_info) for r in shown] == [
+        ("temporalio.activity", None),
+        ("temporalio.workflow", None),
+    ]
+    assert "(attempt 1, retried): ProviderUnavailable: OpenAI answered HTTP 500" in (
+        shown[0].getMessage()
+    )
+    assert all(len(r.getMessage()) < 2_000 and "\n" not in r.getMessage() for r in shown)
+    # ... the full text, with the adapter's error and its cause, at DEBUG.
+    traced = [r for r in logged if r.exc_info is not None]
+    assert traced and all(r.levelno == logging.DEBUG for r in traced)
+    assert long_message in logging.Formatter().formatException(traced[0].exc_info)
+    sdk = [r for r in caplog.records if r.getMessage().startswith("Completing activity as failed")]
+    assert sdk and all(r.levelno == logging.DEBUG for r in sdk)
+
+
+async def test_a_model_adapter_bug_keeps_its_traceback_in_the_log(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not an expected failure: what a person debugging the adapter needs stays at WARNING."""
+    model = BrokenModel(lambda: KeyError("choices"))
+    retry = FAST_RETRY.model_copy(update={"max_attempts": 1})
+    agent = AgentConfig(model="broken", toolkit="tests", model_retry=retry)
+    with caplog.at_level(logging.WARNING):
+        async with running(
+            dev_env, task_queue, tmp_path / "l.jsonl", models={"broken": model}
+        ) as h:
+            wf = await h.start("hello", agent=agent)
+            await _failure(h, wf)
+    traced = [
+        r.getMessage().split(" (")[0]
+        for r in caplog.records
+        if r.exc_info is not None and r.levelno >= logging.WARNING and wf in r.getMessage()
+    ]
+    assert traced == ["model turn 1 failed", "Completing activity as failed"]
 
 
 async def test_a_toolkit_this_worker_does_not_serve_waits_and_cancel_ends_it(

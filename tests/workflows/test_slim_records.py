@@ -15,7 +15,6 @@ import uuid
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -23,7 +22,6 @@ from workflow_helpers import payloads_of
 
 from durable_tools import Toolkit, tool
 from durable_tools._wire import ModelTurn, PlannedCall
-from durable_tools.arguments import SUMMARY_LIMIT
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
 from durable_tools.results import ToolCall
@@ -55,20 +53,11 @@ async def guarded_shout(text: str) -> str:
     return text.upper()
 
 
-def _without_display_summary(event: HistoryEvent, text: str) -> str:
-    """A tool activity's input without its `summary`: a display copy, at most 120 characters."""
-    if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-        return text
-    data = json.loads(text)
-    summary = data.pop("summary", "")
-    assert len(summary) <= SUMMARY_LIMIT
-    return json.dumps(data)
-
-
 async def _occurrences(env: WorkflowEnvironment, workflow_id: str, needle: str) -> int:
+    """Copies of `needle` in the history's payloads but its display summaries (user metadata)."""
     history = await env.client.get_workflow_handle(workflow_id).fetch_history()
     return sum(
-        _without_display_summary(event, payload.data.decode(errors="replace")).count(needle)
+        payload.data.decode(errors="replace").count(needle)
         for event in history.events
         for payload in payloads_of(event, skip="user_metadata")
     )
@@ -111,11 +100,11 @@ async def test_arguments_and_configuration_are_recorded_once(
     outputs = [o for o in model.requests[1].transcript if isinstance(o, ToolCallOutput)]
     assert [(o.call_id, o.content) for o in outputs] == [("c1", "NEEDLE-7F3A")]
     assert await _occurrences(dev_env, workflow_id, MARKER) == 1
-    # Beside it, one display copy: the summary in the tool activity's input
-    # (at most 120 characters), and no activity summary.
+    # Beside it, one display copy: the tool activity's summary (user
+    # metadata, at most 120 characters), not its input.
     history = await dev_env.client.get_workflow_handle(workflow_id).fetch_history()
     holding = [
-        (e.event_type, json.loads(p.data).get("summary"))
+        (e.event_type, json.loads(p.data) if e.HasField("user_metadata") else None)
         for e in history.events
         for p in payloads_of(e)
         if MARKER in p.data.decode(errors="replace")
