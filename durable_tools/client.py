@@ -39,6 +39,7 @@ from durable_tools._client_support import (
 )
 from durable_tools.approvals import Decision, sign_decision
 from durable_tools.conversation import (
+    CANCELLED_BY,
     AgentConfig,
     Answer,
     ConversationOptions,
@@ -278,9 +279,21 @@ class Conversations(ConversationReads):
             f"({_MAX_FOLLOWS} runs asked); ask again with wait_turn"
         )
 
-    async def send(self, workflow_id: str, text: str, *, sent_by: str = "") -> None:
-        """Send a user message (signal; durable even with no worker running)."""
-        await self._handle(workflow_id).signal("send", SendMessage(text=text, sent_by=sent_by))
+    async def send(
+        self, workflow_id: str, text: str, *, sent_by: str = "", operator: bool = False
+    ) -> None:
+        """Send a message (signal; durable even with no worker running).
+
+        Args:
+            workflow_id: The conversation.
+            text: The message.
+            sent_by: Who sends it (kept in the transcript and the event stream).
+            operator: An operator's note, not the user's words (default False:
+                a user message); the model receives it marked as one
+                (`UserMessage.as_model_text`).
+        """
+        message = SendMessage(text=text, sent_by=sent_by, operator=operator)
+        await self._handle(workflow_id).signal("send", message)
 
     async def resume(
         self,
@@ -511,6 +524,16 @@ class Conversations(ConversationReads):
         else:
             await handle.signal("retry", request)
 
-    async def cancel(self, workflow_id: str) -> None:
-        """Cancel the conversation; open calls are answered `cancelled` or `interrupted`."""
-        await self._handle(workflow_id).cancel()
+    async def cancel(self, workflow_id: str, *, cancelled_by: str = "") -> None:
+        """Cancel the conversation; open calls are answered `cancelled` or `interrupted`.
+
+        Args:
+            workflow_id: The conversation.
+            cancelled_by: Who cancels it: sent as the cancel request's reason
+                (`cancelled by NAME`, `CANCELLED_BY`), which Temporal records
+                in history; the workflow names them on the outputs of the calls
+                it cancels and on its `conversation_finished` event. Default
+                `""`: no reason.
+        """
+        reason = f"{CANCELLED_BY}{cancelled_by}" if cancelled_by else ""
+        await self._handle(workflow_id).cancel(reason=reason)

@@ -126,7 +126,7 @@ class View:
 def item_chars(item: TranscriptItem) -> int:
     """Characters of an item's content: text, call names and arguments, output."""
     if isinstance(item, UserMessage):
-        return len(item.text)
+        return len(item.as_model_text())
     if isinstance(item, ContextSummary):
         return len(item.as_user_text())
     if isinstance(item, ToolCallOutput):
@@ -409,7 +409,9 @@ def summary_input(entries: Sequence[Entry], strategy: Summarize) -> str:
     for entry in entries:
         item = entry.item
         if isinstance(item, UserMessage):
-            lines.append(f"USER: {_cut_text(item.text, strategy.max_item_chars)}")
+            # An operator's note stays one (`as_model_text`), never the user's words.
+            who = "OPERATOR" if item.operator else "USER"
+            lines.append(f"{who}: {_cut_text(item.as_model_text(), strategy.max_item_chars)}")
         elif isinstance(item, ToolCallOutput):
             outcome = f"failed ({item.failure_kind or 'error'})" if item.is_error else "returned"
             content = _cut_text(item.content, strategy.max_item_chars)

@@ -29,6 +29,7 @@ from durable_tools.transcript import TranscriptItem, Usage
 
 __all__ = [
     "AGENT_REFUSED",
+    "CANCELLED_BY",
     "MAX_FAILURE_MESSAGE_CHARS",
     "DEFAULT_APPROVAL_DEADLINE",
     "DEFAULT_IDLE_TIMEOUT",
@@ -38,6 +39,7 @@ __all__ = [
     "ConversationResult",
     "ConversationStatus",
     "DecisionReceipt",
+    "MessagesSupersede",
     "ModelFailure",
     "ModelRetry",
     "PendingApproval",
@@ -52,6 +54,16 @@ __all__ = [
     "TranscriptSlice",
     "TurnOutcome",
 ]
+
+CANCELLED_BY: Final = "cancelled by "
+"""How a cancel request's reason names who cancelled (`Conversations.cancel(...,
+cancelled_by="ana")` sends the reason `cancelled by ana`, Temporal records it
+in the `WorkflowExecutionCancelRequested` event and the workflow reads it
+with `workflow.cancellation_reason()`)."""
+
+MessagesSupersede = Literal["anyone", "deciders"]
+"""Who may supersede a pending approval by sending a message
+(`ConversationOptions.messages_supersede`)."""
 
 DEFAULT_APPROVAL_DEADLINE: float = 7 * 24 * 3600.0
 """Seconds an approval or interaction may wait before it expires (7 days)."""
@@ -249,6 +261,13 @@ class ConversationOptions(BaseModel):
             as new at that wait, keeping every pending approval, question,
             sleep, pause and deadline (docs/operations.md, "Upgrades").
             Unversioned workers never slice a timer.
+        messages_supersede: Who may supersede pending approvals by sending a
+            message (a new message answers every pending approval
+            `cancelled`): `"deciders"` (the default), only a person who may
+            decide every pending approval; `"anyone"`, anyone who may send.
+            The workflow reports it (`PendingState.messages_supersede`) and
+            the inbox enforces it with its identities (`may_decide`); the
+            workflow itself cannot, as a message's sender is not signed.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -266,6 +285,7 @@ class ConversationOptions(BaseModel):
     require_signed_decisions: bool = False
     carry_transcript_bytes: int = Field(default=32 * 1024, ge=0, le=384 * 1024)
     version_check_interval: float | None = Field(default=3600.0, ge=1.0)
+    messages_supersede: MessagesSupersede = "deciders"
 
 
 class PendingApproval(BaseModel):
@@ -361,6 +381,9 @@ class PendingState(BaseModel):
         rejected: Decisions and answers that failed their checks (latest 100).
         model_failed: Why the model turn failed, while the conversation waits
             for `retry`, a new message or `cancel`.
+        messages_supersede: Who may supersede the pending approvals by
+            sending a message (`ConversationOptions.messages_supersede`);
+            `"deciders"` from workers before it.
     """
 
     approvals: list[PendingApproval] = Field(default_factory=list[PendingApproval])
@@ -368,6 +391,7 @@ class PendingState(BaseModel):
     paused: str | None = None
     model_failed: ModelFailure | None = None
     rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
+    messages_supersede: MessagesSupersede = "deciders"
 
 
 class Answer(BaseModel):
@@ -395,15 +419,21 @@ class Answer(BaseModel):
 
 
 class SendMessage(BaseModel):
-    """A user message for the conversation (the `send` signal).
+    """A message for the conversation (the `send` signal): the user's, or an operator's note.
 
     Attributes:
         text: The message.
-        sent_by: Who sent it.
+        sent_by: Who sent it (kept in the transcript's `UserMessage.sent_by`
+            and the `message_received` event; cleaned, at most 200
+            characters).
+        operator: An operator's note, not the user's words (default False):
+            the model receives it marked as one (`UserMessage.as_model_text`).
+            The inbox sends every message as an operator's note.
     """
 
     text: str
     sent_by: str = ""
+    operator: bool = False
 
 
 class Resume(BaseModel):

@@ -15,10 +15,12 @@ run keeps the latest `RETAINED_EVENTS` events (older offsets read from the
 oldest retained one).
 
 The kinds (`EventKind`) and their fields are listed in docs/observability.md:
-messages, turns (with usage), model failures, tool calls (scheduled, attempt
-started, progress, failed, finished with the outcome kind, attempts and
-duration), model text deltas, approvals (requested, decided, expired,
-rejected), questions (asked, answered), the conversation's end.
+messages, turns (with usage), model failures and retries, tool calls
+(scheduled, attempt started, progress, failed, finished with the outcome
+kind, attempts and duration), model text deltas, approvals (requested,
+decided, expired, rejected), questions (asked, answered), pauses and
+resumes, the conversation's end. Who did it is in `sent_by` (messages,
+answers, resumes, retries, a cancel) or `decided_by` (decisions).
 """
 
 from __future__ import annotations
@@ -91,7 +93,9 @@ EventKind = Literal[
     "model_failed",
     "model_text_delta",
     "model_attempt_failed",
+    "model_retry_requested",
     "conversation_paused",
+    "conversation_resumed",
     "tool_call_scheduled",
     "tool_attempt_started",
     "tool_progress",
@@ -130,6 +134,15 @@ class ConversationEvent(BaseModel):
             (`tool_call_finished` of an executed call; the workflow's clock).
         reason: A failure's or rejection's one-line reason.
         decided_by: Who decided an approval (or sent a rejected decision).
+        sent_by: Who did it, as the client said (cleaned; the inbox sends
+            the signed-in identity): sent the message (`message_received`),
+            answered (`question_answered`), resumed (`conversation_resumed`),
+            asked for the retry (`model_retry_requested`), cancelled
+            (`conversation_finished` with outcome `cancelled`, when the
+            cancel request named someone: `Conversations.cancel(...,
+            cancelled_by=...)`). Absent when nobody was named.
+        operator: True on `message_received` of an operator's note
+            (`SendMessage.operator`).
         agent: The agent configuration's name.
         model: The model name or spec.
         usage: Tokens of the turn.
@@ -153,6 +166,8 @@ class ConversationEvent(BaseModel):
     duration: float | None = None
     reason: str | None = None
     decided_by: str | None = None
+    sent_by: str | None = None
+    operator: bool | None = None
     agent: str | None = None
     model: str | None = None
     usage: Usage | None = None

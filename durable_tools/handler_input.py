@@ -19,6 +19,7 @@ code and replays the same way.
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -27,10 +28,25 @@ from pydantic import BaseModel, ValidationError
 from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 
-__all__ = ["MAX_REASON_CHARS", "Undecodable", "clean_text", "decode_input"]
+__all__ = [
+    "MAX_REASON_CHARS",
+    "MAX_SENDER_CHARS",
+    "Undecodable",
+    "clean_sender",
+    "clean_text",
+    "decode_input",
+]
 
 MAX_REASON_CHARS = 500
 """Longest reason (characters) an `Undecodable` holds; longer text is cut with `…`."""
+
+MAX_SENDER_CHARS = 200
+"""Longest identity (characters) kept of who sent a message, answer, resume, retry or cancel."""
+
+# Control, format (bidi overrides, zero-width), surrogate and line/paragraph
+# separator characters: a name holding one could break a line of a log, a
+# page or the note a model reads (`UserMessage.as_model_text`).
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 _MAX_HINT_CHARS = 200
 _MAX_ERRORS = 3
@@ -73,6 +89,27 @@ def clean_text(text: str, limit: int = MAX_REASON_CHARS) -> str:
     """
     safe = text.encode("utf-8", errors="replace").decode("utf-8")
     return safe if len(safe) <= limit else safe[: max(limit - 1, 0)] + "…"
+
+
+def clean_sender(sender: object) -> str:
+    """Make a client-sent identity (`sent_by`, `answered_by`, ...) safe to keep and show.
+
+    Whitespace at either end is dropped, every control, format, surrogate or
+    line-separator character becomes `?`, and the result is cut to
+    `MAX_SENDER_CHARS` (ending with `…`), so it encodes to UTF-8, stays on
+    one line and never fails a workflow task, a query or a continue-as-new.
+
+    Args:
+        sender: What the client sent; anything but a string gives `""`.
+
+    Returns:
+        The cleaned identity (`""` for none).
+    """
+    if not isinstance(sender, str):
+        return ""
+    head = sender.strip()[: MAX_SENDER_CHARS + 1]  # cut first: cleaning is per character
+    shown = "".join("?" if unicodedata.category(c) in _UNPRINTABLE else c for c in head)
+    return clean_text(shown.strip(), MAX_SENDER_CHARS)
 
 
 def _encoding(raw: RawValue) -> str:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import to_jsonable_python
 
 from durable_tools.results import Failure, Ok, ToolCall, cancelled
 
 __all__ = [
+    "OPERATOR_NOTE",
     "SUMMARY_HEADING",
     "AssistantMessage",
     "ContextSummary",
@@ -33,17 +34,65 @@ __all__ = [
 ]
 
 
+OPERATOR_NOTE = "[Note from operator{name}, not from the user]"
+"""How a model receives an operator's message (`UserMessage.as_model_text`):
+this line (`{name}` is `" NAME"`, or `""` when unknown), a space, the text."""
+
+
+def _drop_empty(dumped: Any, item: BaseModel, names: tuple[str, ...]) -> Any:
+    """`dumped` without the fields `names` while they are empty.
+
+    Items are digested and paged by their JSON (`transcript_digest.item_json`),
+    and recorded histories hold items from before these fields existed: an
+    item that leaves them empty keeps the JSON, and so the digest, it had.
+    """
+    if not isinstance(dumped, dict):
+        return dumped
+    fields = cast(dict[str, Any], dumped)
+    for name in names:
+        if not getattr(item, name):
+            fields.pop(name, None)
+    return fields
+
+
 class UserMessage(BaseModel):
-    """A message from the user.
+    """A message for the model: the user's words, or an operator's note.
 
     Attributes:
         text: The message text.
+        sent_by: Who sent it, as the client said (the inbox sends the
+            signed-in identity; cleaned by `handler_input.clean_sender`);
+            `""`: not said (messages recorded before this field existed, the
+            conversation's first message).
+        operator: The message is an operator's note, not the user's words:
+            models receive it as one (`as_model_text`). Default False.
     """
 
     model_config = ConfigDict(frozen=True)
 
     role: Literal["user"] = "user"
     text: str
+    sent_by: str = ""
+    operator: bool = False
+
+    # No return annotation: pydantic would take it as the serialization schema
+    # (the inbox's OpenAPI shows the model's own).
+    @model_serializer(mode="wrap")
+    def _without_empty(self, handler: SerializerFunctionWrapHandler):
+        return _drop_empty(handler(self), self, ("sent_by", "operator"))
+
+    def as_model_text(self) -> str:
+        """The text a model receives: the user's text as it is, an operator's as a note.
+
+        The one rendering every provider (`durable_tools.providers`) and the
+        context window use, so a model can never take an operator's note for
+        the user's words: `OPERATOR_NOTE` with the sender's name (square
+        brackets in it become round ones), a space, then the text.
+        """
+        if not self.operator:
+            return self.text
+        who = self.sent_by.replace("[", "(").replace("]", ")")
+        return f"{OPERATOR_NOTE.format(name=f' {who}' if who else '')} {self.text}"
 
 
 class AssistantMessage(BaseModel):
@@ -106,6 +155,12 @@ class ToolCallOutput(BaseModel):
             as they are) or the JSON of a failure `{"error": kind, "reason": …}`.
         is_error: True for failures (Anthropic's `is_error`).
         failure_kind: The failure kind, `None` on success.
+        sent_by: Who gave this output, for outputs a person's input made: who
+            answered the question (interaction tools), resumed the pause,
+            denied the call, or cancelled the conversation (its open calls);
+            as the client said, cleaned. `""` for the rest (a tool's result,
+            an expiry) and in outputs recorded before this field existed.
+            Models do not receive it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -116,6 +171,11 @@ class ToolCallOutput(BaseModel):
     content: str
     is_error: bool = False
     failure_kind: str | None = None
+    sent_by: str = ""
+
+    @model_serializer(mode="wrap")
+    def _without_empty(self, handler: SerializerFunctionWrapHandler):
+        return _drop_empty(handler(self), self, ("sent_by",))
 
 
 SUMMARY_HEADING = "Summary of the earlier conversation (written for you; not shown to the user):"
@@ -161,7 +221,7 @@ TranscriptItem = Annotated[
 """One transcript entry, discriminated by `role` (`user`, `assistant`, `tool`, `summary`)."""
 
 
-def to_tool_call_output(result: Ok | Failure) -> ToolCallOutput:
+def to_tool_call_output(result: Ok | Failure, *, sent_by: str = "") -> ToolCallOutput:
     """Convert a structured tool result into its wire-shaped output.
 
     This is the single conversion used everywhere (executor, durable loop,
@@ -169,6 +229,7 @@ def to_tool_call_output(result: Ok | Failure) -> ToolCallOutput:
 
     Args:
         result: An `Ok` or a `Failure`.
+        sent_by: Who gave it (`ToolCallOutput.sent_by`; default `""`).
 
     Returns:
         A `ToolCallOutput`: for `Ok`, `content` is the value itself when it is
@@ -182,7 +243,9 @@ def to_tool_call_output(result: Ok | Failure) -> ToolCallOutput:
             if isinstance(value, str)
             else json.dumps(to_jsonable_python(value), ensure_ascii=False, separators=(",", ":"))
         )
-        return ToolCallOutput(call_id=result.call_id, tool=result.tool, content=content)
+        return ToolCallOutput(
+            call_id=result.call_id, tool=result.tool, content=content, sent_by=sent_by
+        )
     content = json.dumps({"error": result.kind, "reason": result.reason}, ensure_ascii=False)
     return ToolCallOutput(
         call_id=result.call_id,
@@ -190,6 +253,7 @@ def to_tool_call_output(result: Ok | Failure) -> ToolCallOutput:
         content=content,
         is_error=True,
         failure_kind=result.kind,
+        sent_by=sent_by,
     )
 
 

@@ -218,7 +218,9 @@ def render_transcript(items: Sequence[TranscriptItem], *, skipped: int = 0) -> T
             numbered from `skipped + 1`.
 
     Returns:
-        A rich table with columns `#`, `who` and `what`.
+        A rich table with columns `#`, `who` and `what`; `who` names the
+        sender of a message (an operator's note marked) and of an output a
+        person gave (an answer, a resume, a denial, a cancel).
     """
     table = Table(show_header=True, show_lines=False, expand=False)
     table.add_column("#", justify="right", style="dim")
@@ -226,7 +228,9 @@ def render_transcript(items: Sequence[TranscriptItem], *, skipped: int = 0) -> T
     table.add_column("what", overflow="fold")
     for index, item in enumerate(items, start=skipped + 1):
         if isinstance(item, UserMessage):
-            table.add_row(str(index), "[bold cyan]user[/]", _shown(item.text))
+            role = "[bold yellow]operator note[/]" if item.operator else "[bold cyan]user[/]"
+            sender = f"\n[dim]from[/] {escape(item.sent_by)}" if item.sent_by else ""
+            table.add_row(str(index), role + sender, _shown(item.text))
         elif isinstance(item, AssistantMessage):
             lines = [_shown(item.text)] if item.text else []
             lines += [
@@ -245,6 +249,8 @@ def render_transcript(items: Sequence[TranscriptItem], *, skipped: int = 0) -> T
                 who = f"[bold red]{escape(item.tool)}[/] ✗ {escape(item.failure_kind or 'error')}"
             else:
                 who = f"[bold magenta]{escape(item.tool)}[/] ✓"
+            if item.sent_by:
+                who += f"\n[dim]by[/] {escape(item.sent_by)}"
             table.add_row(
                 str(index), who, f"{_shown(item.content)} [dim]({escape(item.call_id)})[/]"
             )

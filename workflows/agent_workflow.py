@@ -44,15 +44,18 @@ from durable_tools.workflows.continuation import (
 )
 from durable_tools.workflows.handler_inputs import (
     after_turns,
+    cancellation,
     decoded_signal,
     decoded_update,
+    received_message,
+    requested_by,
     text_argument,
     unknown_query,
 )
 from durable_tools.workflows.model_turns import ModelTurns, add_usage
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
-from durable_tools.workflows.visibility import Visibility, settled
+from durable_tools.workflows.visibility import SENDER_EVENTS_PATCH, Visibility, settled
 from durable_tools.workflows.waits import Moved, Waits
 
 with workflow.unsafe.imports_passed_through():
@@ -173,7 +176,13 @@ class AgentWorkflow:
             self._calls.close_open()
             self._view.state = "cancelled"
             self._publish()
-            self._view.event("conversation_finished", outcome="cancelled")
+            sender, reason = cancellation()
+            self._view.event(
+                "conversation_finished",
+                outcome="cancelled",
+                sent_by=sender or None,
+                reason=reason or None,
+            )
             raise
 
     async def _loop(self) -> ConversationResult:
@@ -262,6 +271,7 @@ class AgentWorkflow:
         # A message that arrived while the model was thinking supersedes this
         # turn's waits exactly as one arriving while they wait does (`send`).
         superseded = bool(self._inbox) or (carried is not None and carried.superseded)
+        self._calls.superseded_by = self._inbox[0].sent_by if self._inbox else ""
         restored = {c.plan.call.call_id for c in carried.calls} if carried else set[str]()
         agents = self._input.agents
         outcomes = await self._calls.answer_plans(plans, toolkit, restored, superseded, agents)
@@ -414,10 +424,19 @@ class AgentWorkflow:
         """Run a failed model turn again (state `model_failed`; durable).
 
         Takes an optional `RetryRequest`; any input (none, several, not JSON)
-        counts as a plain retry. Ignored in any other state.
+        counts as a plain retry. Ignored in any other state. Its
+        `requested_by` is published (`model_retry_requested`).
         """
         if self._model.failed is not None:
-            self._model.retry_requested = True
+            self._retry_requested(args)
+
+    def _retry_requested(self, args: Sequence[Any]) -> None:
+        failed = self._model.failed
+        if not self._model.retry_requested and workflow.patched(SENDER_EVENTS_PATCH):
+            sender = requested_by(args)
+            turn = failed.turn if failed is not None else None
+            self._view.event("model_retry_requested", turn=turn, sent_by=sender or None)
+        self._model.retry_requested = True
 
     @workflow.update(name="retry_now")
     def retry_now(self, *args: Any) -> None:
@@ -425,7 +444,7 @@ class AgentWorkflow:
 
         Takes an optional `RetryRequest` (any input is accepted).
         """
-        self._model.retry_requested = True
+        self._retry_requested(args)
 
     @retry_now.validator
     def _validate_retry_now(self, *args: Any) -> None:
@@ -442,11 +461,16 @@ class AgentWorkflow:
 
         While approvals, answers, a pause or a sleep are pending, the message
         supersedes them: they are answered `cancelled` (or woken) and the model
-        sees the new message next.
+        sees the new message next; their outputs name the message's sender.
+        Who may supersede is the inbox's to check
+        (`ConversationOptions.messages_supersede`): the sender is not signed.
         """
+        message = received_message(message)
         self._inbox.append(message)
         book, waits = self._book, self._signal_waits
         if book.approvals or book.interactions or waits.paused is not None or waits.sleepers:
+            if not self._calls.superseded:
+                self._calls.superseded_by = message.sent_by
             self._calls.superseded = True
 
     @workflow.signal(dynamic=True)

@@ -151,6 +151,7 @@ class DecisionBook:
             paused=paused,
             rejected=list(self.rejected),
             model_failed=model_failed,
+            messages_supersede=self.options.messages_supersede,
         )
 
     def deadline(self, plan: PlannedCall) -> float:

@@ -17,16 +17,20 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools.approvals import Decision
-    from durable_tools.conversation import Answer, Resume, SendMessage
-    from durable_tools.handler_input import Undecodable, clean_text, decode_input
+    from durable_tools.conversation import CANCELLED_BY, Answer, Resume, SendMessage
+    from durable_tools.events import MAX_EVENT_TEXT
+    from durable_tools.handler_input import Undecodable, clean_sender, clean_text, decode_input
 
 __all__ = [
     "MAX_NAME_CHARS",
     "SIGNAL_INPUTS",
     "UPDATE_INPUTS",
     "after_turns",
+    "cancellation",
     "decoded_signal",
     "decoded_update",
+    "received_message",
+    "requested_by",
     "unknown_query",
     "text_argument",
 ]
@@ -114,6 +118,34 @@ def after_turns(args: Sequence[Any]) -> int:
     fields = cast(dict[str, Any], first) if isinstance(first, dict) else {}
     value = fields.get("after_turns")
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def received_message(message: SendMessage) -> SendMessage:
+    """A decoded `send` input as the workflow keeps it: its sender cleaned (`clean_sender`)."""
+    sender = clean_sender(message.sent_by)
+    return message if sender == message.sent_by else message.model_copy(update={"sent_by": sender})
+
+
+def requested_by(args: Sequence[Any]) -> str:
+    """`requested_by` of a `retry` / `retry_now` input (a `RetryRequest`), cleaned; else `""`."""
+    first: Any = args[0] if args else None
+    fields = cast(dict[str, Any], first) if isinstance(first, dict) else {}
+    return clean_sender(fields.get("requested_by"))
+
+
+def cancellation() -> tuple[str, str]:
+    """Who cancelled the conversation, and the cancel request's reason, both cleaned.
+
+    From the reason Temporal recorded with the cancel request
+    (`workflow.cancellation_reason()`, the same on every replay): the sender
+    when it reads `cancelled by NAME` (`Conversations.cancel(...,
+    cancelled_by=...)`), else `""`; `("", "")` when the request gave no
+    reason (older clients, `temporal workflow cancel`) or the workflow was
+    not cancelled.
+    """
+    reason = workflow.cancellation_reason() or ""
+    sender = clean_sender(reason[len(CANCELLED_BY) :]) if reason.startswith(CANCELLED_BY) else ""
+    return sender, clean_text(reason, MAX_EVENT_TEXT)
 
 
 def text_argument(args: Sequence[RawValue]) -> str:

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.carry import cut_text, tail_start
     from durable_tools.conversation import RunSpan, SendMessage, TranscriptPage, TranscriptSlice
     from durable_tools.events import MAX_EVENT_TEXT
-    from durable_tools.handler_input import Undecodable, decode_input
+    from durable_tools.handler_input import Undecodable, clean_sender, decode_input
     from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
     from durable_tools.transcript_digest import EMPTY_DIGEST, PrefixDigests
     from durable_tools.transcript_reader import QUERY_PAGE_BYTES
@@ -212,10 +212,22 @@ class RunTranscript:
             self.sources[len(self.items) - 1] = source
 
     def take_messages(self, inbox: list[SendMessage], event: Callable[..., None]) -> None:
-        """Move the messages waiting in `inbox` into the transcript, each published as received."""
+        """Move the messages waiting in `inbox` into the transcript, each published as received.
+
+        Each keeps its sender and whether it is an operator's note
+        (`UserMessage.sent_by`, `operator`; empty ones leave the item's JSON
+        as it was, so recorded histories keep their digests).
+        """
         for message in inbox:
-            self.items.append(UserMessage(text=message.text))
-            event("message_received", text=message.text[:MAX_EVENT_TEXT])
+            sender = clean_sender(message.sent_by)  # carried from a run that did not clean it
+            item = UserMessage(text=message.text, sent_by=sender, operator=message.operator)
+            self.items.append(item)
+            event(
+                "message_received",
+                text=message.text[:MAX_EVENT_TEXT],
+                sent_by=sender or None,
+                operator=True if message.operator else None,
+            )
         inbox.clear()
 
     def delta(self) -> TranscriptDelta | None:

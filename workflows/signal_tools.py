@@ -19,12 +19,14 @@ from typing import Any, Protocol
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from durable_tools.workflows.visibility import Visibility
+from durable_tools.workflows.visibility import SENDER_EVENTS_PATCH, Visibility
 from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import CarriedCall, PlannedCall
     from durable_tools.conversation import Resume
+    from durable_tools.events import MAX_EVENT_TEXT
+    from durable_tools.handler_input import clean_sender
     from durable_tools.results import Failure, Ok, ToolCall, failed
     from durable_tools.signals import Finish, Handoff, Pause, Reply, Sleep
 
@@ -85,6 +87,7 @@ class SignalToolCalls(Protocol):
     waits: Waits
     view: Visibility
     superseded: bool
+    superseded_by: str
     moving: bool
     finishing: bool
 
@@ -100,8 +103,8 @@ class SignalToolCalls(Protocol):
         """Publish what is pending."""
         ...
 
-    def record(self, result: Ok | Failure) -> None:
-        """Append a call's one output."""
+    def record(self, result: Ok | Failure, sent_by: str = "") -> None:
+        """Append a call's one output (`sent_by`: who gave it, if a person did)."""
         ...
 
 
@@ -142,16 +145,16 @@ async def interpret(
                 wake_at,
                 f"sleep {seconds_text(action.seconds)}",
             )
-            woke = "woken early by a new user message"
+            woke, by = "woken early by a new user message", calls.superseded_by
             if calls.moving:
                 return MOVED  # the sleep's end goes to the next run
         except builtins.TimeoutError:
-            woke = f"slept {seconds_text(action.seconds)}"
+            woke, by = f"slept {seconds_text(action.seconds)}", ""
         finally:
             waits.sleepers -= 1
             view.state = calls.calls_state()
         waits.sleeps.pop(call.call_id, None)
-        calls.record(Ok(call_id=call.call_id, tool=call.name, value=woke))
+        calls.record(Ok(call_id=call.call_id, tool=call.name, value=woke), sent_by=by)
     elif isinstance(action, Pause):
         if not resumed:
             waits.paused = action.reason or "paused"
@@ -178,14 +181,24 @@ async def interpret(
                 waits.paused = waits.pause_until = waits.pause_call = None
             view.state = calls.calls_state()
             calls.publish()
+        by = ""
         if timed_out:
             seconds = action.seconds or 0
             value = f"nobody resumed the conversation within {seconds_text(seconds)}"
         elif calls.moving:
             return MOVED  # the pause (and any resume) goes to the next run
+        elif waits.resume is not None:
+            value, by = waits.resume.message, clean_sender(waits.resume.resumed_by)
+            if workflow.patched(SENDER_EVENTS_PATCH):
+                view.event(
+                    "conversation_resumed",
+                    call_id=call.call_id,
+                    sent_by=by or None,
+                    text=value[:MAX_EVENT_TEXT] or None,
+                )
         else:
-            value = waits.resume.message if waits.resume else "resumed by a new user message"
-        calls.record(Ok(call_id=call.call_id, tool=call.name, value=value))
+            value, by = "resumed by a new user message", calls.superseded_by
+        calls.record(Ok(call_id=call.call_id, tool=call.name, value=value), sent_by=by)
     elif isinstance(action, Handoff):
         result = handoff_result(call, action, agents)
         calls.record(result)

@@ -5,8 +5,10 @@ answered) and answers them: a plan's `Failure` as it is, local calls as
 their activities (`tool_activity`) at most `max_concurrent_tool_calls` at a
 time, approval-gated calls after a decision (`DecisionBook`), interaction
 calls with an answer, signal tools by `signal_tools.interpret`. `record`
-appends a call's one output; `close` gives a call the conversation's
-cancellation left open `cancelled` (never started) or `interrupted`.
+appends a call's one output, with who gave it where a person's input did (an
+answer, a denial, the message that superseded a wait, a cancel); `close`
+gives a call the conversation's cancellation left open `cancelled` (never
+started) or `interrupted`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState
 
 from durable_tools.workflows.decision_book import DecisionBook
+from durable_tools.workflows.handler_inputs import cancellation
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.signal_tools import SignalWaits, interpret
 from durable_tools.workflows.tool_activity import activity_failure, run_tool_activity
@@ -32,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import CarriedState, DeltaEntry, PlannedCall
     from durable_tools.approvals import decision_outcome
     from durable_tools.conversation import ConversationOptions
+    from durable_tools.handler_input import clean_sender
     from durable_tools.results import Failure, Ok, ToolCall, cancelled, expired, failed, interrupted
     from durable_tools.signals import Finish, Handoff
     from durable_tools.transcript import ToolCallOutput, to_tool_call_output
@@ -106,6 +110,8 @@ class TurnCalls:
         self.running = 0
         self.toolkit = ""
         self.superseded = False
+        # Who sent the message that superseded the turn's waits (cleaned).
+        self.superseded_by = ""
         # Set when the turn's waits hand over to the next run (a new version).
         self.moving = False
         self.finishing = False  # a `finish` call of this turn was interpreted
@@ -208,7 +214,7 @@ class TurnCalls:
                 answer = await self.traced_answer(plan, resumed)
                 if isinstance(answer, Moved):
                     return answer
-                self.record(answer)
+                self.record(answer, sent_by=self.answered_by(answer))
             elif plan.kind != "local":
                 reason = f"{call.name!r} is a {plan.kind} tool; it is not executed locally"
                 self.record(failed(call, "non_local_tool", reason))
@@ -217,7 +223,7 @@ class TurnCalls:
                 if isinstance(refusal, Moved):
                     return refusal
                 if refusal is not None:
-                    self.record(refusal)
+                    self.record(refusal, sent_by=self.refused_by(refusal))
                 else:
                     async with limit:
                         self.record(await self._run_tool(plan, toolkit))
@@ -226,8 +232,26 @@ class TurnCalls:
             raise
         return None
 
-    def record(self, result: Ok | Failure) -> None:
-        """Append the one output of a call; a second one is dropped."""
+    def answered_by(self, result: Ok | Failure) -> str:
+        """Who gave an interaction call's output: the answerer, or the superseding sender."""
+        answer = self.book.answers.get(result.call_id)
+        if answer is not None:
+            return clean_sender(answer.answered_by)
+        superseded = isinstance(result, Failure) and result.kind == "cancelled"
+        return self.superseded_by if superseded else ""
+
+    def refused_by(self, refusal: Failure) -> str:
+        """Who refused a gated call: the person who denied it, or the superseding sender."""
+        decision = self.book.decisions.get(refusal.call_id)
+        if decision is not None:
+            return clean_sender(decision.decided_by)
+        return self.superseded_by if refusal.kind == "cancelled" else ""
+
+    def record(self, result: Ok | Failure, sent_by: str = "") -> None:
+        """Append the one output of a call; a second one is dropped.
+
+        `sent_by`: who gave it, when a person's input did (`ToolCallOutput.sent_by`).
+        """
         if result.call_id in self.answered:
             return
         self.answered.add(result.call_id)
@@ -235,7 +259,7 @@ class TurnCalls:
         produced = result.call_id in self.produced  # as its tool activity returned it
         self.produced.discard(result.call_id)
         source = DeltaEntry(call_id=result.call_id) if produced else None
-        self._transcript.append(to_tool_call_output(result), source)
+        self._transcript.append(to_tool_call_output(result, sent_by=sent_by), source)
         outcome = "ok" if isinstance(result, Ok) else result.kind
         telemetry.record_tool_call(result.tool, outcome)
         facts = self.attempts.pop(result.call_id, {})
@@ -248,11 +272,13 @@ class TurnCalls:
         )
 
     def close(self, call: ToolCall) -> None:
-        """Answer a call the conversation's cancellation left open."""
+        """Answer a call the conversation's cancellation left open (naming who cancelled)."""
+        sender, _ = cancellation()
         if call.call_id in self.started:
-            self.record(interrupted(call))
+            self.record(interrupted(call), sent_by=sender)
         else:
-            self.record(cancelled(call, "the conversation was cancelled before this call started"))
+            reason = "the conversation was cancelled before this call started"
+            self.record(cancelled(call, reason), sent_by=sender)
 
     def close_open(self) -> None:
         """Answer every open call (the conversation was cancelled)."""
@@ -384,7 +410,13 @@ class TurnCalls:
         if isinstance(result, Moved):
             return result
         outcome = "ok" if isinstance(result, Ok) else result.kind
-        self.view.event("question_answered", call_id=call.call_id, tool=call.name, outcome=outcome)
+        self.view.event(
+            "question_answered",
+            call_id=call.call_id,
+            tool=call.name,
+            outcome=outcome,
+            sent_by=self.answered_by(result) or None,
+        )
         return result
 
     async def await_answer(self, plan: PlannedCall) -> Ok | Failure | Moved:

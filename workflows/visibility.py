@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = [
     "NO_SEARCH_ATTRIBUTES_PATCH",
+    "SENDER_EVENTS_PATCH",
     "PENDING_COUNT",
     "PENDING_KINDS",
     "Visibility",
@@ -53,6 +54,15 @@ NO_SEARCH_ATTRIBUTES_PATCH = "durable-tools/no-search-attributes"
 worker's `patch_activation_callback`); the marker in history then makes every
 replay skip the upserts too, whatever the replaying worker's setting, and a
 history without it (every history recorded before) upserts as before.
+"""
+
+SENDER_EVENTS_PATCH = "sender-events"
+"""Patch id: runs after it publish `model_retry_requested` and `conversation_resumed`.
+
+An event can end a reader's waiting poll (an update) in an earlier workflow
+task than before, so events published where none was are patched; fields
+added to events that were already published (`sent_by`, `operator`) need
+no patch (issue 23, item 2).
 """
 
 _EVENT_FIELDS = frozenset(ConversationEvent.model_fields) - {"kind", "at", "offset"}

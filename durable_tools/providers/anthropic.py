@@ -4,7 +4,7 @@
 |---|---|
 | descriptor (`local`, `signal`, `interaction`) | `{name, description, input_schema}` |
 | descriptor (`provider`, `provider="anthropic"`) | its `provider_config`, e.g. a server tool |
-| `UserMessage` | a `user` message with a `text` block |
+| `UserMessage` | a `user` message, a `text` block: `as_model_text()` (operator notes marked) |
 | `AssistantMessage` | an `assistant` message: provider items, `text`, `tool_use` blocks |
 | `ToolCallOutput` | a `tool_result` block `{tool_use_id, content, is_error}` in a `user` message |
 | instructions | the top-level `system` field |
@@ -151,7 +151,7 @@ def render_transcript(
         if isinstance(item, ContextSummary):
             user_blocks().append({"type": "text", "text": item.as_user_text()})
         elif isinstance(item, UserMessage):
-            user_blocks().append({"type": "text", "text": item.text})
+            user_blocks().append({"type": "text", "text": item.as_model_text()})
         elif isinstance(item, AssistantMessage):
             blocks = _assistant_blocks(item)
             if blocks:

@@ -4,7 +4,7 @@
 |---|---|
 | descriptor (any kind but `provider`) | `{"type": "function", "function": {…}}` |
 | descriptor (`provider`) | left out: Chat Completions has no provider-executed tools in `tools` |
-| `UserMessage` | `{"role": "user", "content": text}` |
+| `UserMessage` | `{"role": "user", "content": as_model_text()}` (an operator's note marked) |
 | `AssistantMessage` | `{"role": "assistant", "content": text or "", "tool_calls": [...]}` |
 | `ToolCallOutput` | `{"role": "tool", "tool_call_id": call_id, "content": content}` |
 | instructions | a leading `{"role": "system", "content": instructions}` |
@@ -105,7 +105,7 @@ def render_transcript(
         if isinstance(item, ContextSummary):
             messages.append({"role": "user", "content": item.as_user_text()})
         elif isinstance(item, UserMessage):
-            messages.append({"role": "user", "content": item.text})
+            messages.append({"role": "user", "content": item.as_model_text()})
         elif isinstance(item, AssistantMessage):
             if not (item.text or item.tool_calls):
                 continue

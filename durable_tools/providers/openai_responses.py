@@ -4,7 +4,7 @@
 |---|---|
 | descriptor (any kind but `provider`) | `{"type": "function", name, description, …}` |
 | descriptor (`provider`, `provider="openai"`) | its `provider_config` (`{"type": "web_search"}`) |
-| `UserMessage` | `{"type": "message", "role": "user", "content": text}` |
+| `UserMessage` | `{"type": "message", "role": "user", "content": as_model_text()}` |
 | `AssistantMessage` | its `provider_items`, an assistant `message`, `function_call` items |
 | `ToolCallOutput` | `{"type": "function_call_output", "call_id": …, "output": content}` |
 | instructions | the top-level `instructions` field |
@@ -147,7 +147,7 @@ def render_transcript(
         if isinstance(item, ContextSummary):
             items.append({"type": "message", "role": "user", "content": item.as_user_text()})
         elif isinstance(item, UserMessage):
-            items.append({"type": "message", "role": "user", "content": item.text})
+            items.append({"type": "message", "role": "user", "content": item.as_model_text()})
         elif isinstance(item, AssistantMessage):
             items.extend(_assistant_items(item))
         else:

@@ -538,3 +538,43 @@ def test_help_texts_show_their_brackets() -> None:
 
     walk(typer.main.get_command(app), "durable-tools")
     assert unescaped == []
+
+
+def test_send_as_an_operator_and_history_shows_who_sent_each_message(live: Live) -> None:
+    """Issue 23, item 2: `send --operator --by`, and `history` names the sender."""
+    workflow_id = f"cli-{uuid.uuid4().hex[:8]}"
+    started = live.cli(
+        "start",
+        workflow_id,
+        "--model",
+        "scripted",
+        "--toolkit",
+        "support",
+        "--message",
+        "Refund A-1001",
+        task_queue=True,
+    )
+    assert started.exit_code == 0, started.output
+    wait_for_approval(live, workflow_id)
+
+    sent = live.cli("send", workflow_id, "hold the refund", "--operator", "--by", "ana")
+    assert sent.exit_code == 0, sent.output
+    assert "sent an operator's note from ana" in sent.stdout
+    deadline = time.monotonic() + 30
+    notes: list[dict[str, Any]] = []
+    while not notes and time.monotonic() < deadline:
+        history = live.cli("history", workflow_id, "--json")
+        assert history.exit_code == 0, history.output
+        notes = [i for i in json.loads(history.stdout) if i.get("operator")]
+        time.sleep(0.1)
+    assert notes == [
+        {"role": "user", "text": "hold the refund", "sent_by": "ana", "operator": True}
+    ]
+    superseded = [
+        i for i in json.loads(history.stdout) if i["role"] == "tool" and i.get("sent_by") == "ana"
+    ]
+    assert [i["failure_kind"] for i in superseded] == ["cancelled"]  # the approval it superseded
+    shown = live.cli("history", workflow_id)
+    assert shown.exit_code == 0, shown.output
+    assert "operator note" in shown.stdout and "from ana" in shown.stdout
+    assert live.cli("cancel", workflow_id, "--by", "carol").exit_code == 0

@@ -364,6 +364,37 @@ async def activity_events(c: Conversations, wid: str) -> None:
     assert "model_text_delta" in seen and seen[-1] == "conversation_finished", seen
 
 
+async def who_said_it(c: Conversations, wid: str) -> None:
+    """Issue 23, item 2: an answer, a resume, an operator's note, a retry and a cancel, named.
+
+    Records the `sender-events` patch (`model_retry_requested`,
+    `conversation_resumed`) and a cancel request whose reason names who
+    cancelled.
+    """
+    agent = AGENT.model_copy(update={"model": "fails-once"})
+    await c.start(wid, agent=agent, message="hello", options=OPTIONS)
+
+    async def failed() -> bool:
+        return (await c.status(wid)).state == "model_failed"
+
+    await _until(failed, "the model failure")
+    await c.retry(wid, requested_by="ana")
+
+    def answered(turns: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            status = await c.status(wid)
+            return status.state == "idle" and status.turns >= turns
+
+        return check
+
+    await _until(answered(1), "the retried turn")
+    await c.send(wid, "please hold", sent_by="ana", operator=True)
+    await _until(answered(2), "the note's turn")
+    await c.send(wid, "thanks", sent_by="customer-7")
+    await _until(answered(3), "the user's turn")
+    await c.cancel(wid, cancelled_by="erin")
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -392,6 +423,7 @@ SCENARIOS: dict[str, Scenario] = {
         events_followed,
         context_summarized,
         activity_events,
+        who_said_it,
     )
 }
 

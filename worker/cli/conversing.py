@@ -407,16 +407,26 @@ def run_command(
 def send_command(
     workflow_id: WorkflowId,
     text: Annotated[str, typer.Argument(help="The message.")],
-    by: Annotated[str, typer.Option("--by", help="Who sends it.")] = "",
+    by: Annotated[str, typer.Option("--by", help="Who sends it (default: your login).")] = "",
+    operator: Annotated[
+        bool,
+        typer.Option(
+            "--operator",
+            help="Send an operator's note: the transcript marks it and the model reads it "
+            "as a note from the operator, not as the user's words (default: a user message).",
+        ),
+    ] = False,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
-    """Send a user message (a durable signal; no worker needs to run)."""
+    """Send a user message, or an operator's note (a durable signal; no worker needs to run)."""
+    sender = by or whoami()
     Connection(address, namespace, timeout).on(
-        workflow_id, lambda c: c.send(workflow_id, text, sent_by=by or whoami())
+        workflow_id, lambda c: c.send(workflow_id, text, sent_by=sender, operator=operator)
     )
-    out.print(f"sent to {escape(workflow_id)}")
+    what = "an operator's note" if operator else "a user message"
+    out.print(f"sent {what} from {escape(sender)} to {escape(workflow_id)}")
 
 
 def retry_command(
@@ -480,12 +490,19 @@ def resume_command(
 
 def cancel_command(
     workflow_id: WorkflowId,
+    by: Annotated[str, typer.Option("--by", help="Who cancels it (default: your login).")] = "",
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> None:
-    """Cancel a conversation (open calls are answered cancelled or interrupted)."""
-    Connection(address, namespace, timeout).on(workflow_id, lambda c: c.cancel(workflow_id))
+    """Cancel a conversation (open calls are answered cancelled or interrupted).
+
+    The cancel request's reason names who cancelled (`cancelled by NAME`): the
+    cancelled calls' outputs and the last event name them.
+    """
+    Connection(address, namespace, timeout).on(
+        workflow_id, lambda c: c.cancel(workflow_id, cancelled_by=by or whoami())
+    )
     out.print(f"asked {escape(workflow_id)} to cancel")
 
 

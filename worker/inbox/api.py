@@ -320,7 +320,12 @@ def add_api_routes(app: FastAPI, state: State) -> None:
 
     @_action("/api/conversations/{workflow_id:segment}/messages", tag="conversations")
     async def api_send(workflow_id: str, body: MessageBody, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
-        """Send a user message."""
+        """Send a message as an operator's note, in the authenticated person's name.
+
+        Refused (403 `not_allowed`) while an approval waits that this person
+        may not decide: a message would cancel it (unless the conversation's
+        `messages_supersede` is `anyone`).
+        """
         await state.service.send(workflow_id, who, body.text)
         return Accepted()
 

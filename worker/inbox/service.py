@@ -53,7 +53,7 @@ from durable_tools.worker.inbox.conflicts import QUERY_TIMEOUT, Conflict, no_wor
 from durable_tools.worker.inbox.listing import InboxListing
 from durable_tools.worker.inbox.reading import InboxReading
 
-__all__ = ["InboxService", "send_decision"]
+__all__ = ["InboxService", "send_decision", "supersede_refusal"]
 
 T = TypeVar("T")
 
@@ -106,6 +106,33 @@ async def send_decision(
         instance=approval.instance,
         wait=True,
     )
+
+
+def supersede_refusal(identity: Identity, pending: PendingState) -> str | None:
+    """Why `identity` may not send a message that would supersede `pending`'s approvals.
+
+    Args:
+        identity: The authenticated person.
+        pending: The conversation's `pending` query.
+
+    Returns:
+        A sentence for the page (naming the call and who may decide it), or
+        `None` when the person may send: no approval waits, each one is
+        theirs to decide (`may_decide`), or the conversation lets anyone
+        supersede (`messages_supersede="anyone"`).
+    """
+    if pending.messages_supersede == "anyone":
+        return None
+    for approval in pending.approvals:
+        if not may_decide(identity, approval):
+            deciders = " or ".join(approval.approvers) or "an authenticated person"
+            call = approval.summary or approval.tool
+            return (
+                f"A message would cancel the pending approval of {call} "
+                f"(call {approval.call_id}), which only {deciders} may decide; "
+                f"{identity.name or 'an anonymous person'} may not send one until it is decided."
+            )
+    return None
 
 
 @dataclass
@@ -208,13 +235,30 @@ class InboxService(InboxListing, InboxReading):
             raise await self._rejected(workflow_id, call_id, str(exc)) from exc
 
     async def send(self, workflow_id: str, identity: Identity, text: str) -> None:
-        """Send a user message (durable signal).
+        """Send an operator's note as the authenticated person (durable signal).
+
+        The message goes as `SendMessage(operator=True, sent_by=identity.name)`:
+        the transcript and the events name the sender, and the model reads it
+        as an operator's note, never as the user's words. A message answers
+        every pending approval `cancelled`, so while the conversation says
+        only deciders may supersede them (`PendingState.messages_supersede`,
+        from `ConversationOptions.messages_supersede`; the default), a person
+        `may_decide` refuses for any pending approval may not send.
 
         Raises:
-            Conflict: `not_found` when `identity` may not send to it.
+            Conflict: `not_allowed` (403) for such a person, `not_found`
+                (also when `identity` may not send to it), `ended`, or
+                `no_worker` when the conversation's pending approvals cannot
+                be read (the check fails closed).
         """
         await self.authorize(workflow_id, identity, "send")
-        await self._bounded(self.conversations.send(workflow_id, text, sent_by=identity.name))
+        pending: PendingState = await self._bounded(self.conversations.pending(workflow_id))
+        problem = supersede_refusal(identity, pending)
+        if problem is not None:
+            raise Conflict("not_allowed", problem)
+        await self._bounded(
+            self.conversations.send(workflow_id, text, sent_by=identity.name, operator=True)
+        )
 
     async def resume(self, workflow_id: str, identity: Identity, message: str) -> None:
         """Resume a paused conversation (durable signal).

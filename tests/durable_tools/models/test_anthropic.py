@@ -251,3 +251,28 @@ async def test_a_refused_connection_is_retryable() -> None:
 
     assert (info.value.type, info.value.non_retryable) == ("ProviderUnavailable", False)
     assert "api.anthropic.com" in info.value.message
+
+
+async def test_an_operators_message_reaches_the_model_as_an_operators_note() -> None:
+    # Issue 23, item 2: the model must never take an operator's words for the user's.
+    replay = Replay().answer(200, text_message())
+    transcript = [
+        UserMessage(text="refund order 1234", sent_by="customer-7"),
+        UserMessage(text="check the order date first", sent_by="ana", operator=True),
+    ]
+
+    await claude(replay)(request(instructions="", tools=[], transcript=transcript))
+
+    assert replay.sent[0].body["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "refund order 1234"},
+                {
+                    "type": "text",
+                    "text": "[Note from operator ana, not from the user] "
+                    "check the order date first",
+                },
+            ],
+        }
+    ]

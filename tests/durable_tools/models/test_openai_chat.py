@@ -325,3 +325,22 @@ async def test_a_body_that_is_not_a_chat_completion_is_not_retried() -> None:
     assert error.type == "ProviderResponseInvalid"
     assert error.non_retryable
     assert "'choices'" in error.message and "Chat Completions" in error.message
+
+
+async def test_an_operators_message_reaches_the_model_as_an_operators_note() -> None:
+    # Issue 23, item 2: the model must never take an operator's words for the user's.
+    replay = Replay().answer(200, fixture("openai_chat_text.json")["response"])
+    transcript = [
+        UserMessage(text="refund order 1234", sent_by="customer-7"),
+        UserMessage(text="check the order date first", sent_by="ana", operator=True),
+    ]
+
+    await chat_model(replay)(request(instructions="", tools=[], transcript=transcript))
+
+    assert replay.sent[0].body["messages"] == [
+        {"role": "user", "content": "refund order 1234"},
+        {
+            "role": "user",
+            "content": "[Note from operator ana, not from the user] check the order date first",
+        },
+    ]

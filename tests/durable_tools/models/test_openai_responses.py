@@ -163,3 +163,24 @@ def test_instructions_cannot_be_set_through_settings() -> None:
     client = openai.AsyncOpenAI(api_key="sk-test")
     with pytest.raises(ConfigurationError, match="instructions"):
         OpenAIResponsesModel(model="gpt-5.4", client=client, settings={"instructions": "x"})
+
+
+async def test_an_operators_message_reaches_the_model_as_an_operators_note() -> None:
+    # Issue 23, item 2: the model must never take an operator's words for the user's.
+    exchange = fixture("openai_responses_function_call.json")
+    replay = Replay().answer(200, exchange["response"])
+    transcript = [
+        UserMessage(text="refund order 1234", sent_by="customer-7"),
+        UserMessage(text="check the order date first", sent_by="ana", operator=True),
+    ]
+
+    await responses_model(replay)(request(instructions="", tools=[], transcript=transcript))
+
+    assert replay.sent[0].body["input"] == [
+        {"type": "message", "role": "user", "content": "refund order 1234"},
+        {
+            "type": "message",
+            "role": "user",
+            "content": "[Note from operator ana, not from the user] check the order date first",
+        },
+    ]
