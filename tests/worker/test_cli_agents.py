@@ -49,7 +49,7 @@ async def production(
 async def test_production_worker_refuses_the_test_model(production: list[str]) -> None:
     done = await cli("run", "--toolkit", "weather", *production, "Weather in Oslo?")
     assert done.code == 1, done.stdout + done.stderr
-    assert "model turn 1 failed (ConfigurationError): agent 'default' is not declared" in (
+    assert "model turn 1 failed (AgentRefused): agent 'default' is not declared" in (
         done.stdout
     ), done.stdout
     assert "→ get_weather" not in done.stdout
@@ -59,7 +59,7 @@ async def test_production_worker_refuses_undeclared_agents(production: list[str]
     done = await cli("run", "--agent", "admin", *production, "hi")
     assert done.code == 1, done.stdout + done.stderr
     assert (
-        "(ConfigurationError): agent 'admin' is not declared on this worker (declared: support)"
+        "(AgentRefused): agent 'admin' is not declared on this worker (declared: support)"
     ) in done.stdout, done.stdout
 
 
