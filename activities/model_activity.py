@@ -149,7 +149,8 @@ class ModelActivity(ActivitiesBase):
                 raise ApplicationError(
                     f"no model named {name!r} on this worker (registered: "
                     f"{sorted(self.models)}), and it is not a usable model spec: {exc}",
-                    type=AGENT_REFUSED,
+                    # The worker's to fix (a missing key, an SDK not installed): not a refusal.
+                    type="ConfigurationError",
                     non_retryable=True,
                 ) from None
             self.models[name] = model

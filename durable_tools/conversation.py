@@ -77,7 +77,7 @@ AGENT_REFUSED: Final = "AgentRefused"
 """`ModelFailure.type` when the worker refuses what the client asked for: an
 agent it does not declare, a model, setting, variable, context policy or
 instructions the agent does not allow, a missing template variable, an
-offline model or script it refuses, or a model it cannot resolve. Not
+offline model or script it refuses. Not
 retryable: only the client can fix it (`durable-tools run` cancels the
 conversation it started when its first turn is refused)."""
 
@@ -129,7 +129,8 @@ class ModelFailure(BaseModel):
             `durable_tools.models.errors`), `AgentRefused` (`AGENT_REFUSED`:
             the worker refuses the agent, model or override the client asked
             for), `ConfigurationError` (the worker lacks the conversation's
-            toolkit, e.g. during a rolling deploy), or a timeout
+            toolkit, e.g. during a rolling deploy, or cannot build its
+            model: a missing key or SDK), or a timeout
             (`StartToClose`, `Heartbeat`, `ScheduleToClose`).
         retries_exhausted: True when a retryable error ran out of attempts or
             time; False when the error is not retryable.

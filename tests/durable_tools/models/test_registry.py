@@ -102,7 +102,7 @@ async def test_model_activity_resolves_specs_once_and_refuses_bad_ones() -> None
 
     with pytest.raises(ApplicationError) as info:
         await env.run(activities.model_turn, _turn("nope"))
-    assert info.value.type == AGENT_REFUSED
+    assert info.value.type == "ConfigurationError"  # the worker's to fix, not a refusal
     assert info.value.non_retryable
     assert "unknown model spec 'nope'" in info.value.message
     assert "\n" not in info.value.message
