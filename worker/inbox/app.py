@@ -29,6 +29,7 @@ This module wires the app; the routes live in `api.py` (the API) and
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -103,12 +104,17 @@ def create_app(
             if state.auth.basic_realm
             else {}
         )
-        body = Problem(error="unauthenticated", message="Sign in to use the inbox.")
+        message = f"Not signed in: {exc.reason}." if exc.reason else "Sign in to use the inbox."
+        body = Problem(error="unauthenticated", message=message)
         if request.url.path.startswith("/api/"):
             return JSONResponse(body.model_dump(), status_code=401, headers=headers)
+        shown = (
+            html.escape(exc.reason) + "."
+            if exc.reason
+            else "Sign in to use the durable-tools inbox."
+        )
         return HTMLResponse(
-            "<!doctype html><html lang=en><title>Sign in</title>"
-            "<p>Sign in to use the durable-tools inbox.</p></html>",
+            f"<!doctype html><html lang=en><title>Sign in</title><p>{shown}</p></html>",
             status_code=401,
             headers=headers,
         )
