@@ -308,7 +308,10 @@ def codec_server_command(
         str | None,
         typer.Argument(help="The payload codec 'module:attr' (default: --codec)."),
     ] = None,
-    ip: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    ip: Annotated[
+        str,
+        typer.Option(help="Address to bind; any but loopback needs --tokens-file."),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8081,
     cors_origin: Annotated[
         list[str] | None,
@@ -318,26 +321,53 @@ def codec_server_command(
             "http://localhost:8233 and http://127.0.0.1:8233). Repeatable.",
         ),
     ] = None,
+    tokens_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens-file",
+            help="Who may call it: lines NAME:SECRET[:GROUPS] as the inbox's; a request sends "
+            "Authorization: Bearer SECRET (the Web UI passes its user's header). Else "
+            "$DURABLE_TOOLS_CODEC_TOKENS; else anyone who reaches it (loopback only).",
+        ),
+    ] = None,
+    encode: Annotated[
+        bool,
+        typer.Option(
+            "--encode", help="Serve POST /encode too (an encryption oracle; default: /decode only)."
+        ),
+    ] = False,
 ) -> None:
-    """Serve Temporal's codec server protocol (POST /encode, /decode) for the Web UI."""
+    """Serve Temporal's codec server protocol (POST /decode, /encode if asked) for the Web UI."""
     require_extra("durable-tools codec-server", "inbox")  # starlette and uvicorn
-    from durable_tools.worker.codec_server import DEFAULT_ORIGINS, serve
+    from durable_tools.worker.codec_server import DEFAULT_ORIGINS, TOKENS_ENV, serve
+    from durable_tools.worker.inbox.auth import Authenticators, TokenAuth
 
     spec = codec or cli_options.codec_spec
     if not spec:
         fail("give the codec: durable-tools codec-server module:attr", EXIT_BAD_INPUT)
+    tokens_env = os.environ.get(TOKENS_ENV)
     try:
         loaded = load_codec(spec)
+        auth = None
+        if tokens_file is not None:
+            auth = Authenticators([TokenAuth.from_file(tokens_file)])
+        elif tokens_env:
+            auth = Authenticators([TokenAuth.parse(tokens_env, source=TOKENS_ENV)])
     except ConfigurationError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     origins = tuple(cors_origin) if cors_origin else DEFAULT_ORIGINS
 
     def ready(url: str) -> None:
         out.print(f"Codec server: {url} (allowing {', '.join(origins)})", soft_wrap=True)
+        served = "/decode and /encode" if encode else "/decode"
+        who = "tokens" if auth is not None else "none (loopback only)"
+        out.print(f"Serving {served}; authentication: {who}", soft_wrap=True)
         out.print("In the Web UI: Settings → Codec Server → this URL")
 
     run_reported(
-        lambda: serve(loaded, host=ip, port=port, origins=origins, on_ready=ready),
+        lambda: serve(
+            loaded, host=ip, port=port, origins=origins, on_ready=ready, auth=auth, encode=encode
+        ),
         address=f"{ip}:{port}",
         namespace="",
         timeout=FOREVER,

@@ -40,13 +40,14 @@ from fastapi.templating import Jinja2Templates
 from durable_tools.client import Conversations
 from durable_tools.decision_keys import SigningKey
 from durable_tools.worker.inbox.api import Problem, add_api_routes
-from durable_tools.worker.inbox.auth import Authenticators, Csrf
+from durable_tools.worker.inbox.auth import Authenticators, Csrf, DevAuth
 from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.pages import add_page_routes
 from durable_tools.worker.inbox.paths import KeepEncodedSlashes
 from durable_tools.worker.inbox.render import register_filters
 from durable_tools.worker.inbox.service import InboxService
 from durable_tools.worker.inbox.web import BadInput, CsrfFailed, State, Unauthenticated
+from durable_tools.worker.loopback import LoopbackHostOnly
 
 __all__ = ["create_app"]
 
@@ -78,7 +79,10 @@ def create_app(
             and calls that need a signed decision cannot be decided here.
 
     Returns:
-        An ASGI app (serve it with uvicorn).
+        An ASGI app (serve it with uvicorn). In dev mode (`DevAuth` among the
+        authenticators) it answers only loopback `Host` names (400 otherwise:
+        `durable_tools.worker.loopback`), so a DNS-rebinding page cannot
+        act as the dev user.
     """
     state = State(
         InboxService(conversations, decision_key), auth, Csrf(csrf_secret), refresh_seconds
@@ -93,6 +97,8 @@ def create_app(
     )
     app.state.inbox = state
     app.add_middleware(KeepEncodedSlashes)  # ids with `/`: see paths.py
+    if any(isinstance(a, DevAuth) for a in auth.chain):
+        app.add_middleware(LoopbackHostOnly)  # added last: runs first
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     register_filters(templates.env)
     app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
