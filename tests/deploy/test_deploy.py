@@ -103,13 +103,18 @@ DECISION_KEY = "k1:" + base64.b64encode(bytes(range(32))).decode()
 
 
 def _compose_environment(service: dict[str, Any], shell: dict[str, str]) -> dict[str, str]:
-    """A service's `environment`, with `${NAME:-default}` taken from `shell` as Compose does."""
+    """A service's `environment`, with `${NAME:-default}` and `${NAME:?error}` taken
+    from `shell` as Compose does (a `:?` variable missing from `shell` is an error)."""
 
     def value(match: re.Match[str]) -> str:
-        return shell.get(match.group(1)) or match.group(2) or ""
+        name, kind, text = match.group(1), match.group(2), match.group(3)
+        if kind == ":?":
+            assert shell.get(name), f"compose stops: {text}"
+            return shell[name]
+        return shell.get(name) or text or ""
 
     return {
-        name: re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", value, str(text))
+        name: re.sub(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", value, str(text))
         for name, text in service["environment"].items()
     }
 
@@ -130,6 +135,10 @@ def _container_env(container: dict[str, Any], secrets: dict[str, dict[str, str]]
 
 
 DECISION_SECRETS = {"durable-tools-decision-keys": {"worker": DECISION_KEY, "inbox": DECISION_KEY}}
+
+# The inbox's CSRF secret, as an operator would make it.
+CSRF_SECRET = base64.b64encode(bytes(range(100, 132))).decode()
+INBOX_SECRETS = {**DECISION_SECRETS, "durable-tools-inbox": {"csrf-secret": CSRF_SECRET}}
 
 
 @pytest.fixture(scope="module")
@@ -332,8 +341,12 @@ def test_inbox_commands_serve_with_their_auth(bare_server: DevServer, tmp_path: 
     command = [
         str(secret) if part == "/run/secrets/inbox_tokens" else part for part in service["command"]
     ]
-    shell = {"DURABLE_TOOLS_INBOX_DECISION_KEY": DECISION_KEY}
+    shell = {
+        "DURABLE_TOOLS_INBOX_DECISION_KEY": DECISION_KEY,
+        "DURABLE_TOOLS_INBOX_SECRET": CSRF_SECRET,
+    }
     env = {**_compose_environment(service, shell), "DURABLE_TOOLS_ADDRESS": bare_server.address}
+    assert env["DURABLE_TOOLS_INBOX_SECRET"] == CSRF_SECRET
     port = free_port()
     inbox = _serve_inbox(command, env, port, tmp_path / "compose-inbox.log")
     try:
@@ -348,14 +361,9 @@ def test_inbox_commands_serve_with_their_auth(bare_server: DevServer, tmp_path: 
     printed = (tmp_path / "compose-inbox.log").read_text()
     assert "decisions signed with key k1" in printed, printed
 
-    # Kubernetes: behind an identity-aware proxy, probed over HTTP.
-    (deployment,) = [
-        d
-        for d in yaml.safe_load_all((DEPLOY / "k8s" / "inbox.yaml").read_text())
-        if d["kind"] == "Deployment"
-    ]
-    container = deployment["spec"]["template"]["spec"]["containers"][0]
-    env = _container_env(container, DECISION_SECRETS)
+    # Kubernetes: behind its oauth2-proxy sidecar, on 127.0.0.1, probed from inside.
+    container = _k8s_container("inbox")
+    env = _container_env(container, INBOX_SECRETS)
     env["DURABLE_TOOLS_ADDRESS"] = bare_server.address
     port = free_port()
     inbox = _serve_inbox(
@@ -363,10 +371,78 @@ def test_inbox_commands_serve_with_their_auth(bare_server: DevServer, tmp_path: 
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        assert _status(f"{base}{container['readinessProbe']['httpGet']['path']}") == 200
+        probe = [
+            part.replace(":8234/", f":{port}/")
+            for part in container["readinessProbe"]["exec"]["command"]
+        ]
+        assert subprocess.run(probe, env=_env(), timeout=30).returncode == 0
         assert _status(f"{base}/api/session") == 401
+        # The sidecar reaches it from 127.0.0.1, the one trusted proxy address.
         assert _status(f"{base}/api/session", {"X-Forwarded-User": "ana"}) == 200
     finally:
         _stop(inbox)
     printed = (tmp_path / "k8s-inbox.log").read_text()
     assert "decisions signed with key k1" in printed, printed
+
+
+def _k8s_inbox() -> dict[str, dict[str, Any]]:
+    """The inbox manifest's resources by kind."""
+    found = yaml.safe_load_all((DEPLOY / "k8s" / "inbox.yaml").read_text())
+    return {d["kind"]: d for d in found}
+
+
+def _k8s_container(name: str) -> dict[str, Any]:
+    containers = _k8s_inbox()["Deployment"]["spec"]["template"]["spec"]["containers"]
+    (found,) = [c for c in containers if c["name"] == name]
+    return found
+
+
+def _option(args: list[str], name: str) -> str:
+    """The value of `--name VALUE` or `--name=VALUE` in `args`."""
+    for index, arg in enumerate(args):
+        if arg == name:
+            return args[index + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    raise AssertionError(f"{name} not in {args}")
+
+
+def test_kubernetes_inbox_runs_behind_its_proxy_sidecar_with_a_network_policy() -> None:
+    """Issue 23, item 3: identity headers can come only from the proxy in the pod."""
+    resources = _k8s_inbox()
+    proxy, inbox = _k8s_container("oauth2-proxy"), _k8s_container("inbox")
+    # oauth2-proxy, at a pinned release, forwarding to the inbox on loopback.
+    image, _, tag = proxy["image"].partition(":")
+    assert image == "quay.io/oauth2-proxy/oauth2-proxy"
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", tag), tag
+    assert _option(proxy["args"], "--upstream") == "http://127.0.0.1:8234/"
+    assert _option(proxy["args"], "--skip-auth-strip-headers") == "true"
+    (proxy_port,) = proxy["ports"]
+    # The inbox binds 127.0.0.1 and trusts identity headers from 127.0.0.1 only.
+    args = inbox["args"]
+    assert _option(args, "--host") == "127.0.0.1" and _option(args, "--port") == "8234"
+    assert "--trust-proxy-header" in args
+    assert _option(args, "--trusted-proxy") == "127.0.0.1/32"
+    assert "ports" not in inbox
+    # Every replica gets the one CSRF secret from the Secret.
+    (secret,) = [e for e in inbox["env"] if e["name"] == "DURABLE_TOOLS_INBOX_SECRET"]
+    ref = secret["valueFrom"]["secretKeyRef"]
+    assert ref["name"] and ref["key"] and not ref.get("optional")
+    assert resources["Deployment"]["spec"]["replicas"] >= 2
+    # The Service and the NetworkPolicy let in the proxy's port, nothing else.
+    assert resources["Service"]["spec"]["ports"][0]["targetPort"] == proxy_port["name"]
+    policy = resources["NetworkPolicy"]["spec"]
+    labels = resources["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    allowed = [port["port"] for rule in policy["ingress"] for port in rule["ports"]]
+    assert allowed == [proxy_port["containerPort"]]
+
+
+def test_compose_inbox_sets_the_csrf_secret() -> None:
+    environment = _compose()["inbox"]["environment"]
+    assert str(environment["DURABLE_TOOLS_INBOX_SECRET"]).startswith(
+        "${DURABLE_TOOLS_INBOX_SECRET:?"
+    )  # compose refuses to start it without one
+    with pytest.raises(AssertionError, match="compose stops"):
+        _compose_environment(_compose()["inbox"], {})

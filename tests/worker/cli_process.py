@@ -48,14 +48,21 @@ class Completed:
 
 
 async def cli(
-    *args: str, timeout: float = 60.0, cwd: Path = ROOT, shell: str | None = None
+    *args: str,
+    timeout: float = 60.0,
+    cwd: Path = ROOT,
+    shell: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Completed:
-    """Run `durable-tools ARGS` (or a shell command line) to completion within `timeout` s."""
+    """Run `durable-tools ARGS` (or a shell command line) to completion within `timeout` s.
+
+    `env`: variables added to `cli_env()` (e.g. a `DURABLE_TOOLS_*` one it removes).
+    """
     if shell is not None:
         process = await asyncio.create_subprocess_shell(
             shell,
             cwd=cwd,
-            env=cli_env(),
+            env=cli_env(**(env or {})),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -64,7 +71,7 @@ async def cli(
             CLI,
             *args,
             cwd=cwd,
-            env=cli_env(),
+            env=cli_env(**(env or {})),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -91,11 +98,17 @@ class Running:
 
     @classmethod
     async def start(
-        cls, *args: str, cwd: Path = ROOT, python: bool = False, stderr: Path | None = None
+        cls,
+        *args: str,
+        cwd: Path = ROOT,
+        python: bool = False,
+        stderr: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> Running:
         """Start `durable-tools ARGS` (or `python -m durable_tools.worker.cli ARGS`).
 
         `stderr`: a file for a process that logs a lot (a pipe nobody reads fills up).
+        `env`: variables added to `cli_env()`.
         """
         command = [sys.executable, "-m", "durable_tools.worker.cli"] if python else [CLI]
         with contextlib.ExitStack() as stack:
@@ -104,7 +117,7 @@ class Running:
                 *command,
                 *args,
                 cwd=cwd,
-                env=cli_env(),
+                env=cli_env(**(env or {})),
                 stdout=asyncio.subprocess.PIPE,
                 stderr=err,
             )

@@ -49,9 +49,9 @@ async def production(
 async def test_production_worker_refuses_the_test_model(production: list[str]) -> None:
     done = await cli("run", "--toolkit", "weather", *production, "Weather in Oslo?")
     assert done.code == 1, done.stdout + done.stderr
-    assert "model turn 1 failed (AgentRefused): agent 'default' is not declared" in (
+    assert "model turn 1 failed (AgentRefused): agent 'default' is not declared" in (done.stdout), (
         done.stdout
-    ), done.stdout
+    )
     assert "→ get_weather" not in done.stdout
 
 

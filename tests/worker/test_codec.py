@@ -181,7 +181,9 @@ async def test_encrypted_conversation_keeps_secrets_out_of_history(
     # The codec server decodes them as the Web UI asks (JSON Payloads, X-Namespace, CORS).
     port = free_port()
     ready = asyncio.Event()
-    server = asyncio.create_task(serve(codec, port=port, on_ready=lambda _url: ready.set()))
+    server = asyncio.create_task(
+        serve(codec, port=port, encode=True, on_ready=lambda _url: ready.set())
+    )
     try:
         await asyncio.wait_for(ready.wait(), 10)
         base = f"http://127.0.0.1:{port}"

@@ -49,6 +49,7 @@ async def test_inbox_serves_with_tokens_and_stops_on_sigint(
         str(tokens),
         "--decision-key-file",
         str(key),
+        env={"DURABLE_TOOLS_INBOX_SECRET": "s" * 32},
     )
     try:
         line = await inbox.wait_for_line("Inbox: ", timeout=30)

@@ -53,10 +53,57 @@ def inbox_command(
         bool,
         typer.Option(
             "--trust-proxy-header",
-            help="Take the user (and groups) from headers a reverse proxy sets; only behind a "
-            "proxy that authenticates and strips them from clients.",
+            help="Take the user (and groups) from headers a reverse proxy sets, from the "
+            "--trusted-proxy addresses only (default, on 127.0.0.1: this machine). On another "
+            "address it refuses to start without --trusted-proxy or --proxy-jwks.",
         ),
     ] = False,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            metavar="CIDR",
+            help="The proxy's address range (e.g. 127.0.0.1/32 for a sidecar), checked against "
+            "the connection's peer, never X-Forwarded-For. Identity headers from anyone else "
+            "are refused (401). Repeatable.",
+        ),
+    ] = None,
+    proxy_jwks: Annotated[
+        str | None,
+        typer.Option(
+            "--proxy-jwks",
+            metavar="URL|FILE",
+            help="Verify the proxy's signed assertion (a JWT in --proxy-jwt-header) against "
+            "the issuer's keys (a JWKS URL or file) instead of trusting its plain headers.",
+        ),
+    ] = None,
+    proxy_jwt_header: Annotated[
+        str,
+        typer.Option(
+            help="The header with the proxy's JWT: X-Goog-IAP-JWT-Assertion (Google IAP), "
+            "Cf-Access-Jwt-Assertion (Cloudflare Access), Authorization (oauth2-proxy "
+            "--pass-authorization-header)."
+        ),
+    ] = "Authorization",
+    proxy_jwt_issuer: Annotated[
+        str | None, typer.Option(help="The JWT's required issuer (iss).")
+    ] = None,
+    proxy_jwt_audience: Annotated[
+        str | None, typer.Option(help="The JWT's required audience (aud).")
+    ] = None,
+    proxy_jwt_user_claim: Annotated[
+        str, typer.Option(help="The JWT claim naming the user.")
+    ] = "email",
+    proxy_jwt_groups_claim: Annotated[
+        str, typer.Option(help="The JWT claim listing the user's groups ('': none).")
+    ] = "groups",
+    proxy_jwt_algorithm: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--proxy-jwt-algorithm",
+            help="A signature algorithm accepted (default RS256 and ES256). Repeatable.",
+        ),
+    ] = None,
     user_header: Annotated[str, typer.Option(help="The proxy's user header.")] = (
         "X-Forwarded-User"
     ),
@@ -108,29 +155,47 @@ def inbox_command(
 
     Each person sees only the conversations of their teams (a conversation's
     team is set when it starts: `run --team`, `start(..., team=...)`).
+    Outside dev mode it needs $DURABLE_TOOLS_INBOX_SECRET, the CSRF secret
+    every replica shares (at least 32 bytes).
     """
     require_extra("durable-tools inbox", "inbox")
     from durable_tools.worker.inbox import build_auth, serve_inbox
+    from durable_tools.worker.inbox.assertions import DEFAULT_ALGORITHMS, ProxyAssertionAuth
     from durable_tools.worker.inbox.authz import TeamAuthorizer, parse_team_map
     from durable_tools.worker.inbox.server import (
         DECISION_KEY_ENV,
         TOKENS_ENV,
         parse_decision_key,
+        require_csrf_secret,
     )
 
     tokens_env = os.environ.get(TOKENS_ENV)
-    if dev_user is None and not (trust_proxy_header or tokens_file or tokens_env):
+    if dev_user is None and not (trust_proxy_header or proxy_jwks or tokens_file or tokens_env):
         dev_user = whoami() or "dev"
     try:
+        assertion = None
+        if proxy_jwks is not None:
+            assertion = ProxyAssertionAuth.configure(
+                header=proxy_jwt_header,
+                jwks=proxy_jwks,
+                issuer=proxy_jwt_issuer or "",
+                audience=proxy_jwt_audience or "",
+                user_claim=proxy_jwt_user_claim,
+                groups_claim=proxy_jwt_groups_claim or None,
+                algorithms=proxy_jwt_algorithm or DEFAULT_ALGORITHMS,
+            )
         auth = build_auth(
             host=host,
             dev_user=dev_user,
             trust_proxy_header=trust_proxy_header,
             user_header=user_header,
             groups_header=groups_header,
+            trusted_proxies=trusted_proxy or (),
+            assertion=assertion,
             tokens_file=tokens_file,
             tokens_env=tokens_env,
         )
+        csrf_secret = require_csrf_secret(auth)
         if decision_key_file is not None:
             try:
                 key_text = decision_key_file.read_text(encoding="utf-8")
@@ -172,6 +237,7 @@ def inbox_command(
             on_ready=ready,
             decision_key=signing_key,
             authorizer=authorizer,
+            csrf_secret=csrf_secret,
         )
         out.print("inbox stopped")
 
@@ -271,7 +337,10 @@ def codec_server_command(
         str | None,
         typer.Argument(help="The payload codec 'module:attr' (default: --codec)."),
     ] = None,
-    ip: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    ip: Annotated[
+        str,
+        typer.Option(help="Address to bind; any but loopback needs --tokens-file."),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8081,
     cors_origin: Annotated[
         list[str] | None,
@@ -281,26 +350,53 @@ def codec_server_command(
             "http://localhost:8233 and http://127.0.0.1:8233). Repeatable.",
         ),
     ] = None,
+    tokens_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens-file",
+            help="Who may call it: lines NAME:SECRET[:GROUPS] as the inbox's; a request sends "
+            "Authorization: Bearer SECRET (the Web UI passes its user's header). Else "
+            "$DURABLE_TOOLS_CODEC_TOKENS; else anyone who reaches it (loopback only).",
+        ),
+    ] = None,
+    encode: Annotated[
+        bool,
+        typer.Option(
+            "--encode", help="Serve POST /encode too (an encryption oracle; default: /decode only)."
+        ),
+    ] = False,
 ) -> None:
-    """Serve Temporal's codec server protocol (POST /encode, /decode) for the Web UI."""
+    """Serve Temporal's codec server protocol (POST /decode, /encode if asked) for the Web UI."""
     require_extra("durable-tools codec-server", "inbox")  # starlette and uvicorn
-    from durable_tools.worker.codec_server import DEFAULT_ORIGINS, serve
+    from durable_tools.worker.codec_server import DEFAULT_ORIGINS, TOKENS_ENV, serve
+    from durable_tools.worker.inbox.auth import Authenticators, TokenAuth
 
     spec = codec or cli_options.codec_spec
     if not spec:
         fail("give the codec: durable-tools codec-server module:attr", EXIT_BAD_INPUT)
+    tokens_env = os.environ.get(TOKENS_ENV)
     try:
         loaded = load_codec(spec)
+        auth = None
+        if tokens_file is not None:
+            auth = Authenticators([TokenAuth.from_file(tokens_file)])
+        elif tokens_env:
+            auth = Authenticators([TokenAuth.parse(tokens_env, source=TOKENS_ENV)])
     except ConfigurationError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     origins = tuple(cors_origin) if cors_origin else DEFAULT_ORIGINS
 
     def ready(url: str) -> None:
         out.print(f"Codec server: {url} (allowing {', '.join(origins)})", soft_wrap=True)
+        served = "/decode and /encode" if encode else "/decode"
+        who = "tokens" if auth is not None else "none (loopback only)"
+        out.print(f"Serving {served}; authentication: {who}", soft_wrap=True)
         out.print("In the Web UI: Settings → Codec Server → this URL")
 
     run_reported(
-        lambda: serve(loaded, host=ip, port=port, origins=origins, on_ready=ready),
+        lambda: serve(
+            loaded, host=ip, port=port, origins=origins, on_ready=ready, auth=auth, encode=encode
+        ),
         address=f"{ip}:{port}",
         namespace="",
         timeout=FOREVER,

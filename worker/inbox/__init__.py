@@ -12,12 +12,14 @@ beside the dev server. Needs the `inbox` extra (FastAPI, Jinja2, uvicorn).
 from __future__ import annotations
 
 from durable_tools.worker.inbox.app import create_app
+from durable_tools.worker.inbox.assertions import Jwks, ProxyAssertionAuth
 from durable_tools.worker.inbox.auth import (
     Authenticators,
     Csrf,
     DevAuth,
     Identity,
     ProxyHeaderAuth,
+    Rejected,
     TokenAuth,
     may_decide,
 )
@@ -28,7 +30,10 @@ __all__ = [
     "Csrf",
     "DevAuth",
     "Identity",
+    "Jwks",
+    "ProxyAssertionAuth",
     "ProxyHeaderAuth",
+    "Rejected",
     "TokenAuth",
     "build_auth",
     "create_app",

@@ -29,6 +29,7 @@ This module wires the app; the routes live in `api.py` (the API) and
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -39,7 +40,7 @@ from fastapi.templating import Jinja2Templates
 from durable_tools.client import Conversations
 from durable_tools.decision_keys import SigningKey
 from durable_tools.worker.inbox.api import Problem, add_api_routes
-from durable_tools.worker.inbox.auth import Authenticators, Csrf
+from durable_tools.worker.inbox.auth import Authenticators, Csrf, DevAuth
 from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
 from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.headers import SecurityHeaders
@@ -48,6 +49,7 @@ from durable_tools.worker.inbox.paths import KeepEncodedSlashes
 from durable_tools.worker.inbox.render import register_filters
 from durable_tools.worker.inbox.service import InboxService
 from durable_tools.worker.inbox.web import BadInput, CsrfFailed, State, Unauthenticated
+from durable_tools.worker.loopback import LoopbackHostOnly
 
 __all__ = ["create_app"]
 
@@ -82,7 +84,10 @@ def create_app(
             (default): `TeamAuthorizer()`, teams from groups.
 
     Returns:
-        An ASGI app (serve it with uvicorn).
+        An ASGI app (serve it with uvicorn). In dev mode (`DevAuth` among the
+        authenticators) it answers only loopback `Host` names (400 otherwise:
+        `durable_tools.worker.loopback`), so a DNS-rebinding page cannot
+        act as the dev user.
     """
     service = InboxService(conversations, decision_key, authorizer or TeamAuthorizer())
     state = State(service, auth, Csrf(csrf_secret), refresh_seconds)
@@ -97,6 +102,8 @@ def create_app(
     app.state.inbox = state
     app.add_middleware(KeepEncodedSlashes)  # ids with `/`: see paths.py
     app.add_middleware(SecurityHeaders)  # CSP, no framing, nosniff: headers.py
+    if any(isinstance(a, DevAuth) for a in auth.chain):
+        app.add_middleware(LoopbackHostOnly)  # added last: runs first
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     register_filters(templates.env)
     app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
@@ -108,12 +115,17 @@ def create_app(
             if state.auth.basic_realm
             else {}
         )
-        body = Problem(error="unauthenticated", message="Sign in to use the inbox.")
+        message = f"Not signed in: {exc.reason}." if exc.reason else "Sign in to use the inbox."
+        body = Problem(error="unauthenticated", message=message)
         if request.url.path.startswith("/api/"):
             return JSONResponse(body.model_dump(), status_code=401, headers=headers)
+        shown = (
+            html.escape(exc.reason) + "."
+            if exc.reason
+            else "Sign in to use the durable-tools inbox."
+        )
         return HTMLResponse(
-            "<!doctype html><html lang=en><title>Sign in</title>"
-            "<p>Sign in to use the durable-tools inbox.</p></html>",
+            f"<!doctype html><html lang=en><title>Sign in</title><p>{shown}</p></html>",
             status_code=401,
             headers=headers,
         )

@@ -1,13 +1,21 @@
 """Who is asking: identities from a trusted proxy, static tokens or basic auth, or dev mode.
 
 Authentication is pluggable: an `Authenticator` maps a request to an
-`Identity` or `None`; `Authenticators` tries several in order. Three ship:
+`Identity` or `None`; `Authenticators` tries several in order. Four ship:
 
 | authenticator | for | identity from |
 |---|---|---|
-| `DevAuth` | one person on their machine (the server binds 127.0.0.1 only) | a fixed name |
-| `ProxyHeaderAuth` | behind oauth2-proxy, an identity-aware proxy | `X-Forwarded-User`, `-Groups` |
+| `DevAuth` | one person on their machine (127.0.0.1 only) | a fixed name |
+| `ProxyHeaderAuth` | behind oauth2-proxy | `X-Forwarded-User`, `-Groups` from a trusted proxy |
+| `ProxyAssertionAuth` | behind IAP, Cloudflare Access | a JWT the proxy signed (`assertions.py`) |
 | `TokenAuth` | small teams | `Authorization: Bearer SECRET` or basic auth `NAME:SECRET` |
+
+A request never mixes methods. The first authenticator that finds its own
+kind of credential in a request decides alone: it returns the identity or
+raises `Rejected` (401), and no later one is asked. Identity headers from a
+peer outside the trusted proxies are such a credential: the request is
+refused, not answered as whoever its bearer token names. A trusted proxy's
+identity wins over an `Authorization` header it passes along.
 
 CSRF: every form and every state-changing API call carries a token that is
 `nonce.mac`, where `nonce` is also in the `dt_csrf` cookie (double submit) and
@@ -24,11 +32,11 @@ trust work plug in there).
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
+import ipaddress
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -42,16 +50,30 @@ __all__ = [
     "CSRF_COOKIE",
     "CSRF_FIELD",
     "CSRF_HEADER",
+    "LOOPBACK_NETWORKS",
     "Authenticator",
     "Authenticators",
     "Csrf",
     "DevAuth",
     "Identity",
+    "Network",
     "ProxyHeaderAuth",
+    "Rejected",
     "TokenAuth",
     "may_decide",
+    "parse_networks",
+    "peer_in",
     "refusal",
 ]
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+"""One trusted address range (`ipaddress.ip_network("10.0.0.0/8")`)."""
+
+LOOPBACK_NETWORKS: tuple[Network, ...] = (
+    ipaddress.ip_network("127.0.0.0/8"),
+    ipaddress.ip_network("::1/128"),
+)
+"""This machine: the trusted proxies when none are named and the inbox binds loopback."""
 
 CSRF_COOKIE = "dt_csrf"
 """Cookie holding the CSRF nonce."""
@@ -83,12 +105,69 @@ class Identity:
         return self.method != "bearer"
 
 
+class Rejected(Exception):
+    """A request carries an authenticator's own kind of credential, and it does not hold.
+
+    Answered 401 with `reason`; no other authenticator is asked (a request
+    never mixes methods).
+
+    Args:
+        reason: One sentence for the person or program that sent it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class Authenticator(Protocol):
     """Maps a request to an identity, or `None` when it carries none this one accepts."""
 
     def authenticate(self, request: HTTPConnection) -> Identity | None:
-        """The request's identity, or `None`."""
+        """The request's identity, or `None`.
+
+        Raises:
+            Rejected: The request carries this authenticator's kind of
+                credential, and it is not valid (forged, expired, from an
+                untrusted peer).
+        """
         ...
+
+
+def parse_networks(texts: Iterable[str]) -> tuple[Network, ...]:
+    """Address ranges from CIDR texts (`127.0.0.1/32`, `10.0.0.0/8`, `fd00::/8`, a bare address).
+
+    Raises:
+        ConfigurationError: A text that is not an address or a CIDR range.
+    """
+    found: list[Network] = []
+    for text in texts:
+        try:
+            found.append(ipaddress.ip_network(text.strip(), strict=False))
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"trusted proxy {text!r} is not an address range (e.g. 127.0.0.1/32, 10.0.0.0/8)"
+            ) from exc
+    return tuple(found)
+
+
+def peer_in(request: HTTPConnection, networks: Sequence[Network]) -> bool:
+    """Whether the request's TCP peer (`request.client.host`) is in one of `networks`.
+
+    The peer is the address the connection came from, never a header such as
+    `X-Forwarded-For`, which any client can write. An IPv4 address mapped into
+    IPv6 (`::ffff:127.0.0.1`) counts as itself; no peer (a Unix socket) is in none.
+    """
+    client = request.client
+    if client is None:
+        return False
+    try:
+        address = ipaddress.ip_address(client.host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in networks)
 
 
 @dataclass(frozen=True)
@@ -108,23 +187,39 @@ class DevAuth:
 
 @dataclass(frozen=True)
 class ProxyHeaderAuth:
-    """A trusted reverse proxy's headers (only behind a proxy that strips them from clients).
+    """A trusted reverse proxy's headers, taken only from the proxy's own addresses.
 
     Attributes:
         user_header: Header naming the user (default `X-Forwarded-User`).
         groups_header: Header with comma-separated groups (default `X-Forwarded-Groups`).
+        trusted_proxies: The proxy's addresses, checked against the TCP peer
+            (default `LOOPBACK_NETWORKS`: a proxy on this machine or in this pod).
     """
 
     user_header: str = "X-Forwarded-User"
     groups_header: str = "X-Forwarded-Groups"
+    trusted_proxies: tuple[Network, ...] = LOOPBACK_NETWORKS
 
     def authenticate(self, request: HTTPConnection) -> Identity | None:
-        """The user the proxy names, or `None` without the header."""
-        user = request.headers.get(self.user_header, "").strip()
-        if not user:
+        """The user the proxy names, or `None` when neither header is there.
+
+        Raises:
+            Rejected: The headers come from a peer outside `trusted_proxies`
+                (whatever else the request carries), or name no user.
+        """
+        user = request.headers.get(self.user_header)
+        groups = request.headers.get(self.groups_header)
+        if user is None and groups is None:
             return None
-        groups = request.headers.get(self.groups_header, "")
-        return Identity(user, _split_groups(groups), method="proxy")
+        if not peer_in(request, self.trusted_proxies):
+            peer = request.client.host if request.client else "a local socket"
+            raise Rejected(
+                f"{self.user_header} / {self.groups_header} came from {peer}, "
+                "which is not a trusted proxy; sign in through the proxy"
+            )
+        if not (user or "").strip():
+            raise Rejected(f"the proxy sent no user in {self.user_header}")
+        return Identity((user or "").strip(), _split_groups(groups or ""), method="proxy")
 
 
 @dataclass(frozen=True)
@@ -194,12 +289,19 @@ class TokenAuth:
         for credential in self.credentials:
             # Compare every credential: the time taken does not tell which matched.
             same = hmac.compare_digest(digest, credential.digest)
-            if same and (name is None or hmac.compare_digest(name, credential.name)):
+            # Bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500).
+            if same and (
+                name is None or hmac.compare_digest(name.encode(), credential.name.encode())
+            ):
                 match = credential
         return match
 
     def authenticate(self, request: HTTPConnection) -> Identity | None:
-        """The identity of a matching bearer token or basic-auth pair, else `None`."""
+        """The identity of a matching bearer token or basic-auth pair; `None` without one.
+
+        Raises:
+            Rejected: A bearer token or basic-auth pair that matches no credential.
+        """
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer" and value.strip():
@@ -208,23 +310,21 @@ class TokenAuth:
         elif scheme.lower() == "basic" and value.strip():
             try:
                 decoded = base64.b64decode(value.strip(), validate=True).decode()
-            except (binascii.Error, UnicodeDecodeError):
-                return None
+            except ValueError:  # binascii.Error, UnicodeDecodeError, non-ASCII text
+                raise Rejected("the basic-auth credentials are not base64 of UTF-8") from None
             name, sep, secret = decoded.partition(":")
-            if not sep:
-                return None
-            credential = self._match(secret, name)
+            credential = self._match(secret, name) if sep else None
             method = "basic"
         else:
             return None
         if credential is None:
-            return None
+            raise Rejected("unknown token or name and secret")
         return Identity(credential.name, credential.groups, method=method)
 
 
 @dataclass(frozen=True)
 class Authenticators:
-    """Several authenticators tried in order; the first identity wins.
+    """Several authenticators tried in order; the first that claims the request decides.
 
     Attributes:
         chain: The authenticators.
@@ -236,7 +336,12 @@ class Authenticators:
     basic_realm: str | None = None
 
     def authenticate(self, request: HTTPConnection) -> Identity | None:
-        """The first identity an authenticator finds, or `None`."""
+        """The first identity an authenticator finds, or `None`.
+
+        Raises:
+            Rejected: An authenticator found its kind of credential and refused
+                it; the ones after it are not asked.
+        """
         for authenticator in self.chain:
             identity = authenticator.authenticate(request)
             if identity is not None:

@@ -15,6 +15,7 @@ from durable_tools.worker.inbox.auth import (
     Authenticators,
     Csrf,
     Identity,
+    Rejected,
 )
 from durable_tools.worker.inbox.service import InboxService
 
@@ -32,7 +33,15 @@ __all__ = [
 
 
 class Unauthenticated(Exception):
-    """No authenticator accepted the request (401)."""
+    """No authenticator accepted the request, or one refused it (401).
+
+    Args:
+        reason: Why, when an authenticator said (`Rejected`); `None`: no credentials.
+    """
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(reason or "no credentials")
+        self.reason = reason
 
 
 class CsrfFailed(Exception):
@@ -64,7 +73,10 @@ def _state(request: Request) -> State:
 
 
 def _identity(request: Request) -> Identity:
-    found = _state(request).auth.authenticate(request)
+    try:
+        found = _state(request).auth.authenticate(request)
+    except Rejected as exc:
+        raise Unauthenticated(exc.reason) from None
     if found is None:
         raise Unauthenticated()
     return found
