@@ -42,6 +42,7 @@ from durable_tools.worker.inbox.api import Problem, add_api_routes
 from durable_tools.worker.inbox.auth import Authenticators, Csrf
 from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
 from durable_tools.worker.inbox.conflicts import Conflict
+from durable_tools.worker.inbox.feeds import STREAMS_PER_IDENTITY
 from durable_tools.worker.inbox.pages import add_page_routes
 from durable_tools.worker.inbox.paths import KeepEncodedSlashes
 from durable_tools.worker.inbox.render import register_filters
@@ -61,6 +62,7 @@ def create_app(
     refresh_seconds: float = 5.0,
     decision_key: tuple[str, SigningKey] | None = None,
     authorizer: Authorizer | None = None,
+    streams_per_identity: int = STREAMS_PER_IDENTITY,
 ) -> FastAPI:
     """Build the inbox app.
 
@@ -79,11 +81,20 @@ def create_app(
             and calls that need a signed decision cannot be decided here.
         authorizer: What each identity may see and do (`authz.py`). `None`
             (default): `TeamAuthorizer()`, teams from groups.
+        streams_per_identity: Conversation event streams one identity name
+            may hold open at once (default 16); one more is answered 429
+            `too_many_streams`. Every open stream of a conversation shares one
+            reader of it (`feeds.py`).
 
     Returns:
         An ASGI app (serve it with uvicorn).
     """
-    service = InboxService(conversations, decision_key, authorizer or TeamAuthorizer())
+    service = InboxService(
+        conversations,
+        decision_key,
+        authorizer or TeamAuthorizer(),
+        streams_per_identity=streams_per_identity,
+    )
     state = State(service, auth, Csrf(csrf_secret), refresh_seconds)
     app = FastAPI(
         title="durable-tools inbox",

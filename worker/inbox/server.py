@@ -22,6 +22,8 @@ from durable_tools.worker.inbox.auth import (
     TokenAuth,
 )
 from durable_tools.worker.inbox.authz import Authorizer
+from durable_tools.worker.inbox.feeds import STREAMS_PER_IDENTITY
+from durable_tools.worker.inbox.web import State
 
 __all__ = [
     "DECISION_KEY_ENV",
@@ -129,6 +131,7 @@ async def serve_inbox(
     refresh_seconds: float = 5.0,
     decision_key: tuple[str, SigningKey] | None = None,
     authorizer: Authorizer | None = None,
+    streams_per_identity: int = STREAMS_PER_IDENTITY,
 ) -> None:
     """Serve the inbox until `stop` is set (or the task is cancelled).
 
@@ -145,6 +148,8 @@ async def serve_inbox(
             `$DURABLE_TOOLS_INBOX_DECISION_KEY` (`KEY_ID:BASE64`), else unsigned.
         authorizer: What each identity may see and do (default
             `TeamAuthorizer()`; `authz.py`).
+        streams_per_identity: Event streams one identity may hold open
+            (default 16; `create_app`).
 
     Raises:
         ConfigurationError: The port is taken, or the decision key is malformed.
@@ -163,6 +168,7 @@ async def serve_inbox(
         refresh_seconds=refresh_seconds,
         decision_key=decision_key,
         authorizer=authorizer,
+        streams_per_identity=streams_per_identity,
     )
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
@@ -201,4 +207,6 @@ async def serve_inbox(
             stopped.cancel()
     finally:
         server.should_exit = True
+        state: State = app.state.inbox
+        await state.service.feeds.close()  # open event streams end, uvicorn can stop
         await asyncio.wait({serving}, timeout=5)
