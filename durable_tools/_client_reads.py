@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
 from typing import Any, cast, overload
 
+from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamClient
+from temporalio.converter import PayloadConverter
 
 from durable_tools._client_support import ConversationsBase, OutputT
 from durable_tools._wire import TRANSCRIPT_QUERY
@@ -30,6 +33,9 @@ from durable_tools.transcript_reader import (
 
 # What `transcript_slice` answers: a page, or a list from older workflow code.
 _TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
+
+# The Workflow Streams poll, as a query: it answers at once from the retained log.
+_STREAM_POLL = "__temporal_workflow_stream_poll"
 
 
 class ConversationReads(ConversationsBase):
@@ -148,12 +154,51 @@ class ConversationReads(ConversationsBase):
             result_type=RawValue,
             poll_cooldown=timedelta(seconds=poll_cooldown),
         ):
+            event = _event_of(converter, item.data.payload, item.offset)
+            if event is not None:
+                yield event
+
+    async def retained_events(
+        self, workflow_id: str, *, after: int = -1
+    ) -> tuple[list[ConversationEvent], int]:
+        """The retained events after offset `after`, read now: one page, by a query.
+
+        Unlike `events`, this sends no update: it takes none of the
+        workflow's 10 in-flight update slots and records nothing in its
+        history (the Workflow Streams poll, asked as a query, answers at
+        once from the retained log). It needs a running worker, as any
+        query. Offsets older than the conversation retains
+        (`RETAINED_EVENTS` kept at each continue-as-new) read from the
+        oldest retained event.
+
+        Args:
+            workflow_id: The conversation.
+            after: The offset of the last event already seen (default -1).
+
+        Returns:
+            `(events, next_offset)`: the events of one page (at most about
+            1 MB of them, in order, `offset` set; items that are not
+            `ConversationEvent`s skipped) and the offset of the first item
+            not read (pass `next_offset - 1` as `after` to read on; equal to
+            the stream's length once everything was read).
+        """
+        handle = self._handle(workflow_id)
+        result = await handle.query(
+            _STREAM_POLL,
+            PollInput(topics=[EVENTS_TOPIC], from_offset=max(0, after + 1)),
+            result_type=PollResult,
+        )
+        converter = self.client.data_converter.payload_converter
+        events: list[ConversationEvent] = []
+        for item in result.items:
             try:
-                event = cast(object, converter.from_payload(item.data.payload, ConversationEvent))
-            except Exception:  # untrusted: garbage must not end a reader's iteration
+                payload = Payload.FromString(base64.b64decode(item.data))
+            except Exception:  # untrusted: as in `events`, garbage is skipped
                 continue
-            if isinstance(event, ConversationEvent):  # e.g. a `binary/null` payload is None
-                yield event.model_copy(update={"offset": item.offset})
+            event = _event_of(converter, payload, item.offset)
+            if event is not None:
+                events.append(event)
+        return events, result.next_offset
 
     async def status(self, workflow_id: str) -> ConversationStatus:
         """What the loop is doing (query; needs a running worker)."""
@@ -195,3 +240,16 @@ class ConversationReads(ConversationsBase):
         if result.status != "finished":
             raise NoFinalOutput(result)
         return output_type.model_validate(result.output)
+
+
+def _event_of(
+    converter: PayloadConverter, payload: Payload, offset: int
+) -> ConversationEvent | None:
+    """The stream item at `offset` as a `ConversationEvent`, or `None` if it is not one."""
+    try:
+        event = cast(object, converter.from_payload(payload, ConversationEvent))
+    except Exception:  # untrusted: garbage must not end a reader's iteration
+        return None
+    if isinstance(event, ConversationEvent):  # e.g. a `binary/null` payload is None
+        return event.model_copy(update={"offset": offset})
+    return None

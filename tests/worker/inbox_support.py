@@ -175,15 +175,21 @@ async def served(
     *,
     refresh_seconds: float = 5.0,
     decision_key: tuple[str, bytes] | None = None,
+    credentials: str = CREDENTIALS,
+    streams_per_identity: int | None = None,
 ) -> AsyncGenerator[str]:
     """The inbox served over real HTTP on 127.0.0.1 (token auth); yields its base URL.
 
     Server-sent events need a real server: httpx's ASGI transport buffers a
-    response until it ends.
+    response until it ends. `credentials` is the token file (default
+    `CREDENTIALS`); `streams_per_identity` the inbox's cap (default its own).
     """
     port, stop = free_port(), asyncio.Event()
     ready: list[str] = []
-    auth = Authenticators([TokenAuth.parse(CREDENTIALS)])
+    auth = Authenticators([TokenAuth.parse(credentials)])
+    options: dict[str, Any] = {}
+    if streams_per_identity is not None:
+        options["streams_per_identity"] = streams_per_identity
     serving = asyncio.create_task(
         serve_inbox(
             harness.conversations,
@@ -193,6 +199,7 @@ async def served(
             on_ready=ready.append,
             refresh_seconds=refresh_seconds,
             decision_key=decision_key,
+            **options,
         )
     )
     try:

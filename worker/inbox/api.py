@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -20,6 +20,7 @@ from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.params import AGE_PATTERN, filter_waiting, parse_ages, parse_offset
 from durable_tools.worker.inbox.views import ConversationView, WaitingConversation
 from durable_tools.worker.inbox.web import (
+    SIGNALLED,
     BadInput,
     Checked,
     State,
@@ -89,10 +90,26 @@ class ResumeBody(BaseModel):
 
 
 class Accepted(BaseModel):
-    """An accepted operation."""
+    """An accepted operation.
+
+    A decision or an answer is `delivery: "confirmed"` with the workflow's
+    `receipt` (the validated update), or `delivery: "signal"` with no
+    receipt: Temporal refused the update (the conversation's 10 in-flight
+    updates were taken), so it was sent as the durable signal, accepted for
+    delivery but not confirmed; `note` says so. Other operations leave both unset.
+    """
 
     accepted: bool = True
     receipt: DecisionReceipt | None = None
+    delivery: Literal["confirmed", "signal"] | None = None
+    note: str = ""
+
+    @classmethod
+    def decided(cls, receipt: DecisionReceipt | None, what: str) -> Accepted:
+        """A decision or answer (`what`) accepted: confirmed by `receipt`, else signalled."""
+        if receipt is not None:
+            return cls(receipt=receipt, delivery="confirmed")
+        return cls(delivery="signal", note=SIGNALLED.format(what=what))
 
 
 def add_api_routes(app: FastAPI, state: State) -> None:
@@ -233,6 +250,10 @@ def add_api_routes(app: FastAPI, state: State) -> None:
             **problems,
             200: {"content": {"text/event-stream": {}}, "description": "The event stream."},
             422: {"model": Problem, "description": "Not an event offset."},
+            429: {
+                "model": Problem,
+                "description": "`too_many_streams`: this identity holds its streams already.",
+            },
         },
         response_class=StreamingResponse,
         tags=["conversations"],
@@ -257,6 +278,12 @@ def add_api_routes(app: FastAPI, state: State) -> None:
         conversation ended and its last event was sent; `event: conflict`
         (`{"error", "message"}`) and the end when the stream fails; a comment
         line every 15 s while quiet.
+
+        Every stream of a conversation in this inbox process shares one reader
+        of it (one long-poll update in flight, nothing per stream in the
+        conversation's history). An identity holds at most its
+        `streams_per_identity` streams at once: one more is 429
+        `too_many_streams`.
         """
         try:
             start = parse_offset(last_event_id)
@@ -301,7 +328,7 @@ def add_api_routes(app: FastAPI, state: State) -> None:
             arguments_hash=body.arguments_hash,
             reason=body.reason,
         )
-        return Accepted(receipt=receipt)
+        return Accepted.decided(receipt, "decision")
 
     @app.post(
         "/api/conversations/{workflow_id:segment}/calls/{call_id:segment}/answer",
@@ -316,7 +343,7 @@ def add_api_routes(app: FastAPI, state: State) -> None:
         receipt = await state.service.answer(
             workflow_id, call_id, who, value=body.value, arguments_hash=body.arguments_hash
         )
-        return Accepted(receipt=receipt)
+        return Accepted.decided(receipt, "answer")
 
     @_action("/api/conversations/{workflow_id:segment}/messages", tag="conversations")
     async def api_send(workflow_id: str, body: MessageBody, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]

@@ -43,6 +43,7 @@ from durable_tools.worker.inbox.api import Problem, add_api_routes
 from durable_tools.worker.inbox.auth import Authenticators, Csrf, DevAuth
 from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
 from durable_tools.worker.inbox.conflicts import Conflict
+from durable_tools.worker.inbox.feeds import STREAMS_PER_IDENTITY
 from durable_tools.worker.inbox.headers import SecurityHeaders
 from durable_tools.worker.inbox.pages import add_page_routes
 from durable_tools.worker.inbox.paths import KeepEncodedSlashes
@@ -64,6 +65,7 @@ def create_app(
     refresh_seconds: float = 5.0,
     decision_key: tuple[str, SigningKey] | None = None,
     authorizer: Authorizer | None = None,
+    streams_per_identity: int = STREAMS_PER_IDENTITY,
 ) -> FastAPI:
     """Build the inbox app.
 
@@ -82,6 +84,10 @@ def create_app(
             and calls that need a signed decision cannot be decided here.
         authorizer: What each identity may see and do (`authz.py`). `None`
             (default): `TeamAuthorizer()`, teams from groups.
+        streams_per_identity: Conversation event streams one identity name
+            may hold open at once (default 16); one more is answered 429
+            `too_many_streams`. Every open stream of a conversation shares one
+            reader of it (`feeds.py`).
 
     Returns:
         An ASGI app (serve it with uvicorn). In dev mode (`DevAuth` among the
@@ -89,7 +95,12 @@ def create_app(
         `durable_tools.worker.loopback`), so a DNS-rebinding page cannot
         act as the dev user.
     """
-    service = InboxService(conversations, decision_key, authorizer or TeamAuthorizer())
+    service = InboxService(
+        conversations,
+        decision_key,
+        authorizer or TeamAuthorizer(),
+        streams_per_identity=streams_per_identity,
+    )
     state = State(service, auth, Csrf(csrf_secret), refresh_seconds)
     app = FastAPI(
         title="durable-tools inbox",

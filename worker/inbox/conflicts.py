@@ -6,7 +6,14 @@ from typing import Literal
 
 from temporalio.service import RPCError, RPCStatusCode
 
-__all__ = ["QUERY_TIMEOUT", "Conflict", "ConflictKind", "no_worker", "rpc_conflict"]
+__all__ = [
+    "QUERY_TIMEOUT",
+    "UPDATE_TIMEOUT",
+    "Conflict",
+    "ConflictKind",
+    "no_worker",
+    "rpc_conflict",
+]
 
 ConflictKind = Literal[
     "already_decided",
@@ -23,10 +30,21 @@ ConflictKind = Literal[
     "not_found",
     "no_worker",
     "unavailable",
+    "too_many_streams",
 ]
 
 QUERY_TIMEOUT = 10.0
 """Seconds an operation waits for Temporal and the worker."""
+
+UPDATE_TIMEOUT = 30.0
+"""Seconds a decision's or an answer's update waits before `no_worker`.
+
+Longer than `QUERY_TIMEOUT`: when the workflow's 10 in-flight updates are
+taken, Temporal refuses one more with `RESOURCE_EXHAUSTED`, and the SDK
+retries the refusal with back-off before raising it (about 15 s measured
+with temporalio 1.35 and Temporal Server 1.32); the inbox then sends the
+signal instead (`InboxService.decide`).
+"""
 
 
 class Conflict(Exception):
@@ -53,14 +71,16 @@ class Conflict(Exception):
             return 503
         if self.kind == "invalid_answer":
             return 422
+        if self.kind == "too_many_streams":
+            return 429
         return 409
 
 
-def no_worker() -> Conflict:
-    """`no_worker`: nothing answered within `QUERY_TIMEOUT`."""
+def no_worker(seconds: float = QUERY_TIMEOUT) -> Conflict:
+    """`no_worker`: nothing answered within `seconds` (default `QUERY_TIMEOUT`)."""
     return Conflict(
         "no_worker",
-        f"No worker answered within {QUERY_TIMEOUT:g} s; is a durable-tools worker running?",
+        f"No worker answered within {seconds:g} s; is a durable-tools worker running?",
     )
 
 

@@ -22,6 +22,7 @@ from durable_tools.worker.inbox.params import filter_waiting, parse_ages
 from durable_tools.worker.inbox.paths import quote_segment
 from durable_tools.worker.inbox.views import failure_mark, retry_outcome
 from durable_tools.worker.inbox.web import (
+    SIGNALLED,
     BadInput,
     CsrfFailed,
     CsrfToken,
@@ -174,13 +175,25 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             raise CsrfFailed()
 
     async def _act(
-        request: Request, who: Identity, workflow_id: str, action: Awaitable[Any], notice: str
+        request: Request,
+        who: Identity,
+        workflow_id: str,
+        action: Awaitable[Any],
+        notice: str,
+        *,
+        signalled: str = "",
     ) -> Response:
-        """Do a form's action: back to the page with `notice`, or the page with the conflict."""
+        """Do a form's action: back to the page with `notice`, or the page with the conflict.
+
+        A decision or an answer that returns no receipt went as the durable
+        signal: the notice is then `signalled` (accepted, not confirmed).
+        """
         try:
-            await action
+            outcome = await action
         except Conflict as exc:
             return await _conversation_page(request, who, workflow_id, conflict=exc)
+        if signalled and outcome is None:
+            notice = signalled
         url = f"/conversations/{quote_segment(workflow_id)}?{urlencode({'notice': notice})}"
         return RedirectResponse(url, status_code=303)
 
@@ -208,7 +221,14 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             reason=reason.strip(),
         )
         verb = "Approved" if decision == "approve" else "Denied"
-        return await _act(request, who, workflow_id, decide, f"{verb} call {call_id}.")
+        return await _act(
+            request,
+            who,
+            workflow_id,
+            decide,
+            f"{verb} call {call_id}.",
+            signalled=f"{verb} call {call_id}. " + SIGNALLED.format(what="decision"),
+        )
 
     @app.post("/conversations/{workflow_id:segment}/answer", include_in_schema=False)
     async def answer_form(  # pyright: ignore[reportUnusedFunction]
@@ -229,7 +249,14 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         answer = state.service.answer(
             workflow_id, call_id, who, value=value, arguments_hash=arguments_hash
         )
-        return await _act(request, who, workflow_id, answer, f"Answered call {call_id}.")
+        return await _act(
+            request,
+            who,
+            workflow_id,
+            answer,
+            f"Answered call {call_id}.",
+            signalled=f"Answered call {call_id}. " + SIGNALLED.format(what="answer"),
+        )
 
     @app.post("/conversations/{workflow_id:segment}/send", include_in_schema=False)
     async def send_form(  # pyright: ignore[reportUnusedFunction]

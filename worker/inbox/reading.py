@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from contextlib import suppress
 
 from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
-    WorkflowUpdateFailedError,
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.service import RPCError
@@ -26,6 +24,7 @@ from durable_tools.worker.inbox.conflicts import (
     no_worker,
     rpc_conflict,
 )
+from durable_tools.worker.inbox.feeds import EventFeeds
 from durable_tools.worker.inbox.views import ConversationView, changes, items_of, version_of
 
 __all__ = ["InboxReading"]
@@ -40,15 +39,12 @@ _ENDED = {
 """How a closed workflow ended, as the page says it (`ConversationView.ended`)."""
 
 
-class _End:
-    """The event stream ended (the conversation ended and its last events were read)."""
-
-
 class InboxReading:
     """`InboxService`'s reading of one conversation (its attributes are the service's)."""
 
     conversations: Conversations
     authorizer: Authorizer
+    feeds: EventFeeds
 
     def _check(
         self, workflow_id: str, identity: Identity, action: Action, team: str | None
@@ -137,12 +133,13 @@ class InboxReading:
         """The conversation's events after offset `after`, as they happen.
 
         Checks first that the conversation exists and that `identity` may
-        view it (so either is a `Conflict` before anything is streamed), then reads
-        `Conversations.events(workflow_id, after=after)`: one long-poll update
-        per batch of events while the conversation runs, queries once it
-        ended. The iterator yields `None` when no event came for `keepalive`
-        seconds (a comment line keeps proxies from closing the connection)
-        and ends after the conversation's last event.
+        view it, then claims one of `identity`'s streams (so each is a
+        `Conflict` before anything is streamed). The events come from this
+        process's feed of the conversation (`feeds.py`): one long-poll
+        update per batch of events however many clients follow it, queries
+        once it ended. The iterator yields `None` when no event came for
+        `keepalive` seconds (a comment line keeps proxies from closing the
+        connection) and ends after the conversation's last event.
 
         Args:
             workflow_id: The conversation.
@@ -154,50 +151,10 @@ class InboxReading:
             The async generator (close it with `aclose()`).
 
         Raises:
-            Conflict: `not_found`, `unavailable` (before streaming); the
-                iterator raises `unavailable` or `no_worker` when the stream
-                fails later.
+            Conflict: `not_found`, `unavailable` (before streaming),
+                `too_many_streams` (`identity.name` holds
+                `EventFeeds.per_identity` streams already); the iterator
+                raises `unavailable` or `no_worker` when the stream fails later.
         """
         await self.authorize(workflow_id, identity, "view")
-        return self._follow(workflow_id, after, keepalive)
-
-    async def _follow(
-        self, workflow_id: str, after: int, keepalive: float
-    ) -> AsyncGenerator[ConversationEvent | None]:
-        queue: asyncio.Queue[ConversationEvent | _End | BaseException] = asyncio.Queue(256)
-
-        async def pump() -> None:
-            try:
-                async for event in self.conversations.events(workflow_id, after=after):
-                    await queue.put(event)
-                await queue.put(_End())
-            except Exception as exc:  # reported to the reader as a Conflict
-                await queue.put(exc)
-
-        task = asyncio.create_task(pump())
-        try:
-            while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), keepalive)
-                except TimeoutError:
-                    yield None
-                    continue
-                if isinstance(item, _End):
-                    return
-                if isinstance(item, BaseException):
-                    raise _stream_conflict(item) from item
-                yield item
-        finally:
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
-
-
-def _stream_conflict(exc: BaseException) -> Conflict:
-    if isinstance(exc, Conflict):
-        return exc
-    if isinstance(exc, RPCError):
-        return rpc_conflict(exc, "the event stream")
-    if isinstance(exc, WorkflowUpdateFailedError):
-        return Conflict("unavailable", f"the event stream failed: {exc.cause or exc}")
-    return Conflict("unavailable", f"the event stream failed: {type(exc).__name__}: {exc}")
+        return self.feeds.open(workflow_id, identity.name, after=after, keepalive=keepalive)

@@ -26,6 +26,8 @@ from durable_tools.worker.inbox.auth import (
     parse_networks,
 )
 from durable_tools.worker.inbox.authz import Authorizer
+from durable_tools.worker.inbox.feeds import STREAMS_PER_IDENTITY
+from durable_tools.worker.inbox.web import State
 from durable_tools.worker.loopback import is_loopback_address
 
 __all__ = [
@@ -210,6 +212,7 @@ async def serve_inbox(
     decision_key: tuple[str, SigningKey] | None = None,
     authorizer: Authorizer | None = None,
     csrf_secret: bytes | None = None,
+    streams_per_identity: int = STREAMS_PER_IDENTITY,
 ) -> None:
     """Serve the inbox until `stop` is set (or the task is cancelled).
 
@@ -229,6 +232,8 @@ async def serve_inbox(
         csrf_secret: The CSRF tokens' key; default `$DURABLE_TOOLS_INBOX_SECRET`,
             else random per process (`durable-tools inbox` refuses that outside
             dev mode: `require_csrf_secret`).
+        streams_per_identity: Event streams one identity may hold open
+            (default 16; `create_app`).
 
     Raises:
         ConfigurationError: The port is taken, or the decision key is malformed.
@@ -248,6 +253,7 @@ async def serve_inbox(
         refresh_seconds=refresh_seconds,
         decision_key=decision_key,
         authorizer=authorizer,
+        streams_per_identity=streams_per_identity,
     )
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
@@ -286,4 +292,6 @@ async def serve_inbox(
             stopped.cancel()
     finally:
         server.should_exit = True
+        state: State = app.state.inbox
+        await state.service.feeds.close()  # open event streams end, uvicorn can stop
         await asyncio.wait({serving}, timeout=5)

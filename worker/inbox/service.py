@@ -2,14 +2,17 @@
 
 Every operation goes through `durable_tools.client.Conversations`. Decisions
 and answers use the validated updates (`wait=True`) so a rejection comes back
-at once; every failure a person can cause or meet (already decided, arguments
-changed, expired, unknown call, conversation ended, no worker) becomes a
-`Conflict` with a kind and a sentence, never a traceback.
+at once, and the durable signals when Temporal refuses one more update on the
+workflow (`RESOURCE_EXHAUSTED`: its 10 in-flight updates are taken). Every
+failure a person can cause or meet (already decided, arguments changed,
+expired, unknown call, conversation ended, no worker) becomes a `Conflict`
+with a kind and a sentence, never a traceback.
 
 - `send_decision` is the one function that sends a decision, signed with the
   inbox's decision key when it holds one (`durable_tools.approvals.sign_decision`).
-- `InboxService.follow` reads a conversation's event stream
-  (`Conversations.events`, resumable by offset) for the SSE endpoint; the
+- `InboxService.follow` reads a conversation's event stream for the SSE
+  endpoint, from this process's one feed of that conversation (`feeds.py`:
+  one long-poll update however many pages are open; resumable by offset); the
   list's stream compares `InboxService.listing_version`, one visibility query
   shared by every open page.
 - `changes` is a version string of a conversation (`GET .../version`).
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -33,8 +36,9 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
@@ -49,7 +53,14 @@ from durable_tools.errors import DecisionRejected, RetryRejected
 from durable_tools.transcript import ToolCallOutput
 from durable_tools.worker.inbox.auth import Identity, may_decide
 from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
-from durable_tools.worker.inbox.conflicts import QUERY_TIMEOUT, Conflict, no_worker, rpc_conflict
+from durable_tools.worker.inbox.conflicts import (
+    QUERY_TIMEOUT,
+    UPDATE_TIMEOUT,
+    Conflict,
+    no_worker,
+    rpc_conflict,
+)
+from durable_tools.worker.inbox.feeds import STREAMS_PER_IDENTITY, EventFeeds
 from durable_tools.worker.inbox.listing import InboxListing
 from durable_tools.worker.inbox.reading import InboxReading
 
@@ -70,8 +81,9 @@ async def send_decision(
     approved: bool,
     reason: str,
     key: tuple[str, SigningKey] | None = None,
+    wait: bool = True,
 ) -> DecisionReceipt | None:
-    """Send one decision through the validated update, signed when the inbox holds a key.
+    """Send one decision, signed when the inbox holds a key.
 
     With `key`, the decision is signed (HMAC-SHA256, `sign_decision`) for the
     digest of what the page showed (`approval.arguments_hash`), the
@@ -87,12 +99,14 @@ async def send_decision(
         approved: The verdict.
         reason: Why (a denial's reason reaches the model).
         key: `(key_id, key)` to sign with, or `None` to send it unsigned.
+        wait: Send the validated `decide_now` update (default) and return
+            its receipt; `False`: the durable `decide` signal.
 
     Returns:
-        The workflow's receipt.
+        The workflow's receipt; `None` when sent as the signal.
 
     Raises:
-        DecisionRejected: The workflow refused it.
+        DecisionRejected: The workflow refused it (with `wait`).
     """
     return await conversations.decide(
         workflow_id,
@@ -104,7 +118,7 @@ async def send_decision(
         groups=identity.groups if key is not None else (),
         sign_with=key,
         instance=approval.instance,
-        wait=True,
+        wait=wait,
     )
 
 
@@ -146,14 +160,24 @@ class InboxService(InboxListing, InboxReading):
             `TeamAuthorizer()`: teams from groups, untagged conversations
             visible to everyone). Every operation on a conversation asks it
             first; a conversation an identity may not view is `not_found`.
+        streams_per_identity: Event streams (`follow`) one identity name may
+            hold open in this process (default `STREAMS_PER_IDENTITY`); one
+            more is `too_many_streams` (HTTP 429).
+        feeds: The conversations' event feeds this process reads, one per
+            conversation, shared by every stream (`feeds.py`).
     """
 
     conversations: Conversations
     decision_key: tuple[str, SigningKey] | None = None
     authorizer: Authorizer = field(default_factory=TeamAuthorizer)
+    streams_per_identity: int = STREAMS_PER_IDENTITY
+    feeds: EventFeeds = field(init=False)
     _limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
     _listing_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _listing: dict[str, tuple[float, str]] = field(default_factory=dict[str, tuple[float, str]])
+
+    def __post_init__(self) -> None:
+        self.feeds = EventFeeds(self.conversations, per_identity=self.streams_per_identity)
 
     async def decide(
         self,
@@ -166,6 +190,16 @@ class InboxService(InboxListing, InboxReading):
         reason: str = "",
     ) -> DecisionReceipt | None:
         """Approve or deny a call, for the arguments hash the person saw.
+
+        Sends the validated `decide_now` update. When Temporal refuses it
+        with `RESOURCE_EXHAUSTED` (the workflow's 10 in-flight updates are
+        taken: other clients following its events, say), sends the durable
+        `decide` signal instead: the decision is then accepted for delivery
+        but not confirmed (the workflow checks it when it runs, and records
+        a rejection as for any decision).
+
+        Returns:
+            The workflow's receipt; `None` when the decision went as the signal.
 
         Raises:
             Conflict: Not allowed, already decided, arguments changed, expired,
@@ -186,18 +220,21 @@ class InboxService(InboxListing, InboxReading):
             shown = shown.model_copy(update={"instance": current.instance})
         if not may_decide(identity, current or shown):
             raise Conflict("not_allowed", f"{identity.name} may not decide on call {call_id!r}")
-        try:
-            return await self._bounded(
-                send_decision(
-                    self.conversations,
-                    workflow_id,
-                    shown,
-                    identity,
-                    approved=approved,
-                    reason=reason,
-                    key=self.decision_key,
-                )
+
+        def send(wait: bool) -> Awaitable[DecisionReceipt | None]:
+            return send_decision(
+                self.conversations,
+                workflow_id,
+                shown,
+                identity,
+                approved=approved,
+                reason=reason,
+                key=self.decision_key,
+                wait=wait,
             )
+
+        try:
+            return await self._update_or_signal(send)
         except DecisionRejected as exc:
             raise await self._rejected(workflow_id, call_id, str(exc)) from exc
 
@@ -212,6 +249,12 @@ class InboxService(InboxListing, InboxReading):
     ) -> DecisionReceipt | None:
         """Answer a question, for the arguments hash the person saw.
 
+        Sends the validated `answer_now` update, or the durable `answer`
+        signal when the update capacity is exhausted (as `decide`).
+
+        Returns:
+            The workflow's receipt; `None` when the answer went as the signal.
+
         Raises:
             Conflict: As `decide`, and `invalid_answer` for an answer that
                 violates the answer schema.
@@ -220,17 +263,19 @@ class InboxService(InboxListing, InboxReading):
         current = await self._pending_call(workflow_id, call_id, interaction=True)
         if current is not None and not may_decide(identity, current):
             raise Conflict("not_allowed", f"{identity.name} may not answer call {call_id!r}")
-        try:
-            return await self._bounded(
-                self.conversations.answer(
-                    workflow_id,
-                    call_id,
-                    value,
-                    arguments_hash=arguments_hash,
-                    answered_by=identity.name,
-                    wait=True,
-                )
+
+        def send(wait: bool) -> Awaitable[DecisionReceipt | None]:
+            return self.conversations.answer(
+                workflow_id,
+                call_id,
+                value,
+                arguments_hash=arguments_hash,
+                answered_by=identity.name,
+                wait=wait,
             )
+
+        try:
+            return await self._update_or_signal(send)
         except DecisionRejected as exc:
             raise await self._rejected(workflow_id, call_id, str(exc)) from exc
 
@@ -300,12 +345,41 @@ class InboxService(InboxListing, InboxReading):
             raise Conflict("not_failed", str(exc)) from exc
         return before.model_failed
 
-    async def _bounded(self, operation: Awaitable[T]) -> T:
+    async def _update_or_signal(
+        self, send: Callable[[bool], Awaitable[DecisionReceipt | None]]
+    ) -> DecisionReceipt | None:
+        """`send(True)`, the validated update; `send(False)`, the signal, if it is refused.
+
+        Temporal refuses the update with `RESOURCE_EXHAUSTED` when the
+        workflow's 10 in-flight updates are taken: the update was never
+        admitted, so the signal cannot deliver the decision twice.
+        """
+
+        async def update() -> DecisionReceipt | None:
+            try:
+                return await send(True)
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+                    raise _UpdatesExhausted() from exc
+                raise
+
         try:
-            async with asyncio.timeout(QUERY_TIMEOUT):
+            return await self._bounded(update(), timeout=UPDATE_TIMEOUT)
+        except _UpdatesExhausted:
+            return await self._bounded(send(False))
+
+    async def _bounded(self, operation: Awaitable[T], *, timeout: float = QUERY_TIMEOUT) -> T:
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
                 return await operation
         except TimeoutError as exc:
-            raise no_worker() from exc
+            raise no_worker(timeout) from exc
+        except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
+            # An update cut short by the deadline raises this, not TimeoutError (was a 500).
+            if deadline.expired():
+                raise no_worker(timeout) from exc
+            raise
         except RPCError as exc:
             raise rpc_conflict(exc, "the conversation") from exc
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
@@ -393,6 +467,10 @@ class InboxService(InboxListing, InboxReading):
         except Conflict:
             return None
         return None
+
+
+class _UpdatesExhausted(Exception):
+    """Temporal refused an update: the workflow's in-flight updates are taken."""
 
 
 def _reason(output: ToolCallOutput) -> str:

@@ -1,9 +1,9 @@
-"""What the inbox's routes share: its state, authentication, CSRF and input errors."""
+"""What the inbox's routes share: its state, authentication, CSRF, input errors, notices."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Final
 
 from fastapi import Depends, Form, Request
 from fastapi.responses import Response
@@ -24,12 +24,21 @@ __all__ = [
     "Checked",
     "CsrfFailed",
     "CsrfToken",
+    "SIGNALLED",
     "State",
     "Unauthenticated",
     "Who",
     "read_nonce",
     "set_nonce",
 ]
+
+
+SIGNALLED: Final[str] = (
+    "Sent as a signal: Temporal refused one more update on this conversation "
+    "(its 10 in-flight updates are taken), so the {what} was accepted for delivery, "
+    "not confirmed; the conversation checks it when it runs."
+)
+"""What a person is told of a decision or an answer (`{what}`) sent as the durable signal."""
 
 
 class Unauthenticated(Exception):

@@ -308,6 +308,10 @@ function followConversation(segment) {
     live.textContent = "Live: " + describe(event);
     schedule();
   };
+  source.onerror = () => {
+    // A refused stream (429: this identity's streams are all open) is not retried.
+    if (source.readyState === EventSource.CLOSED) live.textContent = "Live updates stopped; reload the page to see changes.";
+  };
   source.addEventListener("end", () => { source.close(); live.textContent = "The conversation has ended."; schedule(); });
   source.addEventListener("conflict", (message) => {
     source.close();
