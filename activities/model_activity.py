@@ -375,6 +375,7 @@ class ModelActivity(ActivitiesBase):
             model=agent.model,
             toolkit=agent.toolkit,
             summary=window.summary,
+            messages_supersede=agent.messages_supersede,
         )
         try:
             to_json(turn)

@@ -31,6 +31,7 @@ from durable_tools.conversation import (
     AgentConfig,
     Answer,
     ConversationOptions,
+    MessagesSupersede,
     ModelFailure,
     PendingApproval,
     PendingInteraction,
@@ -246,6 +247,8 @@ class ModelTurn(BaseModel):
         summary: A summary of the transcript's first items made for this
             turn by the agent's context policy (`durable_tools.context`);
             the workflow records it right before `message`. `None`: none made.
+        messages_supersede: The resolved agent's `messages_supersede` (`None`:
+            the agent sets none, or a history recorded before agents could).
     """
 
     message: AssistantMessage
@@ -255,6 +258,7 @@ class ModelTurn(BaseModel):
     model: str = ""
     toolkit: str = ""
     summary: ContextSummary | None = None
+    messages_supersede: MessagesSupersede | None = None
 
     # Each call's arguments are recorded once (issue 12, "slim per-turn
     # records"): a plan whose call is the message's call of the same id is
@@ -466,6 +470,8 @@ class CarriedState(BaseModel):
         retry_requested: Whether a `retry` had arrived for it.
         idle_until: When the idle wait the run continued as new in ends
             (the idle timeout counts from the wait's start, not the run's).
+        messages_supersede: The agent's `messages_supersede` its last model
+            turn reported (`None`: none).
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -491,6 +497,7 @@ class CarriedState(BaseModel):
     model_failed: ModelFailure | None = None
     retry_requested: bool = False
     idle_until: datetime | None = None
+    messages_supersede: MessagesSupersede | None = None
 
 
 class ConversationInput(BaseModel):

@@ -69,7 +69,7 @@ from typing import Any, Final
 from pydantic import BaseModel
 
 from durable_tools.context import ContextPolicy, check_policy
-from durable_tools.conversation import AgentConfig
+from durable_tools.conversation import AgentConfig, MessagesSupersede
 from durable_tools.errors import ConfigurationError
 
 __all__ = [
@@ -144,6 +144,12 @@ class Agent:
             reduced (`durable_tools.context`; default `ContextPolicy()`: the
             whole transcript, summarized once on a context-length error).
         allow: What a client may override (default: nothing).
+        messages_supersede: Who may supersede this agent's pending approvals
+            by sending a message from the inbox: `"deciders"` (only people
+            who may decide every pending approval) or `"anyone"`. Default
+            `None`: the conversation's `ConversationOptions.messages_supersede`
+            (itself `"deciders"` by default). Reported to the workflow with
+            each model turn (`PendingState.messages_supersede`).
 
     Raises:
         ConfigurationError: The instructions are not a valid template, or
@@ -158,6 +164,7 @@ class Agent:
     variables: Mapping[str, str] = field(default_factory=dict[str, str])
     context: ContextPolicy = field(default_factory=ContextPolicy)
     allow: AgentOverrides = field(default_factory=AgentOverrides)
+    messages_supersede: MessagesSupersede | None = None
 
     def __post_init__(self) -> None:
         """Check the instructions template against the declared variables."""
@@ -186,6 +193,7 @@ class ResolvedAgent:
         settings: The provider settings.
         output_type: The final output's type, or `None`.
         context: The context policy.
+        messages_supersede: The agent's `messages_supersede`, or `None`.
     """
 
     name: str
@@ -195,6 +203,7 @@ class ResolvedAgent:
     settings: dict[str, Any]
     output_type: type[BaseModel] | None = None
     context: ContextPolicy = field(default_factory=ContextPolicy)
+    messages_supersede: MessagesSupersede | None = None
 
 
 def template_variables(template: str) -> list[str]:
@@ -311,6 +320,7 @@ def resolve_agent(
         settings=settings,
         output_type=agent.output_type,
         context=context,
+        messages_supersede=agent.messages_supersede,
     )
 
 

@@ -229,6 +229,8 @@ class AgentWorkflow:
                 if isinstance(turn, Moved):
                     await self._continue_as_new()
                     continue
+                if turn.messages_supersede is not None:  # the agent's own, over the options'
+                    self._book.messages_supersede = turn.messages_supersede
                 if turn.summary is not None:  # the context policy's, for later turns too
                     self._transcript.append(turn.summary)
                     model = turn.summary.model or turn.model or agent.model

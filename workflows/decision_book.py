@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         Answer,
         ConversationOptions,
         DecisionReceipt,
+        MessagesSupersede,
         ModelFailure,
         PendingApproval,
         PendingInteraction,
@@ -77,6 +78,13 @@ _MAX_EARLY = 1000
 Event = Callable[..., None]
 
 
+def _workflow_instance(requested_at: datetime) -> str:
+    """The instance of a wait of this run that starts at `requested_at` (`""` before the patch)."""
+    if not workflow.patched(BOUND_DECISIONS_PATCH):
+        return ""
+    return pending_instance(workflow.info().first_execution_run_id, requested_at)
+
+
 class DecisionBook:
     """What waits for a person in one run, what arrived for it, and what was refused.
 
@@ -90,6 +98,11 @@ class DecisionBook:
         is_call: Whether a call id is one of the conversation's open or
             answered calls (its inputs are then not early but late).
         now: The workflow's clock (`workflow.now`).
+        messages_supersede: The agent's `messages_supersede` carried from
+            the previous run (`None`: the conversation's option applies).
+        instance_of: The `PendingApproval.instance` of a wait that starts at
+            the given time (default: the run's `pending_instance` under
+            `BOUND_DECISIONS_PATCH`, else `""`).
     """
 
     def __init__(
@@ -102,6 +115,8 @@ class DecisionBook:
         event: Event,
         is_call: Callable[[str], bool],
         now: Callable[[], datetime] = workflow.now,
+        messages_supersede: MessagesSupersede | None = None,
+        instance_of: Callable[[datetime], str] | None = None,
     ) -> None:
         self.options = options
         self.approvals: dict[str, PendingApproval] = {}
@@ -116,6 +131,9 @@ class DecisionBook:
         self._event = event
         self._is_call = is_call
         self._now = now
+        # The agent's `messages_supersede`, as its latest model turn reported it.
+        self.messages_supersede: MessagesSupersede | None = messages_supersede
+        self._instance_of = instance_of or _workflow_instance
 
     @classmethod
     def from_state(
@@ -133,6 +151,7 @@ class DecisionBook:
             rejected=state.rejected,
             event=event,
             is_call=is_call,
+            messages_supersede=state.messages_supersede,
         )
 
     def carried(self) -> dict[str, Any]:
@@ -141,6 +160,7 @@ class DecisionBook:
             "early_decisions": self.early_decisions,
             "early_answers": self.early_answers,
             "rejected": self.rejected[-MAX_REJECTED:],
+            "messages_supersede": self.messages_supersede,
         }
 
     def pending_state(self, paused: str | None, model_failed: ModelFailure | None) -> PendingState:
@@ -151,7 +171,7 @@ class DecisionBook:
             paused=paused,
             rejected=list(self.rejected),
             model_failed=model_failed,
-            messages_supersede=self.options.messages_supersede,
+            messages_supersede=self.messages_supersede or self.options.messages_supersede,
         )
 
     def deadline(self, plan: PlannedCall) -> float:
@@ -176,11 +196,7 @@ class DecisionBook:
         """Make `plan`'s call wait for a decision; return an early decision kept for it."""
         call_id = plan.call.call_id
         request = self._request(plan)
-        instance = (
-            pending_instance(workflow.info().first_execution_run_id, request["requested_at"])
-            if workflow.patched(BOUND_DECISIONS_PATCH)
-            else ""
-        )
+        instance = self._instance_of(request["requested_at"])
         self.approvals[call_id] = PendingApproval(
             **request,
             summary=plan.summary,

@@ -18,7 +18,8 @@ from inbox_support import PAYMENTS, PAYMENTS_AGENT, basic, csrf_token, inbox_cli
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, outputs_by_id, running
 
-from durable_tools.conversation import ConversationOptions
+from durable_tools.agents import Agent
+from durable_tools.conversation import AgentConfig, ConversationOptions
 from durable_tools.transcript import UserMessage
 
 ANA = basic("ana", "ana-secret")  # in the `approvers` group
@@ -114,3 +115,37 @@ async def test_a_conversation_may_let_anyone_supersede(payments: Harness) -> Non
         "cancelled",
         "bob",
     )
+
+
+async def test_an_agent_may_let_anyone_supersede(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23, item 2: configurable per agent, not only per conversation.
+
+    The worker declares the agent with `messages_supersede="anyone"`; the
+    conversation's options keep the default. Its model turn reports the
+    agent's setting, which `pending` shows and the inbox follows.
+    """
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    agents = {
+        "open": Agent(model="directed", toolkit="payments", messages_supersede="anyone"),
+        "strict": Agent(model="directed", toolkit="payments"),
+    }
+    async with running(
+        dev_env, task_queue, ledger, toolkits={"payments": PAYMENTS}, agents=agents
+    ) as harness:
+        found: dict[str, str] = {}
+        for name in agents:
+            wf = await harness.start(PAY, agent=AgentConfig(name=name))
+            await harness.wait_approval(wf, "p1")
+            found[name] = (await harness.conversations.pending(wf)).messages_supersede
+            async with inbox_client(harness) as client:
+                token = await csrf_token(client, BOB)
+                sent = await client.post(
+                    f"/api/conversations/{wf}/messages",
+                    json={"text": "never mind"},
+                    headers={**BOB, "X-CSRF-Token": token},
+                )
+            assert sent.status_code == (200 if name == "open" else 403), (name, sent.text)
+        assert found == {"open": "anyone", "strict": "deciders"}

@@ -33,6 +33,7 @@ def _book(
         event=lambda kind, **fields: events.append((kind, fields)),
         is_call=lambda call_id: call_id in closed,
         now=lambda: NOW,
+        instance_of=lambda at: f"run-1@{at.isoformat()}",
     )
     return book, events
 
