@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from rich.markup import escape
 from temporalio.client import (
@@ -62,6 +61,7 @@ from durable_tools.transcript import (
     TranscriptItem,
     UserMessage,
 )
+from durable_tools.worker.answer_fields import MAX_FIELDS, answer_fields
 
 __all__ = ["Commands", "Followed", "Follower", "LostServer"]
 
@@ -446,16 +446,34 @@ class Follower:
     def _report_interaction(self, interaction: PendingInteraction) -> None:
         wf, call = self._workflow_id, interaction.call_id
         answer = self._commands("answer", wf, call, "VALUE", "--hash", interaction.arguments_hash)
-        schema = (
-            "any JSON"
-            if interaction.answer_schema is None
-            else json.dumps(interaction.answer_schema, ensure_ascii=False, separators=(",", ":"))
-        )
+        fields = "" if interaction.answer_schema is None else _field_lines(interaction)
         self._emit(
             f"[bold yellow]question[/] from {escape(interaction.tool)} [dim]({escape(call)})[/]: "
             f"{escape(interaction.arguments)}\n"
-            f"  answer ({escape(schema)}): [bold]{escape(answer)}[/]"
+            + (fields or "  the answer: any JSON\n")
+            + f"  answer: [bold]{escape(answer)}[/]"
         )
+
+
+def _field_lines(interaction: PendingInteraction) -> str:
+    """The answer's fields, one indented line each (`answer_fields`), markup escaped."""
+    schema = interaction.answer_schema
+    if not isinstance(schema, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+        return ""
+    lines: list[str] = []
+    for item in answer_fields(cast(Mapping[str, Any], schema))[:MAX_FIELDS]:
+        what = ", ".join(
+            part
+            for part in (
+                item.type,
+                "required" if item.required else "optional",
+                item.constraints,
+            )
+            if part
+        )
+        about = f": {item.description}" if item.description else ""
+        lines.append(f"  - {escape(item.name)} ({escape(what)}){escape(about)}\n")
+    return "".join(lines)
 
 
 def _cut(text: str, limit: int = _SHOWN_CHARS) -> str:
