@@ -39,6 +39,12 @@ if TYPE_CHECKING:
         Ed25519PublicKey,
     )
 
+    VerifyingKey: TypeAlias = bytes | Ed25519PublicKey
+    SigningKey: TypeAlias = bytes | Ed25519PrivateKey
+else:  # `cryptography` is optional: at run time (`get_type_hints`) a key is any object
+    VerifyingKey = object
+    SigningKey = object
+
 __all__ = [
     "MIN_HMAC_KEY_BYTES",
     "SigningKey",
@@ -54,11 +60,9 @@ __all__ = [
 MIN_HMAC_KEY_BYTES: Final = 32
 """Shortest HMAC-SHA256 key accepted, in bytes (SHA-256's output length; RFC 2104, §3)."""
 
-VerifyingKey: TypeAlias = "bytes | Ed25519PublicKey"
-"""A key a worker checks signatures with: an HMAC secret or an Ed25519 public key."""
-
-SigningKey: TypeAlias = "bytes | Ed25519PrivateKey"
-"""A key a service signs decisions with: an HMAC secret or an Ed25519 private key."""
+# `VerifyingKey`: a key a worker checks signatures with, an HMAC secret or an
+# Ed25519 public key; `SigningKey`: one a service signs with, an HMAC secret or
+# an Ed25519 private key (defined above, for the type checker and at run time).
 
 _ED25519 = "ed25519"
 _ED25519_PRIVATE = "ed25519-private"

@@ -143,7 +143,8 @@ def cancellation() -> tuple[str, str]:
     reason (older clients, `temporal workflow cancel`) or the workflow was
     not cancelled.
     """
-    reason = workflow.cancellation_reason() or ""
+    # Outside a workflow (the loop's pieces tested alone) nothing was recorded.
+    reason = (workflow.cancellation_reason() or "") if workflow.in_workflow() else ""
     sender = clean_sender(reason[len(CANCELLED_BY) :]) if reason.startswith(CANCELLED_BY) else ""
     return sender, clean_text(reason, MAX_EVENT_TEXT)
 

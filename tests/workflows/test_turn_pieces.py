@@ -55,6 +55,7 @@ def _calls() -> tuple[TurnCalls, RunTranscript]:
         event=view.event,
         is_call=calls.is_call,
         now=lambda: NOW,
+        instance_of=lambda at: f"run-1@{at.isoformat()}",
     )
     return calls, log
 
