@@ -71,7 +71,7 @@ user names and group names in `KEY_ID:BASE64` or `name:token:groups` are shorter
 _SECRET_NAME: Final[re.Pattern[str]] = re.compile(
     r"""(?ix)
     api[_-]?key|token|secret|passw(?:or)?d|credential|private[_-]?key
-    |(?:^|[_-])(?:keys?|pwd|pass|dsn)$
+    |[_-](?:keys?|pwd|pass|dsn)$
     |^otel_exporter_otlp_(?:\w+_)?headers$
     """
 )
