@@ -19,6 +19,12 @@ ids come from the workflow's deterministic random and the SDK ends them only
 outside replay, so a worker restart exports each span once. Metrics recorded
 in workflow code are skipped while the workflow replays history.
 
+An exception a span records (`exception.message`, `exception.stacktrace`)
+and the status it sets (`Type: message`) are scrubbed by the worker's
+redactor (`durable_tools.redact.worker_redactor`) here, as history is; the
+worker's span processor (`durable_tools.worker.telemetry.RedactingSpanProcessor`)
+scrubs every span again when it ends, those of other libraries included.
+
 Everything here is importable inside the workflow sandbox (no I/O at import).
 """
 
@@ -28,6 +34,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import traceback
 from collections.abc import Generator
 from typing import Any, Final
 
@@ -47,6 +54,8 @@ from opentelemetry.trace import (
 )
 from temporalio import workflow
 
+from durable_tools.redact import worker_redactor
+
 __all__ = [
     "ATTR_APPROVAL_DECIDED_BY",
     "ATTR_ATTEMPT",
@@ -58,6 +67,7 @@ __all__ = [
     "finish_tool_span",
     "model_attributes",
     "record_approval_wait",
+    "record_failure",
     "record_model_duration",
     "record_model_failure",
     "record_tool_call",
@@ -232,11 +242,38 @@ def turn_span(agent: str, model: str, turn: int) -> Generator[Span]:
             raise  # abandoned by a dropped instance: the span did not end here
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                record_failure(span, exc)
             span.end()
             raise
         span.end()
+
+
+def record_failure(span: Span, exc: BaseException) -> None:
+    """Record `exc` on `span` and set its status to ERROR, both scrubbed of secrets.
+
+    What `span.record_exception(exc)` and the SDK's `set_status_on_exception`
+    write, with `exception.message`, `exception.stacktrace` and the status
+    description (`Type: message`) passed through `worker_redactor().scrub`.
+    """
+    redact = worker_redactor().scrub
+    message = redact(str(exc))
+    stacktrace = redact("".join(traceback.format_exception(exc)))
+    span.record_exception(
+        exc, attributes={"exception.message": message, "exception.stacktrace": stacktrace}
+    )
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
+
+
+@contextlib.contextmanager
+def _recorded(span: Span) -> Generator[Span]:
+    """Yield `span`; record what the block raised on it (scrubbed), as the SDK would."""
+    try:
+        yield span
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        record_failure(span, exc)
+        raise
 
 
 def approval_event(name: str, call_id: str, tool: str, **attributes: Any) -> None:
@@ -271,15 +308,21 @@ def chat_span(model: str, conversation_id: str) -> Generator[Span]:
         return
     attributes = model_attributes(model)
     span_name = f"chat {attributes['gen_ai.request.model']}"
-    with _tracer().start_as_current_span(
-        span_name,
-        kind=SpanKind.CLIENT,
-        attributes={
-            "gen_ai.operation.name": "chat",
-            "gen_ai.conversation.id": conversation_id,
-            **attributes,
-        },
-    ) as span:
+    with (
+        _tracer().start_as_current_span(
+            span_name,
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.conversation.id": conversation_id,
+                **attributes,
+            },
+            # Recorded by `_recorded`, scrubbed: a provider's error names its key.
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span,
+        _recorded(span),
+    ):
         yield span
 
 
@@ -311,21 +354,25 @@ def tool_span(tool: str, call_id: str, attempt: int, conversation_id: str) -> Ge
     if not _recording():
         yield INVALID_SPAN
         return
-    with _tracer().start_as_current_span(
-        f"execute_tool {tool}",
-        kind=SpanKind.INTERNAL,
-        attributes={
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": tool,
-            "gen_ai.tool.call.id": call_id,
-            "gen_ai.tool.type": "function",
-            "gen_ai.conversation.id": conversation_id,
-            ATTR_ATTEMPT: attempt,
-        },
-        # The outcome is set explicitly below; a raised error is an attempt failure.
-        record_exception=True,
-        set_status_on_exception=True,
-    ) as span:
+    with (
+        _tracer().start_as_current_span(
+            f"execute_tool {tool}",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.tool.type": "function",
+                "gen_ai.conversation.id": conversation_id,
+                ATTR_ATTEMPT: attempt,
+            },
+            # The outcome is set explicitly below; a raised error is an attempt
+            # failure, recorded by `_recorded`, scrubbed.
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span,
+        _recorded(span),
+    ):
         yield span
 
 

@@ -2,7 +2,8 @@
 
 OpenTelemetry sets a global tracer provider once per process, so every test
 that reads spans shares this one: `RAW` sees every ended span, `ONCE` sees
-them through `ExportOnce` (what `configure_telemetry` installs). Once it is
+them through `ExportOnce`, and `WORKER` through `worker_span_processor`
+(what `configure_telemetry` installs: `ExportOnce` and the redaction). Once it is
 installed, `DurableToolsPlugin` turns tracing on for the rest of the session.
 """
 
@@ -15,15 +16,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
 
-from durable_tools.worker.telemetry import ExportOnce
+from durable_tools.worker.telemetry import ExportOnce, worker_span_processor
 
 METRICS = InMemoryMetricReader()
 RAW = InMemorySpanExporter()
 ONCE = InMemorySpanExporter()
+WORKER = InMemorySpanExporter()
 
 
 def tracer_provider() -> ReplaySafeTracerProvider:
-    """The process's replay-safe tracer provider, exporting to `RAW` and `ONCE`."""
+    """The process's replay-safe tracer provider, exporting to `RAW`, `ONCE` and `WORKER`."""
     current = trace.get_tracer_provider()
     if isinstance(current, ReplaySafeTracerProvider):
         provider = current
@@ -34,6 +36,7 @@ def tracer_provider() -> ReplaySafeTracerProvider:
     if not getattr(provider, "_dt_in_memory", False):
         provider.add_span_processor(SimpleSpanProcessor(RAW))
         provider.add_span_processor(ExportOnce(SimpleSpanProcessor(ONCE)))
+        provider.add_span_processor(worker_span_processor(SimpleSpanProcessor(WORKER)))
         provider._dt_in_memory = True  # type: ignore[attr-defined]
     return provider
 

@@ -34,12 +34,14 @@ from durable_tools.activities.decision_activities import (
     decision_keys_from_environment,
 )
 from durable_tools.codec import with_pydantic_payloads
+from durable_tools.decision_keys import VerifyingKey
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
-from durable_tools.redact import Redactor, secret_env_values
+from durable_tools.redact import Redactor, key_forms, register_secrets, secret_env_values
 from durable_tools.references import guarded
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.worker.app import App, AppOptions, DepsFactory, app_of
+from durable_tools.worker.log_redaction import install_log_redaction
 from durable_tools.worker.search_attributes import check_search_attributes
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 from durable_tools.workflows.visibility import NO_SEARCH_ATTRIBUTES_PATCH
@@ -180,11 +182,18 @@ class DurableToolsPlugin(SimplePlugin):
             from durable_tools.mcp.toolset import McpToolsets  # imports the mcp SDK
 
             self.mcp = McpToolsets(app.mcp_servers)
+        decision_keys = (
+            app.decision_keys if app.decision_keys is not None else decision_keys_from_environment()
+        )
+        secrets = [*_config_secrets(app.mcp_servers), *_key_secrets(decision_keys)]
+        # Spans and log records are scrubbed by the process's redactor
+        # (`worker_redactor`), which knows these from now on.
+        register_secrets(secrets)
         self.agent_activities = AgentActivities(
             app.toolkits,
             app.models,
             mcp=self.mcp,
-            redact=Redactor.from_environment(_config_secrets(app.mcp_servers)),
+            redact=Redactor.from_environment(secrets),
             agents=app.agents,
             allow_offline_models=app.allow_offline_models,
             scripts_dir=app.scripts_dir,
@@ -192,9 +201,9 @@ class DurableToolsPlugin(SimplePlugin):
             context_strategies=app.context_strategies,
             tool_threads=app.tool_threads,
         )
-        self.verifier = DecisionVerifier(
-            app.decision_keys if app.decision_keys is not None else decision_keys_from_environment()
-        )
+        self.verifier = DecisionVerifier(decision_keys)
+        # After the activities' `ExpectedFailureFilter`, which reads `exc_info`.
+        install_log_redaction()
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
             "durable-tools",
             # Only the payload converter (and the app's codec and storage):
@@ -239,6 +248,10 @@ class DurableToolsPlugin(SimplePlugin):
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Check the namespace's search attributes (unless turned off), then run the worker.
 
+        The worker's log records are scrubbed of secrets
+        (`durable_tools.worker.log_redaction`) from here on, as from the
+        plugin's construction, for the loggers made in between too.
+
         Every way to build a worker passes here (`run_worker`, the CLI, and
         `Worker(client, ...)` on a client with this plugin), so a namespace
         without them stops the worker at start instead of failing every
@@ -247,6 +260,7 @@ class DurableToolsPlugin(SimplePlugin):
         Raises:
             ConfigurationError: See `check_search_attributes`.
         """
+        install_log_redaction()  # again: the loggers made since the plugin was
         try:
             if self.search_attributes:
                 client = worker.client
@@ -308,6 +322,11 @@ def _config_secrets(servers: Sequence[McpServerConfig]) -> list[str]:
         if server.token_env and os.environ.get(server.token_env):
             found.append(os.environ[server.token_env])
     return found
+
+
+def _key_secrets(keys: Mapping[str, VerifyingKey]) -> list[str]:
+    """The HMAC decision keys as they appear in text (`key_forms`); public keys are no secret."""
+    return [form for key in keys.values() if isinstance(key, bytes) for form in key_forms(key)]
 
 
 async def _enter_deps(factory: DepsFactory, stack: contextlib.AsyncExitStack) -> Any:

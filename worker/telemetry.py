@@ -10,7 +10,14 @@ process:
   `ReplaySafeMeterProvider`, and a Temporal `Runtime` whose SDK metrics are
   drained into it by `temporalio.contrib.opentelemetry.MetricsExporter`.
 
-Spans go through `ExportOnce`, which drops a second end of a span this
+Spans go through `RedactingSpanProcessor` (`worker_span_processor`), which
+passes each span's name, attributes, events (recorded exceptions'
+`exception.message` and `exception.stacktrace` included), links and status
+through the worker's redactor (`durable_tools.redact.worker_redactor`) before
+they are exported: the spans durable-tools starts and those of the Temporal
+SDK's interceptor (`RunActivity:model.turn` records the activity's exception
+and `Type: message` as its status), and any other library's. Spans also go
+through `ExportOnce`, which drops a second end of a span this
 process already exported: a query that makes a worker replay a workflow it
 no longer caches can re-run the workflow's last task without flagging it as
 replay (measured with `max_cached_workflows=0`; sdk-java#2016 is the same
@@ -29,17 +36,26 @@ import contextlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import Link, Status
 from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 
 from durable_tools.errors import ConfigurationError, MissingExtra
+from durable_tools.redact import worker_redactor
 
-__all__ = ["ExportOnce", "Telemetry", "configure_telemetry", "telemetry_enabled"]
+__all__ = [
+    "ExportOnce",
+    "RedactingSpanProcessor",
+    "Telemetry",
+    "configure_telemetry",
+    "telemetry_enabled",
+    "worker_span_processor",
+]
 
 _DEFAULT_SERVICE = "durable-tools"
 _METRIC_BUFFER_SIZE = 10_000
@@ -83,6 +99,122 @@ class ExportOnce(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Flush the wrapped processor."""
         return self._processor.force_flush(timeout_millis)
+
+
+class RedactingSpanProcessor(SpanProcessor):
+    """Pass each ended span to `processor` with its text scrubbed of secrets.
+
+    The span's name, its attribute values (strings and sequences of
+    strings), its events' names and attributes (`span.record_exception`
+    writes `exception.message` and `exception.stacktrace` there), its links'
+    attributes and its status description go through `redact`. A span with
+    nothing to scrub is passed on as it is; otherwise a copy is (an ended
+    span cannot be changed), with the same ids, times, kind and resource.
+
+    Args:
+        processor: The processor to export through (e.g. `ExportOnce(...)`).
+        redact: The text scrubber (default: `worker_redactor().scrub`, the
+            process's secrets as they are when the span ends).
+    """
+
+    def __init__(
+        self, processor: SpanProcessor, redact: Callable[[str], str] | None = None
+    ) -> None:
+        self._processor = processor
+        self._redact = redact
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Pass the start on."""
+        self._processor.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Pass the span on, scrubbed."""
+        self._processor.on_end(redacted_span(span, self._redact or worker_redactor().scrub))
+
+    def shutdown(self) -> None:
+        """Shut the wrapped processor down."""
+        self._processor.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Flush the wrapped processor."""
+        return self._processor.force_flush(timeout_millis)
+
+
+def _value(value: Any, redact: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, tuple | list):
+        items = cast(Sequence[Any], value)
+        if any(isinstance(v, str) for v in items):
+            return tuple(redact(v) if isinstance(v, str) else v for v in items)
+    return cast(Any, value)
+
+
+def _attributes(
+    attributes: Mapping[str, Any] | None, redact: Callable[[str], str]
+) -> dict[str, Any] | None:
+    if attributes is None:
+        return None
+    return {key: _value(value, redact) for key, value in attributes.items()}
+
+
+def redacted_span(span: ReadableSpan, redact: Callable[[str], str]) -> ReadableSpan:
+    """`span` with its name, attributes, events, links and status passed through `redact`.
+
+    Returns:
+        `span` itself when nothing changed, else a copy.
+    """
+    name = redact(span.name)
+    attributes = _attributes(span.attributes, redact)
+    events = [
+        Event(redact(e.name), _attributes(e.attributes, redact), e.timestamp, limit=None)
+        for e in span.events
+    ]
+    links = [Link(link.context, _attributes(link.attributes, redact)) for link in span.links]
+    description = span.status.description
+    status = (
+        Status(span.status.status_code, redact(description))
+        if description is not None
+        else span.status
+    )
+    unchanged = (
+        name == span.name
+        and attributes == (dict(span.attributes) if span.attributes is not None else None)
+        and all(
+            new.name == old.name and new.attributes == old.attributes
+            for new, old in zip(events, span.events, strict=True)
+        )
+        and all(
+            new.attributes == old.attributes for new, old in zip(links, span.links, strict=True)
+        )
+        and status.description == description
+    )
+    if unchanged:
+        return span
+    return ReadableSpan(
+        name=name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=attributes,
+        events=events,
+        links=links,
+        kind=span.kind,
+        status=status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+def worker_span_processor(processor: SpanProcessor) -> SpanProcessor:
+    """What the worker exports spans through: `RedactingSpanProcessor(ExportOnce(processor))`.
+
+    Args:
+        processor: The exporting processor (`configure_telemetry` gives a
+            `BatchSpanProcessor` of its OTLP exporter).
+    """
+    return RedactingSpanProcessor(ExportOnce(processor))
 
 
 @dataclass(frozen=True)
@@ -190,7 +322,7 @@ def configure_telemetry(environ: Mapping[str, str] | None = None) -> Telemetry |
     attributes = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": _DEFAULT_SERVICE}
     resource = Resource.create(attributes)
     tracer_provider = create_tracer_provider(resource=resource)
-    tracer_provider.add_span_processor(ExportOnce(BatchSpanProcessor(span_exporter)))
+    tracer_provider.add_span_processor(worker_span_processor(BatchSpanProcessor(span_exporter)))
     meter_provider = MeterProvider(
         resource=resource, metric_readers=[PeriodicExportingMetricReader(metric_exporter)]
     )

@@ -41,7 +41,7 @@ Whatever a model adapter raises, the model activity passes it on through
 `bounded_failure`: one line of at most `MAX_FAILURE_MESSAGE_CHARS`, with no
 cause chain and small details, so the failure always fits Temporal's failure
 size limit (a failure over it is replaced by "Failure exceeds size limit.");
-the full text goes to the worker's log (at DEBUG, beside one WARNING line,
+the full text goes to the worker's log, scrubbed of secrets (at DEBUG, beside one WARNING line,
 for these expected failures: `activities/failure_log.py`).
 """
 

@@ -7,7 +7,7 @@ import string
 
 import anyio
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from temporalio.testing import WorkflowEnvironment
 
@@ -180,3 +180,106 @@ def test_model_failures_are_scrubbed_too() -> None:
     bounded = bounded_failure(error, Redactor([ENV_TOKEN]))
     assert "abcdef123456" not in bounded.message and ENV_TOKEN not in bounded.message
     assert bounded.message.startswith("RuntimeError: POST https://api.example.com/v1?key=")
+
+
+# Issue 23, item 8: the secret-name suffixes and the shapes they are written in.
+
+_SECRET_NAMES = st.sampled_from(
+    [
+        "api_key",
+        "OPENAI_API_KEY",
+        "x-api-key",
+        "X_KEY",
+        "DECISION_KEYS",
+        "client_secret",
+        "INBOX_SECRET",
+        "access_token",
+        "INBOX_TOKENS",
+        "DB_PWD",
+        "password",
+        "SMTP_PASSWORD",
+        "SENTRY_DSN",
+        "credentials",
+        "GOOGLE_CREDENTIALS",
+    ]
+)
+_VALUES = st.text(alphabet=string.ascii_letters + string.digits + "-_.~+/", max_size=40)
+_SHAPES = st.sampled_from(
+    [
+        "{name}={value}",
+        "{name}: {value}",
+        '"{name}": "{value}"',
+        "'{name}': '{value}'",
+        "https://api.example.com/v1?{name}={value}&page=2",
+        "https://api.example.com/v1?page=2&{name}={value}",
+        "Authorization: Bearer {value}",
+        "authorization: {value}",
+        '{{"Authorization": "Basic {value}"}}',
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=_SECRET_NAMES, value=_VALUES, shape=_SHAPES, before=st.text(max_size=60))
+def test_secret_named_values_never_survive(name: str, value: str, shape: str, before: str) -> None:
+    """Any value of a secret-named key, in any of the shapes it is written in, is redacted."""
+    # The value starts with `Q`, which nothing else in the text holds: no `Q`
+    # in the output means no part of the value survived.
+    assume("Q" not in before)
+    text = shape.format(name=name, value=f"Q{value}")
+    out = Redactor().scrub(f"{before} {text} and more")
+    assert "Q" not in out, (text, out)
+    assert REDACTED in out
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=_SECRET_NAMES, shape=_SHAPES, dots=st.sampled_from(["...", "…"]))
+def test_the_placeholder_stays_in_every_shape(name: str, shape: str, dots: str) -> None:
+    text = shape.format(name=name, value=dots)
+    assert Redactor().scrub(text) == text
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("ANTHROPIC_API_KEY", "an-opaque-value-1"),
+        ("DURABLE_TOOLS_INBOX_SECRET", "csrf-secret-value"),
+        ("SOME_SERVICE_KEY", "service-value-9"),
+        ("MYSQL_PWD", "db-pass-77"),
+        ("SENTRY_DSN", "https://abc@o1.ingest.sentry.io/5"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=hc-team-key"),
+    ],
+)
+def test_the_workers_secret_variables_by_suffix(name: str, secret: str) -> None:
+    assert secret in secret_env_values({name: secret})
+    out = Redactor(secret_env_values({name: secret})).scrub(f"failed with {secret} here")
+    assert secret not in out and out.endswith(" here")
+
+
+def test_each_entry_of_a_list_valued_secret_is_a_secret() -> None:
+    hmac = "q" * 43 + "="
+    tokens = "ana:tok-abcdefghijklmnop1234:finance\nbob:other-token-0987654321"
+    env = {
+        "DURABLE_TOOLS_DECISION_KEYS": f"k1:{hmac},k2:ed25519:{'B' * 43}",
+        "DURABLE_TOOLS_INBOX_TOKENS": tokens,
+    }
+    redact = Redactor(secret_env_values(env))
+    out = redact.scrub(f"bad key {hmac}; sent tok-abcdefghijklmnop1234 as ana of finance")
+    assert hmac not in out and "tok-abcdefghijklmnop1234" not in out
+    assert "ana of finance" in out  # names and groups are short: not secrets
+
+
+def test_a_known_secret_url_encoded_is_redacted() -> None:
+    secret = "a/b+c=d e-123"
+    out = Redactor([secret]).scrub("GET /v1?x=a%2Fb%2Bc%3Dd%20e-123 and x=a%2Fb%2Bc%3Dd+e-123")
+    assert "e-123" not in out
+
+
+def test_registered_secrets_reach_the_worker_redactor(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_tools.redact import register_secrets, worker_redactor
+
+    register_secrets(["registered-secret-1"])
+    monkeypatch.setenv("LATE_SERVICE_KEY", "set-after-start-2")
+    out = worker_redactor().scrub("registered-secret-1 and set-after-start-2")
+    assert out == f"{REDACTED} and {REDACTED}"
+    assert worker_redactor() is worker_redactor()  # made again only when the secrets change

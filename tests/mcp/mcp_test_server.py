@@ -136,6 +136,17 @@ async def refuse(message: str, ctx: Context) -> str:
     raise ToolError(message)
 
 
+@server.tool(annotations=READ_ONLY)
+async def upstream_refused(variable: str, ctx: Context) -> str:
+    """Refuses as a server whose upstream rejected its credential, naming it in the error.
+
+    The value of the server's environment variable `variable` is in the error
+    text, as a careless server would write it (tests/worker/test_redacted_telemetry.py).
+    """
+    log(event="call", tool="upstream_refused", args={"variable": variable}, key=key_of(ctx))
+    raise ToolError(f"upstream answered 401 for credential {os.environ.get(variable, '')}")
+
+
 @server.tool(annotations=WRITES)
 async def grow(name: str, ctx: Context) -> str:
     """Register a new read-only tool `name` (it answers `grown <name>`), then report the change."""
