@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -70,18 +70,29 @@ def _section(heading: str) -> str:
 
 
 @contextlib.contextmanager
-def _dev(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[None]:
-    """`durable-tools dev ...` in its own session until it serves, stopped on exit."""
-    with log.open("w") as out:
-        dev = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
+def _dev(
+    argv: Callable[[], list[str]], cwd: Path, env: dict[str, str], log: Path
+) -> Iterator[None]:
+    """`durable-tools dev ...` in its own session until it serves, stopped on exit.
+
+    `argv` is called for each attempt: a port picked free can be taken by a
+    suite running beside this one before `dev` binds it, and `dev` then exits
+    at once; it is started again on new ports, three times at most.
+    """
+    for attempt in range(3):
+        with log.open("w") as out:
+            dev = subprocess.Popen(
+                argv(), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
         deadline = time.monotonic() + 90
-        while "try: durable-tools run" not in log.read_text():
-            assert dev.poll() is None, log.read_text()
+        while "try: durable-tools run" not in log.read_text() and dev.poll() is None:
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.3)
+        if dev.poll() is None:
+            break
+        assert attempt < 2, log.read_text()  # it exited before serving, three times
+    try:
         yield
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -178,11 +189,16 @@ async def test_readme_python_blocks_run_as_written(
     # The blocks' address is where `durable-tools dev` serves by default.
     assert f'"{README_ADDRESS}"' in code
     assert inspect.signature(dev_command).parameters["port"].default == 7233
-    port = free_port()
-    address = f"localhost:{port}"
-    code = code.replace(f'"{README_ADDRESS}"', f'"{address}"')
-    assert "7233" not in code
-    (tmp_path / "readme_app.py").write_text(code)
+    served: list[str] = []
+
+    def dev() -> list[str]:
+        """`dev` on free ports; the application's code names the same address."""
+        port = free_port()
+        served[:] = [f"localhost:{port}"]
+        written = code.replace(f'"{README_ADDRESS}"', f'"{served[0]}"')
+        assert "7233" not in written
+        (tmp_path / "readme_app.py").write_text(written)
+        return [str(BIN / "durable-tools"), "dev", "--app", "shop:app", *_dev_ports(port, tmp_path)]
 
     base_url, requests = openai_replay
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "DURABLE_"))}
@@ -193,10 +209,9 @@ async def test_readme_python_blocks_run_as_written(
         NO_COLOR="1",
     )
     sys.path.insert(0, str(tmp_path))
-    dev = [str(BIN / "durable-tools"), "dev", "--app", "shop:app", *_dev_ports(port, tmp_path)]
     try:
         with _dev(dev, tmp_path, env, tmp_path / "dev.log"):
-            await _application(address)
+            await _application(served[0])
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("readme_app", None)
@@ -257,18 +272,12 @@ def test_readme_offline_quickstart_runs_as_written(tmp_path: Path) -> None:
     (tmp_path / "shop.py").write_text(_python_blocks()[0])
     (tmp_path / "shop_script.yaml").write_text(script)
 
-    port = free_port()
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("TEMPORAL_", "DURABLE_", "OPENAI_", "ANTHROPIC_"))
     }
-    env.update(
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        DURABLE_TOOLS_ADDRESS=f"localhost:{port}",
-        NO_COLOR="1",
-        COLUMNS="200",
-    )
+    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", NO_COLOR="1", COLUMNS="200")
 
     def command(line: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -276,7 +285,14 @@ def test_readme_offline_quickstart_runs_as_written(tmp_path: Path) -> None:
         )
 
     dev, run, pending, approve = lines
-    with _dev([*_command(dev), *_dev_ports(port, tmp_path)], tmp_path, env, tmp_path / "dev.log"):
+
+    def dev_argv() -> list[str]:
+        """The README's `dev` line on free ports; the other lines find it by the variable."""
+        port = free_port()
+        env["DURABLE_TOOLS_ADDRESS"] = f"localhost:{port}"
+        return [*_command(dev), *_dev_ports(port, tmp_path)]
+
+    with _dev(dev_argv, tmp_path, env, tmp_path / "dev.log"):
         run_log = tmp_path / "run.log"
         with run_log.open("w") as out:
             running = subprocess.Popen(
