@@ -348,18 +348,24 @@ class InboxService(InboxListing, InboxReading):
     async def _update_or_signal(
         self, send: Callable[[bool], Awaitable[DecisionReceipt | None]]
     ) -> DecisionReceipt | None:
-        """`send(True)`, the validated update; `send(False)`, the signal, if it is refused.
+        """`send(True)`, the validated update; then `send(False)`, the signal, if it fails.
 
         Temporal refuses the update with `RESOURCE_EXHAUSTED` when the
         workflow's 10 in-flight updates are taken: the update was never
-        admitted, so the signal cannot deliver the decision twice.
+        admitted. Its RPC can also end cancelled or timed out (the SDK's own
+        retries under load, or our deadline): whether it was admitted is then
+        unknown, and the signal is sent too. That is safe: a second copy of a
+        decision or answer is refused as already received (and recorded),
+        never applied twice.
         """
 
         async def update() -> DecisionReceipt | None:
             try:
                 return await send(True)
+            except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
+                raise _UpdatesExhausted() from exc
             except RPCError as exc:
-                if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+                if exc.status in (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.CANCELLED):
                     raise _UpdatesExhausted() from exc
                 raise
 
