@@ -35,12 +35,18 @@ from durable_tools._wire import (
     TRANSCRIPT_QUERY as TRANSCRIPT_QUERY,
 )
 from durable_tools.activities.context_window import ContextWindow
+from durable_tools.activities.conversation_memory import ByConversation
 from durable_tools.activities.failure_log import install_expected_failure_filter
-from durable_tools.activities.transcript_cache import ProducedItems, TranscriptCache
+from durable_tools.activities.transcript_cache import (
+    DEFAULT_CACHE_ENTRIES,
+    ProducedItems,
+    TranscriptCache,
+)
 from durable_tools.agents import Agent, check_agents
 from durable_tools.context import ContextStrategyFunction
 from durable_tools.conversation import AgentConfig
 from durable_tools.descriptor import ToolDescriptor
+from durable_tools.live_runs import LIVE_RUNS, LiveRun, Reads
 from durable_tools.models.base import Model
 from durable_tools.redact import Redactor
 from durable_tools.results import ToolCall
@@ -53,6 +59,12 @@ if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+
+_AGENTS_PER_CONVERSATION = 4
+"""Agent configurations kept per conversation on average (a handoff adds one)."""
+
+_CALLS_PER_CONVERSATION = 16
+"""Planned calls kept per conversation on average (each goes when its activity returns)."""
 
 
 class ActivitiesBase:
@@ -104,9 +116,68 @@ class ActivitiesBase:
         self.transcripts = transcripts if transcripts is not None else TranscriptCache()
         # What recorded inputs name instead of holding (issue 12, slim records):
         # agent configurations by run and name, and the calls this worker planned.
-        self._agent_configs: OrderedDict[tuple[str, str, str], AgentConfig] = OrderedDict()
-        self._planned: OrderedDict[tuple[str, str], tuple[ToolCall, str]] = OrderedDict()
+        # By conversation, so one that ends or leaves the worker goes at once
+        # (`let_go`); `size_for` sets the bounds with the workflow cache's.
+        conversations = self.transcripts.max_entries or DEFAULT_CACHE_ENTRIES
+        self._agent_configs: ByConversation[tuple[str, str], AgentConfig] = ByConversation(
+            max_conversations=conversations, max_entries=conversations * _AGENTS_PER_CONVERSATION
+        )
+        self._planned: ByConversation[str, tuple[ToolCall, str]] = ByConversation(
+            max_conversations=conversations, max_entries=conversations * _CALLS_PER_CONVERSATION
+        )
         self.produced = ProducedItems()
+        # Runs that ended or left this process (durable_tools.live_runs).
+        self._releases = LIVE_RUNS.feed()
+        self.reads = Reads()
+        """Reads of what runs hold: in process, or by query."""
+        self.live_reads = True
+        """Read what a run in this process holds without a query (off: always query)."""
+
+    def live_run(self, workflow_id: str, run_id: str | None) -> LiveRun | None:
+        """The run, when this process holds it and `live_reads` is on."""
+        return LIVE_RUNS.get(workflow_id, run_id) if self.live_reads and run_id else None
+
+    def size_for(self, conversations: int) -> None:
+        """Bound every per-conversation memory by `conversations` (the workflow cache's size).
+
+        A worker holds at most that many conversations' runs in its sticky
+        cache (`Worker(max_cached_workflows=...)`); its activities' memories
+        of them (transcripts, agent configurations, planned calls) are kept
+        for as many, so a conversation whose run is cached has its entries
+        too, and none outlives its run by much (`let_go`).
+        """
+        conversations = max(1, conversations)
+        if self.transcripts.max_entries > 0:  # 0: turned off, and stays so
+            self.transcripts.max_entries = conversations
+        self._agent_configs.max_conversations = conversations
+        self._agent_configs.max_entries = conversations * _AGENTS_PER_CONVERSATION
+        self._planned.max_conversations = conversations
+        self._planned.max_entries = conversations * _CALLS_PER_CONVERSATION
+        self.context.max_runs = conversations
+
+    def let_go(self) -> int:
+        """Drop what is kept for conversations that ended or left this worker; how many.
+
+        Read at the start of every activity from this worker's feed of
+        releases (`durable_tools.live_runs`): a run that ended takes every
+        entry of its conversation with it (unless another run of it is live
+        here); one that continued as new only the entries keyed by the run
+        (agent configurations); one evicted from the sticky cache nothing
+        (its next turn comes back to the same run). Every memory stays
+        bounded by `size_for` meanwhile.
+        """
+        released = self._releases.take()
+        for release in released:
+            workflow_id = release.workflow_id
+            if release.why == "ended" and not LIVE_RUNS.holds(workflow_id):
+                self.transcripts.discard(workflow_id)
+                self.produced.release(workflow_id)
+                self._agent_configs.release(workflow_id)
+                self._planned.release(workflow_id)
+                self.context.release(workflow_id)
+            elif release.why == "continued":
+                self._agent_configs.release(workflow_id, _of_run(release.run_id))
+        return len(released)
 
     def _toolkit(self, name: str) -> Toolkit:
         try:
@@ -159,6 +230,11 @@ async def heartbeating(details: list[Any] | None = None) -> AsyncGenerator[None]
         yield
     finally:
         timer.cancel()
+
+
+def _of_run(run_id: str) -> Callable[[tuple[str, str]], bool]:
+    """Whether an agent configuration's key `(run_id, name)` is of run `run_id`."""
+    return lambda key: key[0] == run_id
 
 
 def remember(memory: OrderedDict[_K, _V], key: _K, value: _V, limit: int) -> None:

@@ -25,7 +25,14 @@ passed:
 
 Publishing is best effort: a signal that fails or takes longer than
 `SEND_TIMEOUT` is logged and dropped; the activity's own work and result
-never depend on it.
+never depend on it, and never wait for it either (issue 26: on a worker
+whose workflow slots were saturated, each failed attempt waited 5 s for its
+`tool_attempt_failed` signal). A failure event (`flush(wait=False)`) and a
+signal still under way when the attempt ends go on in the background, in
+order, at most `MAX_DETACHED_SENDS` at a time in the process (past it a
+batch is dropped and counted in `DROPPED`). Only the text of a turn someone
+follows is flushed before the activity returns, so its deltas precede the
+turn's `turn_finished`.
 """
 
 from __future__ import annotations
@@ -48,10 +55,43 @@ from durable_tools.events import (
     EventKind,
 )
 
-__all__ = ["SEND_TIMEOUT", "ActivityEvents"]
+__all__ = ["DROPPED", "MAX_DETACHED_SENDS", "SEND_TIMEOUT", "ActivityEvents", "detached_sends"]
 
 SEND_TIMEOUT: Final[float] = 5.0
 """Seconds one publish signal may take before its batch is dropped."""
+
+MAX_DETACHED_SENDS: Final[int] = 256
+"""Signals a process sends in the background at once (after their attempts ended)."""
+
+_detached: set[asyncio.Task[None]] = set()
+
+
+class _Dropped:
+    """Batches dropped because `MAX_DETACHED_SENDS` signals were already under way."""
+
+    batches: int = 0
+
+
+DROPPED: Final = _Dropped()
+
+
+def detached_sends() -> int:
+    """Signals under way in the background now (for tests and benchmarks)."""
+    return len(_detached)
+
+
+def _detach(send: Awaitable[None]) -> bool:
+    """Run `send` in the background; False (dropped) when `MAX_DETACHED_SENDS` are running."""
+    if len(_detached) >= MAX_DETACHED_SENDS:
+        DROPPED.batches += 1
+        close = getattr(send, "close", None)
+        if close is not None:
+            close()  # a coroutine never awaited
+        return False
+    task = asyncio.ensure_future(send)
+    _detached.add(task)
+    task.add_done_callback(_detached.discard)
+    return True
 
 
 class ActivityEvents:
@@ -124,9 +164,10 @@ class ActivityEvents:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sender
             self._sender = None
-        if self._sending is not None:
-            with contextlib.suppress(Exception):
-                await self._sending
+        if self._sending is not None and not self._sending.done():
+            # Finishes in the background: the attempt's result does not wait for it.
+            _detach(self._sending)
+        self._sending = None
 
     # ------------------------------------------------------------ collecting
 
@@ -146,19 +187,39 @@ class ActivityEvents:
         self._text_fields = fields
         self._wake_sender()
 
-    async def flush(self) -> None:
+    async def flush(self, *, wait: bool = True) -> None:
         """Send what is collected now, after a signal under way (bounded by `SEND_TIMEOUT`).
 
         Text the gate does not let out is dropped.
+
+        Args:
+            wait: Wait for the signal (default). False: send it in the
+                background, after the one under way, and return at once
+                (dropped when `MAX_DETACHED_SENDS` are under way).
         """
-        if self._sending is not None:
-            with contextlib.suppress(Exception):
-                await self._sending
         if self._text and not await self._text_allowed():
             self._text.clear()
         batch = self._take()
+        previous, self._sending = self._sending, None
+        if not wait:
+            if batch:
+                _detach(self._send_after(previous, batch))
+            elif previous is not None and not previous.done():
+                _detach(previous)
+            return
+        if previous is not None:
+            with contextlib.suppress(Exception):
+                await previous
         if batch:
             await self._send(batch)
+
+    async def _send_after(
+        self, previous: asyncio.Future[None] | None, batch: list[ConversationEvent]
+    ) -> None:
+        if previous is not None:
+            with contextlib.suppress(Exception):
+                await previous
+        await self._send(batch)
 
     def drop(self) -> None:
         """Forget what is collected and not sent yet."""

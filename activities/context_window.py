@@ -134,6 +134,12 @@ class ContextWindow:
     def __init__(self, functions: Mapping[str, ContextStrategyFunction] | None = None) -> None:
         self.functions = dict(functions or {})
         self._runs: OrderedDict[tuple[str, str], _Seen] = OrderedDict()
+        self.max_runs = _SEEN_RUNS
+        """Most conversations whose view is kept (`ActivitiesBase.size_for` sets it)."""
+
+    def release(self, workflow_id: str) -> None:
+        """Forget what is kept for the conversation (it ended or left the worker)."""
+        self._runs.pop((workflow_id, ""), None)
 
     def _seen(self, key: tuple[str, str] | None, transcript: Sequence[TranscriptItem]) -> _Seen:
         """The latest summary and the characters of every prefix, looking only at new items.
@@ -157,7 +163,7 @@ class ContextWindow:
         if key is not None and transcript:
             self._runs[key] = result
             self._runs.move_to_end(key)
-            while len(self._runs) > _SEEN_RUNS:
+            while len(self._runs) > self.max_runs:
                 self._runs.popitem(last=False)
         return result
 

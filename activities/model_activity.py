@@ -55,9 +55,7 @@ from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, UserMessage
 from durable_tools.transcript_digest import CheckedTranscript
 
-# Bounds of the per-worker memories of recorded-by-reference inputs (entries).
-_MAX_AGENT_CONFIGS: Final[int] = 1024
-_MAX_PLANNED: Final[int] = 16_384
+# Bound of the per-worker memory of toolkits' descriptors (entries).
 _MAX_TOOLKITS: Final[int] = 256
 
 # What `transcript_slice` answers: a page with digests, or a list from older workflow code.
@@ -102,19 +100,23 @@ class ModelActivity(ActivitiesBase):
 
     async def _agent_config(self, request: ModelTurnRequest) -> AgentConfig:
         """The turn's agent configuration: in the request (kept), or kept, or read by name."""
-        key = (request.workflow_id, request.run_id, request.agent_name)
+        workflow_id, key = request.workflow_id, (request.run_id, request.agent_name)
         if request.agent is not None:
             if request.agent_name:
-                remember(self._agent_configs, key, request.agent, _MAX_AGENT_CONFIGS)
+                self._agent_configs.put(workflow_id, key, request.agent)
             return request.agent
-        config = self._agent_configs.get(key)
+        config = self._agent_configs.get(workflow_id, key)
         if config is None:
-            handle = activity.client().get_workflow_handle(
-                request.workflow_id, run_id=request.run_id
-            )
-            found: AgentConfig | None = await handle.query(
-                AGENT_CONFIG_QUERY, request.agent_name, result_type=_AGENT_CONFIG_ANSWER
-            )
+            live = self.live_run(workflow_id, request.run_id)
+            found = live.live_agent_config(request.agent_name) if live is not None else None
+            if found is not None:
+                self.reads.local += 1
+            else:
+                self.reads.queries += 1
+                handle = activity.client().get_workflow_handle(workflow_id, run_id=request.run_id)
+                found = await handle.query(
+                    AGENT_CONFIG_QUERY, request.agent_name, result_type=_AGENT_CONFIG_ANSWER
+                )
             if found is None:
                 raise ApplicationError(
                     f"the conversation has no agent named {request.agent_name[:200]!r}",
@@ -122,7 +124,7 @@ class ModelActivity(ActivitiesBase):
                     non_retryable=True,
                 )
             config = found
-            remember(self._agent_configs, key, config, _MAX_AGENT_CONFIGS)
+            self._agent_configs.put(workflow_id, key, config)
         return config
 
     def _resolve(self, agent_config: AgentConfig) -> ResolvedAgent:
@@ -171,8 +173,16 @@ class ModelActivity(ActivitiesBase):
                 workflow_id, request.delta, lambda entry: produced.find(workflow_id, entry)
             )
             if found is not None:
+                self.produced.forget_delta(workflow_id, request.delta)  # the cache holds them now
                 return found
         client = activity.client()
+        live = self.live_run(request.workflow_id, request.run_id)
+
+        def local(arg: TranscriptSlice) -> TranscriptPage | None:
+            page = live.live_transcript(arg) if live is not None else None
+            if page is not None:
+                self.reads.local += 1
+            return page
 
         async def query(
             run_id: str | None, arg: TranscriptSlice
@@ -185,7 +195,7 @@ class ModelActivity(ActivitiesBase):
             )
             return answer
 
-        return await self.transcripts.read(query, request.workflow_id, request.upto)
+        return await self.transcripts.read(query, request.workflow_id, request.upto, local=local)
 
     @activity.defn(name=MODEL_TURN_ACTIVITY)
     async def model_turn(self, request: ModelTurnRequest) -> ModelTurn:
@@ -208,10 +218,15 @@ class ModelActivity(ActivitiesBase):
                 registered nor a model spec `resolve_model` builds, or the
                 model adapter raised a non-retryable error.
         """
+        self.let_go()
         info = activity.info()
         fields = {"turn": request.turn, "attempt": info.attempt}
 
         async def followed() -> bool:
+            live = self.live_run(request.workflow_id, request.run_id)
+            if live is not None:
+                return live.live_followed()
+            self.reads.queries += 1
             client = activity.client()
             handle = client.get_workflow_handle(request.workflow_id, run_id=request.run_id)
             answer: bool = await handle.query("followed", result_type=bool)
@@ -257,7 +272,7 @@ class ModelActivity(ActivitiesBase):
                         max_attempts=limit,
                         reason=failure.message[:MAX_EVENT_TEXT],
                     )
-                    await events.flush()
+                    await events.flush(wait=False)  # the retry does not wait for it
                 raise failure from None
 
     async def _model_turn(self, request: ModelTurnRequest, details: list[Any]) -> ModelTurn:
@@ -360,12 +375,10 @@ class ModelActivity(ActivitiesBase):
                 failure = failed(plan.call, "input_validation_error", problem)
                 plans[index] = plan.model_copy(update={"kind": "unknown", "failure": failure})
         for plan in plans:
-            remember(
-                self._planned,
-                (request.workflow_id, plan.call.call_id),
-                (plan.call, plan.arguments_hash),
-                _MAX_PLANNED,
-            )
+            if plan.kind == "local":  # read back by its tool activity (`ToolActivity._call`)
+                self._planned.put(
+                    request.workflow_id, plan.call.call_id, (plan.call, plan.arguments_hash)
+                )
         self.produced.remember(request.workflow_id, DeltaEntry(turn=request.turn), message)
         turn = ModelTurn(
             message=message,

@@ -106,10 +106,17 @@ class ToolActivity(ActivitiesBase):
                 type="ConfigurationError",
                 non_retryable=True,
             )
-        planned = self._planned.get((request.workflow_id, reference.call_id))
+        planned = self._planned.get(request.workflow_id, reference.call_id)
         if planned is not None and _matches(planned, reference):
             return planned[0]
-        found = await _read_open_call(request.workflow_id, reference.call_id)
+        run_id = activity.info().workflow_run_id
+        live = self.live_run(request.workflow_id, run_id)
+        found = live.live_open_call(reference.call_id) if live is not None else None
+        if found is not None:
+            self.reads.local += 1
+        else:
+            self.reads.queries += 1
+            found = await _read_open_call(request.workflow_id, reference.call_id)
         # The workflow's own open call is the record (histories planned before
         # `call_digest` hold another hash): its id and name must match.
         if found is None or (found.call_id, found.name) != (reference.call_id, reference.name):
@@ -137,6 +144,7 @@ class ToolActivity(ActivitiesBase):
                 type="ConfigurationError",
                 non_retryable=True,
             )
+        self.let_go()
         request = activity.payload_converter().from_payload(args[0].payload, ToolActivityInput)
         # Reading the call may wait on the `tool_call` query (a worker that
         # replays to answer it): heartbeat meanwhile, with the details this
@@ -183,7 +191,7 @@ class ToolActivity(ActivitiesBase):
                         max_attempts=policy.maximum_attempts if policy is not None else None,
                         reason=reason[:MAX_EVENT_TEXT],
                     )
-                    await events.flush()
+                    await events.flush(wait=False)  # the retry does not wait for it
                     raise
                 events.drop()  # the call's output, published by the workflow, says more
             result = out.result
@@ -200,6 +208,9 @@ class ToolActivity(ActivitiesBase):
                 time.monotonic() - started,
                 None if isinstance(result, Ok) else result.kind,
             )
+            # Answered: a retry of this activity carries no new attempt (Temporal
+            # records this result), so the plan it read is not needed again.
+            self._planned.pop(request.workflow_id, call.call_id)
             return out
 
     async def _tool_call(

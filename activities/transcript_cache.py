@@ -170,6 +170,8 @@ class CacheStats:
         inconsistent: Reads whose items' digest, computed here, differed from
             the workflow's (used, not kept).
         queries: `transcript_slice` queries sent.
+        local_reads: Pages read from the run in this process instead
+            (`durable_tools.live_runs`), without a query.
         earlier_queries: Those of them sent to earlier (closed) runs, which
             a worker replays to answer.
         delta_hits: Reads answered from a `TranscriptDelta` and what this
@@ -187,6 +189,7 @@ class CacheStats:
     legacy_reads: int = 0
     inconsistent: int = 0
     queries: int = 0
+    local_reads: int = 0
     earlier_queries: int = 0
     delta_hits: int = 0
     delta_mismatches: int = 0
@@ -218,7 +221,37 @@ class ProducedItems:
     def __init__(self, *, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[str, str], tuple[TranscriptItem, int]] = OrderedDict()
+        self._keys: dict[str, set[str]] = {}  # by conversation, for `release`
         self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def bytes(self) -> int:
+        """The approximate size of the remembered items."""
+        return self._bytes
+
+    def _drop(self, workflow_id: str, key: str) -> None:
+        found = self._items.pop((workflow_id, key), None)
+        if found is not None:
+            self._bytes -= found[1]
+        keys = self._keys.get(workflow_id)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._keys[workflow_id]
+
+    def release(self, workflow_id: str) -> None:
+        """Forget everything remembered of the conversation (it ended or left the worker)."""
+        for key in list(self._keys.get(workflow_id, ())):
+            self._drop(workflow_id, key)
+
+    def forget_delta(self, workflow_id: str, delta: TranscriptDelta) -> None:
+        """Forget what `delta` named by reference: the transcript cache holds those items now."""
+        for entry in delta.entries:
+            if entry.item is None:
+                self.forget(workflow_id, entry)
 
     @staticmethod
     def _key(entry: DeltaEntry) -> str | None:
@@ -238,17 +271,17 @@ class ProducedItems:
         if size > self.max_bytes // 4:
             return
         self._items[(workflow_id, key)] = (item, size)
+        self._keys.setdefault(workflow_id, set()).add(key)
         self._bytes += size
         while self._bytes > self.max_bytes:
-            _, (_, evicted) = self._items.popitem(last=False)
-            self._bytes -= evicted
+            (oldest, oldest_key), _ = next(iter(self._items.items()))
+            self._drop(oldest, oldest_key)
 
     def forget(self, workflow_id: str, entry: DeltaEntry) -> None:
         """Drop what is remembered for `entry`, if anything."""
         key = self._key(entry)
-        found = self._items.pop((workflow_id, key), None) if key is not None else None
-        if found is not None:
-            self._bytes -= found[1]
+        if key is not None:
+            self._drop(workflow_id, key)
 
     def find(self, workflow_id: str, entry: DeltaEntry) -> TranscriptItem | None:
         """The remembered item for `entry`, or `None`."""
@@ -409,6 +442,7 @@ class TranscriptCache:
         upto: int,
         *,
         page_bytes: int = QUERY_PAGE_BYTES,
+        local: Callable[[TranscriptSlice], TranscriptPage | None] | None = None,
     ) -> list[TranscriptItem]:
         """Items `[0, upto)` of the conversation's transcript: the cached prefix plus the rest.
 
@@ -418,6 +452,9 @@ class TranscriptCache:
             workflow_id: The conversation's workflow id (the cache's key).
             upto: How many items the model sees (conversation-wide).
             page_bytes: Page size of each query answer (default `QUERY_PAGE_BYTES`).
+            local: Answers a `transcript_slice` to the run the turn serves
+                in process, without a query (`durable_tools.live_runs`), or
+                `None` when it cannot (then `query`).
 
         Returns:
             A new list (the caller may keep or change it).
@@ -430,6 +467,11 @@ class TranscriptCache:
         """
 
         async def counted(run_id: str | None, arg: TranscriptSlice) -> _Answer:
+            if run_id is None and local is not None:
+                page = local(arg)
+                if page is not None:
+                    self.stats.local_reads += 1
+                    return page
             self.stats.queries += 1
             if run_id is not None:
                 self.stats.earlier_queries += 1

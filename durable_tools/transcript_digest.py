@@ -20,6 +20,7 @@ Pure Python, no I/O: importable in the workflow sandbox.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Final
@@ -69,6 +70,10 @@ class PrefixDigests:
     memoized) and starts over when it does not; code that ever replaces an
     item in place must call `clear()`.
 
+    Thread-safe: an activity in the same process reads a run's digests
+    (`durable_tools.live_runs`) while the run may be in an activation on
+    another thread, so extending the memo takes a lock.
+
     Args:
         start: The digest of the items before the transcript's first one
             (default `EMPTY_DIGEST`): a run continued as new holds the
@@ -81,17 +86,22 @@ class PrefixDigests:
         self._digests: list[str] = [start]
         self._sizes: list[int] = []
         self._last: TranscriptItem | None = None
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
         """Forget everything (the transcript changed other than by appending)."""
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
         self._digests = [self._start]
         self._sizes = []
         self._last = None
 
-    def _cover(self, transcript: Sequence[TranscriptItem], n: int) -> None:
+    def _cover_locked(self, transcript: Sequence[TranscriptItem], n: int) -> None:
         known = len(self._sizes)
         if known and (len(transcript) < known or transcript[known - 1] is not self._last):
-            self.clear()
+            self._clear()
             known = 0
         if n <= known:
             return
@@ -105,13 +115,15 @@ class PrefixDigests:
 
     def digest(self, transcript: Sequence[TranscriptItem], n: int) -> str:
         """The digest of `transcript[:n]` (`0 <= n <= len(transcript)`)."""
-        self._cover(transcript, n)
-        return self._digests[n]
+        with self._lock:
+            self._cover_locked(transcript, n)
+            return self._digests[n]
 
     def size(self, transcript: Sequence[TranscriptItem], index: int) -> int:
         """Bytes of `item_json(transcript[index])`."""
-        self._cover(transcript, index + 1)
-        return self._sizes[index]
+        with self._lock:
+            self._cover_locked(transcript, index + 1)
+            return self._sizes[index]
 
 
 class CheckedTranscript(list[TranscriptItem]):

@@ -234,11 +234,18 @@ class DurableToolsPlugin(SimplePlugin):
         """Add the plugin's parts; `NO_SEARCH_ATTRIBUTES_PATCH` follows `search_attributes`.
 
         The sync tools' pool takes the worker's `max_concurrent_activities`
-        as its size unless `tool_threads` was given.
+        as its size unless `tool_threads` was given; the activities'
+        per-conversation memories hold as many conversations as
+        `max_cached_workflows` (`ActivitiesBase.size_for`).
         """
         config = super().configure_worker(config)
         slots = config.get("max_concurrent_activities")  # pyright: ignore[reportUnknownMemberType]
         self.agent_activities.tool_threads.configure(slots)
+        # The activities' per-conversation memories hold as many conversations
+        # as the workflow cache holds runs (docs/operations.md, "Sizing a worker").
+        cached = config.get("max_cached_workflows")  # pyright: ignore[reportUnknownMemberType]
+        if cached:
+            self.agent_activities.size_for(cached)
         given = config.get("patch_activation_callback")  # pyright: ignore[reportUnknownMemberType]
         config["patch_activation_callback"] = _patch_activation(
             given, search_attributes=self.search_attributes

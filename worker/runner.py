@@ -32,7 +32,17 @@ from durable_tools.worker.health import keep_fresh
 from durable_tools.worker.plugin import DurableToolsPlugin
 from durable_tools.worker.telemetry import configure_telemetry
 
-__all__ = ["DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT", "App", "load_app", "run_worker"]
+__all__ = [
+    "DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT",
+    "DEFAULT_MAX_CACHED_CONVERSATIONS",
+    "App",
+    "load_app",
+    "run_worker",
+    "sizing",
+]
+
+DEFAULT_MAX_CACHED_CONVERSATIONS: int = 1000
+"""Conversations' runs a worker keeps in memory between turns (the SDK's default)."""
 
 DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT: float = 30.0
 """Seconds running activities may finish after a shutdown begins (default 30).
@@ -54,6 +64,7 @@ async def run_worker(
     deployment: WorkerDeploymentVersion | None = None,
     graceful_shutdown_timeout: float = DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
     max_concurrent_activities: int | None = None,
+    max_cached_conversations: int = DEFAULT_MAX_CACHED_CONVERSATIONS,
     handle_signals: bool = True,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[Worker], None] | None = None,
@@ -87,6 +98,10 @@ async def run_worker(
             shutdown begins, before they are cancelled (default 30).
         max_concurrent_activities: Most activities this worker runs at once
             (`None`: the SDK's default).
+        max_cached_conversations: Most conversations' runs kept in memory
+            between turns (the SDK's `max_cached_workflows`; default 1,000),
+            and the bound of the activities' per-conversation memories (see
+            docs/operations.md, "Sizing a worker").
         handle_signals: Stop on SIGTERM and SIGINT (only possible on the main
             thread's event loop; ignored elsewhere).
         stop: Set it to stop the worker (an alternative to cancelling the task).
@@ -143,6 +158,7 @@ async def run_worker(
             deployment=deployment,
             graceful_shutdown_timeout=graceful_shutdown_timeout,
             max_concurrent_activities=max_concurrent_activities,
+            max_cached_conversations=max_cached_conversations,
             handle_signals=handle_signals,
             stop=stop,
             on_ready=on_ready,
@@ -158,6 +174,7 @@ async def _serve(
     deployment: WorkerDeploymentVersion | None,
     graceful_shutdown_timeout: float,
     max_concurrent_activities: int | None,
+    max_cached_conversations: int,
     handle_signals: bool,
     stop: asyncio.Event | None,
     on_ready: Callable[[Worker], None] | None,
@@ -172,6 +189,7 @@ async def _serve(
         task_queue=task_queue,
         graceful_shutdown_timeout=timedelta(seconds=graceful_shutdown_timeout),
         max_concurrent_activities=max_concurrent_activities,
+        max_cached_workflows=max_cached_conversations,
         deployment_config=deployment_config(deployment),
         plugins=[_OnRun(on_ready)] if on_ready is not None else [],
     )
@@ -239,3 +257,33 @@ def _install_signal_handlers(callback: Callable[[], None]) -> list[signal.Signal
             continue  # not the main thread, or a platform without signal handlers
         installed.append(sig)
     return installed
+
+
+def sizing(worker: Worker) -> str:
+    """What a worker is sized for, one line (its startup line ends with it).
+
+    The SDK's workflow cache (`max_cached_workflows`) bounds how many
+    conversations it keeps in memory between turns; the activities' own
+    per-conversation memories are bounded by the same number
+    (`DurableToolsPlugin.configure_worker`). The slot counts are the SDK's
+    (`None` in the configuration: its default). See docs/operations.md,
+    "Sizing a worker".
+
+    Returns:
+        E.g. `"sized for 1000 cached conversations, 100 activity slots, 100
+        workflow task slots"`.
+    """
+    config = worker.config()
+    tuner = config.get("tuner")  # pyright: ignore[reportUnknownMemberType]
+    if tuner is not None:
+        slots = "slots set by a tuner"
+    else:
+        activities = config.get("max_concurrent_activities") or _SDK_DEFAULT_SLOTS  # pyright: ignore[reportUnknownMemberType]
+        tasks = config.get("max_concurrent_workflow_tasks") or _SDK_DEFAULT_SLOTS  # pyright: ignore[reportUnknownMemberType]
+        slots = f"{activities} activity slots, {tasks} workflow task slots"
+    cached = config.get("max_cached_workflows")  # pyright: ignore[reportUnknownMemberType]
+    return f"sized for {cached} cached conversations, {slots}"
+
+
+_SDK_DEFAULT_SLOTS = 100
+"""temporalio's default for `max_concurrent_activities` and `max_concurrent_workflow_tasks`."""

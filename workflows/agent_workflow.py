@@ -88,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.events import MAX_EVENT_TEXT
     from durable_tools.handler_input import clean_text
+    from durable_tools.live_runs import LIVE_RUNS
     from durable_tools.results import Failure, Ok, ToolCall
     from durable_tools.signals import Finish
     from durable_tools.transcript import TranscriptItem, Usage, is_reconciled
@@ -144,6 +145,13 @@ class AgentWorkflow:
         # `run_agent` sets it before calling __init__: the loop runs inside
         # another workflow (no continue-as-new, no event stream of its own).
         self.embedded: bool = getattr(self, "embedded", False)
+        info = workflow.info() if workflow.in_workflow() else None  # tests build runs by hand
+        self._run_key = (info.workflow_id, info.run_id) if info is not None else None
+        if info is not None and not self.embedded:
+            # This worker's activities read the run in process, not by query
+            # (`live_*` below, durable_tools.live_runs): a cache entry, never
+            # read by the loop, so replay is unaffected.
+            LIVE_RUNS.register(info.workflow_id, info.run_id, self)
         self._view = view = Visibility(self, options, state.stream, self.embedded)
         self._waits = waits = Waits(options.version_check_interval, self.embedded)
         self._model = ModelTurns(options, state, view=view, waits=waits, publish=self._publish)
@@ -166,9 +174,13 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, input: ConversationInput) -> ConversationResult:
         """Run the conversation until `finish`, the idle timeout or the turn limit."""
+        continued = False
         try:
             with telemetry.conversation_context():
                 return await self._loop()
+        except workflow.ContinueAsNewError:
+            continued = True
+            raise
         except (asyncio.CancelledError, ActivityError) as exc:
             # A cancel during the model turn arrives as the activity's error.
             if not is_cancelled_exception(exc):
@@ -184,6 +196,9 @@ class AgentWorkflow:
                 reason=reason or None,
             )
             raise
+        finally:
+            if self._run_key is not None and not self.embedded:  # caches may let it go
+                LIVE_RUNS.ended(*self._run_key, continued=continued)
 
     async def _loop(self) -> ConversationResult:
         if self._carried_turn is not None:
@@ -544,6 +559,26 @@ class AgentWorkflow:
         if name != TRANSCRIPT_QUERY:
             raise unknown_query(name)
         return self._log.query(args)
+
+    # ------------------------------------------------ read in process (live_runs)
+
+    def live_agent_config(self, name: str) -> AgentConfig | None:
+        """The `agent_config` query's answer, for an activity in this process."""
+        return self._input.agents.get(name)
+
+    def live_open_call(self, call_id: str) -> ToolCall | None:
+        """The `tool_call` query's answer, for an activity in this process."""
+        return self._calls.open.get(call_id)
+
+    def live_transcript(self, request: TranscriptSlice) -> TranscriptPage | None:
+        """The `transcript_slice` page, once the run holds items `[0, request.upto)`."""
+        if self._log.length() < request.upto or request.known_digest is None:
+            return None  # still replaying to the turn, or an old-style slice
+        return self._log.page(request)
+
+    def live_followed(self) -> bool:
+        """The `followed` query's answer, for an activity in this process."""
+        return self._view.followed()
 
     @workflow.query(name="history")
     def history(self, *_ignored: object) -> list[TranscriptItem]:

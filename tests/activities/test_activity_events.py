@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable_tools.activities.activity_events import ActivityEvents
+from durable_tools.activities import activity_events
+from durable_tools.activities.activity_events import ActivityEvents, detached_sends
 from durable_tools.events import MAX_DELTA_TEXT, ConversationEvent
 
 
@@ -46,6 +48,41 @@ async def test_an_attempt_within_the_hold_or_without_events_starts_no_task() -> 
         await asyncio.sleep(0.05)
         assert len(asyncio.all_tasks()) == before
     assert sent.batches == []
+
+
+async def test_a_failure_event_and_a_signal_under_way_never_hold_up_the_attempt() -> None:
+    """A saturated worker answers signals slowly: the attempt returns at once, the events follow."""
+    sent = Recorder(delay=0.5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with ActivityEvents(interval=0.01, send=sent) as events:
+        events.publish("tool_attempt_started", call_id="c1", tool="t", attempt=2)
+        await asyncio.sleep(0.05)  # its signal is under way
+        events.publish("tool_attempt_failed", call_id="c1", tool="t", attempt=2, reason="x")
+        await events.flush(wait=False)
+    assert loop.time() - started < 0.4  # neither signal was waited for
+    assert detached_sends() >= 1
+    while detached_sends():
+        await asyncio.sleep(0.05)
+    # Both arrive, in order.
+    kinds = [[e.kind for e in b] for b in sent.batches]
+    assert kinds == [["tool_attempt_started"], ["tool_attempt_failed"]]
+
+
+async def test_background_sends_are_bounded_and_the_excess_is_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(activity_events, "MAX_DETACHED_SENDS", 2)
+    dropped = activity_events.DROPPED.batches
+    sent = Recorder(delay=0.2)
+    for n in range(4):
+        async with ActivityEvents(send=sent) as events:
+            events.publish("tool_attempt_failed", call_id=f"c{n}", tool="t", attempt=1)
+            await events.flush(wait=False)
+    assert activity_events.DROPPED.batches - dropped == 2
+    while detached_sends():
+        await asyncio.sleep(0.05)
+    assert len(sent.batches) == 2
 
 
 async def test_the_hold_counts_from_the_start_of_the_attempt() -> None:

@@ -60,7 +60,7 @@ def _worker(
 
 
 class QueriesOnly(TranscriptCache):
-    """A cache that never answers from a `TranscriptDelta`: every turn queries."""
+    """A cache that never answers from a `TranscriptDelta`: every turn reads (`read`)."""
 
     def extend_by_delta(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -141,11 +141,12 @@ async def test_each_turn_reads_only_new_items_across_continue_as_new(
     assert status.runs == 5  # 7 turns per run: 31 turns in 5 runs
     _assert_saw_full_transcript(model.requests, transcript, turns)
     stats = cache.stats
-    # One full read (the first turn), then one query per turn: the cache is
+    # One full read (the first turn), then one read per turn: the cache is
     # the conversation's, and the new run holds the digest of what it did not carry.
     assert (stats.misses, stats.full_reads, stats.mismatches) == (1, 1, 0)
     assert stats.hits == turns - 1
-    assert (stats.queries, stats.earlier_queries) == (turns, 0)
+    # Each from the run in this process (durable_tools.live_runs): no query.
+    assert (stats.local_reads, stats.queries, stats.earlier_queries) == (turns, 0, 0)
     assert (stats.inconsistent, stats.legacy_reads) == (0, 0)
     entry = cache.get(workflow_id)
     assert entry is not None
@@ -180,6 +181,7 @@ async def test_two_workers_taking_turns_see_the_same_transcript(
     client, plugin, model = _worker(dev_env)
     alternating = TakingTurns()
     plugin.agent_activities.transcripts = alternating
+    plugin.agent_activities.live_reads = False  # two processes: neither holds the other's run
     turns = 41
     _, transcript, status = await _converse(client, task_queue, "incremental-two", 40, 15)
 

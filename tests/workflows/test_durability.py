@@ -46,6 +46,7 @@ from durable_tools.conversation import (
     PendingApproval,
     PendingState,
 )
+from durable_tools.live_runs import LIVE_RUNS
 from durable_tools.transcript import (
     AssistantMessage,
     ToolCallOutput,
@@ -341,6 +342,9 @@ async def test_an_approved_call_survives_a_timed_out_read_of_its_arguments(
         return await query(self, name, *args, **kwargs)
 
     monkeypatch.setattr(WorkflowHandle, "query", flaky_query)
+    # Worker B stands for another process: it cannot read worker A's run in
+    # process (durable_tools.live_runs), so it queries.
+    monkeypatch.setattr(LIVE_RUNS, "get", lambda *_: None)
     client_b = _client(dev_env)
     conv = Conversations(client_b, task_queue=task_queue)
     async with Worker(client_b, task_queue=task_queue, identity="worker-b"):

@@ -22,6 +22,8 @@ from durable_tools.storage import LocalFileStorageDriver, PayloadStorage
 from durable_tools.worker.extras import missing_extra
 
 if TYPE_CHECKING:
+    from temporalio.worker import Worker
+
     from durable_tools.worker.runner import App
 
 from durable_tools.worker.cli.shared import (
@@ -228,6 +230,14 @@ def worker_command(
     max_concurrent_activities: Annotated[
         int | None, typer.Option(help="Most activities at once (default: the SDK's).")
     ] = None,
+    max_cached_conversations: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Most conversations kept in memory between turns (the workflow cache "
+            "and the activities' memories; see docs/operations.md).",
+        ),
+    ] = 1000,
     deployment: Annotated[
         str | None,
         typer.Option(
@@ -288,13 +298,15 @@ def worker_command(
         else "no decision keys (a call that needs a signed decision cannot be decided)"
     )
 
-    def ready(_: object) -> None:
+    def ready(worker: Worker) -> None:
+        from durable_tools.worker.runner import sizing
+
         versioned = f", version {version.deployment_name}:{version.build_id}" if version else ""
         out.print(
             f"worker polling task queue [bold]{escape(task_queue)}[/] on {escape(address)} "
             f"(namespace {escape(namespace)}{escape(versioned)}); "
             f"{escape(_describe_served(served, allow_offline_models=offline))}; "
-            f"{escape(checked)}",
+            f"{escape(checked)}; {escape(sizing(worker))}",
             soft_wrap=True,
         )
         if storage is not None:
@@ -311,6 +323,7 @@ def worker_command(
             decision_keys=keys,
             graceful_shutdown_timeout=graceful_shutdown,
             max_concurrent_activities=max_concurrent_activities,
+            max_cached_conversations=max_cached_conversations,
             deployment=version,
             allow_offline_models=offline,
             on_ready=ready,
