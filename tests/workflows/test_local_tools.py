@@ -6,7 +6,8 @@ and its conversation's history is shorter than the same conversation with an
 ordinary tool; its retries and timeout apply as for an ordinary tool activity
 and its failures read as the same `Failure`; it publishes no event by signal
 (a signal to its own workflow would wait for the task the local activity runs
-in); a call gated by an approval runs as a local activity once approved. Every
+in); a call gated by an approval runs as a local activity once approved, on
+the time-skipping server too (an approval two days later). Every
 history replays (a local activity's failure replayed from its marker must give
 the model the `Failure` it gave live). The worker-kill test is in
 test_durability.py.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -194,4 +196,29 @@ async def test_an_approved_local_call_runs_as_a_local_activity_once(harness: Har
     events = await _events(harness.handles[workflow_id])
     assert _local_activities(events) == ["tool.approved_local"]
     assert [t for t in _scheduled(events) if t.startswith("tool.")] == []
+    await _replays(harness.handles[workflow_id])
+
+
+async def test_local_tools_run_on_the_time_skipping_server_too(
+    time_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where `AgentTestEnvironment` users test their agents; an approval days later."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    async with running(time_env, task_queue, ledger) as harness:
+        script = turns(
+            [("a1", "approved_local", {"order": "o-9"}), ("t1", "twice_failing_local", {})]
+        )
+        workflow_id = await harness.start(script, agent=LOCAL_AGENT)
+        approval = await harness.wait_approval(workflow_id, "a1")
+        await time_env.sleep(timedelta(days=2))
+        await harness.conversations.approve(
+            workflow_id, "a1", arguments_hash=approval.arguments_hash, decided_by="ana"
+        )
+        items = await harness.wait_assistant_text(workflow_id, DONE)
+        events = await _events(harness.handles[workflow_id])
+    outputs = outputs_by_id(items)
+    assert outputs["a1"].content == "order o-9 read"
+    assert outputs["t1"].content == "ok on attempt 3"
+    assert sorted(_local_activities(events)) == ["tool.approved_local", "tool.twice_failing_local"]
     await _replays(harness.handles[workflow_id])
