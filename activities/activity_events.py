@@ -112,6 +112,9 @@ class ActivityEvents:
             workflow without the `followed` query).
         recheck: Seconds before a gate that said no is asked again
             (default `FOLLOW_CHECK_INTERVAL`).
+        enabled: False collects and publishes nothing (default True): a
+            local activity's events, whose signal would wait for the
+            workflow task the activity runs in.
     """
 
     def __init__(
@@ -122,7 +125,9 @@ class ActivityEvents:
         send: Any = None,
         gate: Callable[[], Awaitable[bool]] | None = None,
         recheck: float = FOLLOW_CHECK_INTERVAL,
+        enabled: bool = True,
     ) -> None:
+        self._enabled = enabled
         self._hold = hold
         self._interval = interval
         self._send_batch = send
@@ -173,16 +178,22 @@ class ActivityEvents:
 
     def publish(self, kind: EventKind, **fields: Any) -> None:
         """Queue an event (sent in order with the next batch)."""
+        if not self._enabled:
+            return
         self._queued.append((kind, fields, datetime.now(UTC)))
         self._wake_sender()
 
     def replace(self, key: str, kind: EventKind, **fields: Any) -> None:
         """Set the latest event under `key`; one not yet sent is replaced."""
+        if not self._enabled:
+            return
         self._latest[key] = (kind, fields, datetime.now(UTC))
         self._wake_sender()
 
     def text(self, piece: str, **fields: Any) -> None:
         """Add a piece of model text (joined into `model_text_delta` events with `fields`)."""
+        if not self._enabled:
+            return
         self._text.append(_valid_utf8(piece))  # a lone surrogate would fail the batch
         self._text_fields = fields
         self._wake_sender()

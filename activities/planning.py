@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from durable_tools._wire import PlannedCall
+from durable_tools._wire import MAX_LOCAL_CALLS_PER_TURN, PlannedCall
 from durable_tools.approvals import call_digest
 from durable_tools.arguments import (
     DEFAULT_MAX_ARGUMENT_BYTES,
@@ -60,7 +60,10 @@ def plan_calls(
             approvers read (default: none).
 
     Returns:
-        One `PlannedCall` per call, in order.
+        One `PlannedCall` per call, in order. Calls of tools declared
+        `local=True` are planned `local` (a Temporal local activity), the
+        first `MAX_LOCAL_CALLS_PER_TURN` of the turn only: the rest run as
+        ordinary activities, so the markers of one workflow task stay small.
     """
     made: list[tuple[Any, ...]] = []
 
@@ -71,7 +74,15 @@ def plan_calls(
             made.append((*transcript, message) if message is not None else tuple(transcript))
         return made[0]
 
-    return [_plan(toolkit, call, history, max_argument_bytes, redact) for call in calls]
+    plans = [_plan(toolkit, call, history, max_argument_bytes, redact) for call in calls]
+    local = [i for i, plan in enumerate(plans) if plan.local]
+    for n, i in enumerate(local):
+        # A local activity cannot heartbeat: the loss of its worker is
+        # noticed by its workflow task's timeout instead.
+        keep = n < MAX_LOCAL_CALLS_PER_TURN
+        update = {"heartbeat_timeout": None} if keep else {"local": False}
+        plans[i] = plans[i].model_copy(update=update)
+    return plans
 
 
 _REDACTED_SPAN = 4 * SUMMARY_LIMIT
@@ -176,6 +187,7 @@ def _plan(
         backoff_coefficient=retry.backoff_coefficient,
         maximum_interval=retry.maximum_interval,
         non_retryable_error_types=list(retry.non_retryable_error_types),
+        local=tool.local and not at_most_once,  # see plan_calls
     )
 
 

@@ -2,6 +2,13 @@
 
 It resolves the call (in the input, planned on this worker, or read by the
 `tool_call` query), runs it and bounds its result.
+
+The same activity runs calls of tools declared `local=True` as Temporal local
+activities (`activity.info().is_local`). A local activity runs while its
+workflow's task is open, so it must never query or signal its own workflow
+(the query would wait for that very task, until the activity's timeout): its
+call is always in its input, it publishes no events (they go by signal), and
+it does not heartbeat (a local activity cannot).
 """
 
 from __future__ import annotations
@@ -99,6 +106,13 @@ class ToolActivity(ActivitiesBase):
         """
         if request.call is not None:
             return request.call
+        if activity.info().is_local:
+            raise ApplicationError(
+                "a local tool activity's input must hold its call: it cannot query its "
+                "own workflow while that workflow's task is open",
+                type="ConfigurationError",
+                non_retryable=True,
+            )
         reference = request.reference
         if reference is None:
             raise ApplicationError(
@@ -161,12 +175,16 @@ class ToolActivity(ActivitiesBase):
             "tool": call.name,
             "attempt": info.attempt,
         }
-        # A quick first attempt publishes nothing (see activity_events.py).
+        # A quick first attempt publishes nothing (see activity_events.py); a
+        # local activity nothing at all: a signal to its own workflow would
+        # wait for the workflow task it runs in.
         hold = 0.0 if info.attempt > 1 else STARTED_DELAY
         with telemetry.tool_span(
             call.name, call.call_id, info.attempt, request.workflow_id
         ) as span:
-            async with ActivityEvents(hold=hold, interval=PROGRESS_INTERVAL) as events:
+            async with ActivityEvents(
+                hold=hold, interval=PROGRESS_INTERVAL, enabled=not info.is_local
+            ) as events:
                 events.publish(
                     "tool_attempt_started",
                     **identity,
@@ -264,13 +282,17 @@ class ToolActivity(ActivitiesBase):
             raise ApplicationError(self.redact(str(exc)), type=type(exc).__name__) from None
         result = encode_result(prepared, value)
         size = len(to_json(result))
-        limit = self.max_payload_bytes or request.max_result_bytes
+        # A local activity's result is a marker in its workflow task's
+        # completion, one gRPC message for every local call of the turn: its
+        # own bound (`LOCAL_RESULT_BYTES`) holds with external storage too.
+        if activity.info().is_local:
+            limit = request.max_result_bytes
+            why = "a local tool's result is recorded in the workflow's task"
+        elif self.max_payload_bytes:
+            limit, why = self.max_payload_bytes, "the worker's maximum payload size"
+        else:
+            limit, why = request.max_result_bytes, "Temporal's payload limit is 2 MiB"
         if size > limit:
-            why = (
-                "the worker's maximum payload size"
-                if self.max_payload_bytes
-                else "Temporal's payload limit is 2 MiB"
-            )
             result = failed(
                 call,
                 "output_too_large",

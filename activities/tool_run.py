@@ -5,7 +5,8 @@ that the attempt can be seen and stopped:
 
 * **Heartbeats.** The activity heartbeats every third of its heartbeat
   timeout while the run works (`Tool.heartbeat_timeout`, default 30 s), with
-  the latest progress as the heartbeat's details. A lost worker is noticed
+  the latest progress as the heartbeat's details (a local activity, which
+  has no heartbeat timeout, never heartbeats). A lost worker is noticed
   after the heartbeat timeout, and a cancellation, which Temporal delivers
   only in the answer to a heartbeat, reaches the run.
 * **Progress** (`emit`) is delivered into the activity's own context
@@ -67,7 +68,10 @@ class _Progress:
         # callback from any other task or thread is run in (a copy of) them.
         self._context = contextvars.copy_context()
         self._closed = False
-        self.details: tuple[Any, ...] = tuple(activity.info().heartbeat_details)
+        info = activity.info()
+        # A local activity cannot heartbeat (`Tool.local`); its progress goes nowhere.
+        self._beats = not info.is_local
+        self.details: tuple[Any, ...] = tuple(info.heartbeat_details)
         """What every heartbeat records: the latest progress (a heartbeat
         without details would erase what an earlier one recorded)."""
 
@@ -86,7 +90,8 @@ class _Progress:
         if self._closed:
             return
         self.details = (value,)
-        activity.heartbeat(value)
+        if self._beats:
+            activity.heartbeat(value)
         self._events.replace(
             "progress", "tool_progress", **self._identity, text=progress_text(value)
         )

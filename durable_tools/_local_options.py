@@ -88,6 +88,7 @@ class LocalOptions:
     approvers: Sequence[str]
     idempotent: bool | None
     at_most_once: bool
+    local: bool = False
 
     def tool(
         self,
@@ -99,12 +100,18 @@ class LocalOptions:
         output: Schema | None,
         dynamic: bool = False,
     ) -> Tool:
-        """The local tool with these options."""
+        """The local tool with these options.
+
+        `local=True` (a Temporal local activity, run again when its worker is
+        lost) declares the tool idempotent unless `idempotent` says otherwise,
+        which `Tool` then refuses.
+        """
         hints, policy = annotations_of(self.annotations), retry_policy(self.retry)
+        idempotent = True if self.local and self.idempotent is None else self.idempotent
         effect = tool_effect(
             self.annotations,
             hints,
-            idempotent=self.idempotent,
+            idempotent=idempotent,
             at_most_once=self.at_most_once,
             retry=policy,
         )
@@ -124,5 +131,6 @@ class LocalOptions:
             approval_deadline=self.approval_deadline,
             approvers=tuple(self.approvers),
             dynamic=dynamic,
+            local=self.local,
             **effect,
         )

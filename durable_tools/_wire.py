@@ -53,6 +53,8 @@ __all__ = [
     "TOOL_CALL_QUERY",
     "TRANSCRIPT_QUERY",
     "VERIFY_DECISION_ACTIVITY",
+    "LOCAL_RESULT_BYTES",
+    "MAX_LOCAL_CALLS_PER_TURN",
     "PAYLOAD_BUDGET_BYTES",
     "CallReference",
     "CarriedCall",
@@ -92,6 +94,16 @@ PAYLOAD_BUDGET_BYTES: Final[int] = 1_500_000
 payload: well below Temporal's 2 MiB payload limit, which leaves room for
 the rest of the event."""
 
+LOCAL_RESULT_BYTES: Final[int] = 64 * 1024
+"""Bytes of JSON a local tool's result may take (`Tool.local`: a Temporal
+local activity). Local activity results are recorded as markers in the
+workflow task's completion, one gRPC message that Temporal refuses over
+4 MB; with `MAX_LOCAL_CALLS_PER_TURN` a turn's markers stay under 2 MiB."""
+
+MAX_LOCAL_CALLS_PER_TURN: Final[int] = 32
+"""Calls of one model turn that run as local activities; the turn's further
+calls of local tools run as ordinary activities (see `LOCAL_RESULT_BYTES`)."""
+
 
 class PlannedCall(BaseModel):
     """One call of a model turn, planned on the worker (recorded in history).
@@ -117,6 +129,11 @@ class PlannedCall(BaseModel):
         non_retryable_error_types: Error type names never retried.
         action: The decoded action of a signal tool.
         answer_schema: The answer schema of an interaction tool.
+        at_most_once: The call runs at most once (one attempt; a lost worker
+            makes it Failure `interrupted`).
+        local: Run the call as a Temporal local activity (`Tool.local`);
+            `False` (the default, left out when recorded) in every history
+            recorded before local activities, so those replay unchanged.
     """
 
     call: ToolCall
@@ -137,6 +154,7 @@ class PlannedCall(BaseModel):
     action: SignalAction | None = None
     answer_schema: dict[str, Any] | None = None
     at_most_once: bool = False
+    local: bool = False
 
 
 class DeltaEntry(BaseModel):

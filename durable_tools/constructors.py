@@ -106,6 +106,7 @@ def dynamic_tool(
     approvers: Sequence[str] = (),
     idempotent: bool | None = None,
     at_most_once: bool = False,
+    local: bool = False,
 ) -> Tool:
     """Build a local tool whose schema is known only at run time.
 
@@ -150,6 +151,14 @@ def dynamic_tool(
             they need approval.
         at_most_once: Never run a call twice (default False): one attempt, and
             an unknown outcome becomes Failure `interrupted`.
+        local: Run each call as a Temporal local activity (default False):
+            in the worker running the workflow task, recorded as one marker
+            event instead of an activity's 3 to 6, with the same timeout and
+            retries but no heartbeats or activity events. For fast,
+            idempotent, side-effect-free tools: it implies `idempotent=True`
+            (a local activity runs again when its worker is lost) and needs
+            `timeout` of at most `MAX_LOCAL_TIMEOUT` (60 s). See
+            docs/tools.md, "Local activities".
 
     Returns:
         A `Tool` with `dynamic=True`.
@@ -159,7 +168,9 @@ def dynamic_tool(
         InvalidSchema: `parameters` or `output` is not a valid schema.
         StrictModeError: `strict=True` with a schema that breaks strict mode.
         ConfigurationError: `at_most_once=True` with `retry` of more than one
-            attempt or with `idempotent=True`.
+            attempt or with `idempotent=True`; `local=True` with
+            `at_most_once=True`, `idempotent=False`, or a `timeout` of `None`
+            or over 60 s.
     """
     params = parameters_schema(parameters, what=f"parameters schema of tool {name!r}")
     options = LocalOptions(
@@ -174,6 +185,7 @@ def dynamic_tool(
         approvers=approvers,
         idempotent=idempotent,
         at_most_once=at_most_once,
+        local=local,
     )
     return options.tool(
         name=name,
@@ -317,6 +329,7 @@ def tool(
     output: Any = None,
     idempotent: bool | None = None,
     at_most_once: bool = False,
+    local: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -338,6 +351,7 @@ def tool(
     output: Any = None,
     idempotent: bool | None = None,
     at_most_once: bool = False,
+    local: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a local tool from a typed sync or async function.
 
@@ -383,6 +397,14 @@ def tool(
             they need approval.
         at_most_once: Never run a call twice (default False): one attempt, and
             an unknown outcome becomes Failure `interrupted`.
+        local: Run each call as a Temporal local activity (default False):
+            in the worker running the workflow task, recorded as one marker
+            event instead of an activity's 3 to 6, with the same timeout and
+            retries but no heartbeats or activity events. For fast,
+            idempotent, side-effect-free tools: it implies `idempotent=True`
+            (a local activity runs again when its worker is lost) and needs
+            `timeout` of at most `MAX_LOCAL_TIMEOUT` (60 s). See
+            docs/tools.md, "Local activities".
 
     Returns:
         A `Tool` (or a decorator producing one).
@@ -391,7 +413,8 @@ def tool(
         InvalidToolName: The name is not a valid tool name.
         ConfigurationError: A parameter lacks a type hint or is `*args`/`**kwargs`;
             or `at_most_once=True` with `retry` of more than one attempt or
-            with `idempotent=True`.
+            with `idempotent=True`; or `local=True` with `at_most_once=True`,
+            `idempotent=False`, or a `timeout` of `None` or over 60 s.
         StrictModeError: `strict=True` and a parameter is optional.
 
     Example:
@@ -418,6 +441,7 @@ def tool(
         approvers=tuple(approvers),
         idempotent=idempotent,
         at_most_once=at_most_once,
+        local=local,
     )
 
     def build(f: Callable[..., Any]) -> Tool:

@@ -199,6 +199,117 @@ TOOLKIT = Toolkit(
 )
 
 
+# Tools declared `local=True`: each call runs as a Temporal local activity.
+
+
+@tool(local=True, timeout=5)
+async def lookup_local(city: str, ctx: ToolContext) -> dict[str, Any]:
+    """Look a city up (a local activity).
+
+    Args:
+        city: City name.
+    """
+    record({"tool": "lookup_local", "key": ctx.idempotency_key, "attempt": ctx.attempt})
+    return {"city": city, "temp_c": 19}
+
+
+@tool(local=True, timeout=5, retry=RetryPolicy(max_attempts=3, initial_interval=0.05))
+async def twice_failing_local(ctx: ToolContext) -> str:
+    """Fails its first two attempts, then answers (a local activity)."""
+    record({"tool": "twice_failing_local", "attempt": ctx.attempt})
+    if ctx.attempt < 3:
+        raise ConnectionError(f"attempt {ctx.attempt} failed")
+    return f"ok on attempt {ctx.attempt}"
+
+
+@tool(local=True, timeout=5, retry=RetryPolicy(max_attempts=2, initial_interval=0.05))
+async def failing_local() -> str:
+    """Always raises; exhausts its two attempts (a local activity)."""
+    raise LookupError("no such record")
+
+
+@tool(local=True, timeout=1, retry=1)
+async def stuck_local(seconds: float) -> str:
+    """Sleeps past its 1 s timeout (a local activity).
+
+    Args:
+        seconds: How long.
+    """
+    await asyncio.sleep(seconds)
+    return "woke"
+
+
+@tool(timeout=1, retry=1)
+async def stuck_remote(seconds: float) -> str:
+    """`stuck_local` as an ordinary activity (1 s timeout), to compare failures.
+
+    Args:
+        seconds: How long.
+    """
+    await asyncio.sleep(seconds)
+    return "woke"
+
+
+@tool(local=True, timeout=5)
+async def big_local(n_bytes: int) -> str:
+    """Returns `n_bytes` of text (a local activity).
+
+    Args:
+        n_bytes: Size of the result.
+    """
+    return "x" * n_bytes
+
+
+@tool(local=True, timeout=5, needs_approval=True)
+async def approved_local(order: str, ctx: ToolContext) -> str:
+    """Reads an order once a person approves (a local activity).
+
+    Args:
+        order: Order id.
+    """
+    record({"tool": "approved_local", "key": ctx.idempotency_key, "attempt": ctx.attempt})
+    return f"order {order} read"
+
+
+@tool(local=True, timeout=30, retry=RetryPolicy(max_attempts=5, initial_interval=0.2))
+async def slow_local(seconds: float, emit: Emit, ctx: ToolContext) -> str:
+    """Sleeps, emitting progress, recording each attempt's start (a local activity).
+
+    Args:
+        seconds: How long.
+    """
+    record(
+        {
+            "tool": "slow_local",
+            "key": ctx.idempotency_key,
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+        }
+    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while (left := deadline - loop.time()) > 0:
+        emit({"left": round(left, 2)})  # no heartbeat, no event: a local activity
+        await asyncio.sleep(min(0.25, left))
+    record({"tool": "slow_local", "key": ctx.idempotency_key, "done": True, "pid": os.getpid()})
+    return f"slept {seconds}"
+
+
+LOCAL_TOOLKIT = Toolkit(
+    lookup_local,
+    twice_failing_local,
+    failing_local,
+    stuck_local,
+    stuck_remote,
+    big_local,
+    approved_local,
+    slow_local,
+    get_weather,
+    finish_tool(),
+    label="local",
+)
+
+
 def _last_user(request: ModelRequest) -> tuple[int, str]:
     for i in range(len(request.transcript) - 1, -1, -1):
         item = request.transcript[i]
@@ -290,8 +401,9 @@ MODELS = {
     "specialist-model": ScriptedModel(directed),
     "slow-model": ScriptedModel(slow_model),
 }
-TOOLKITS = {"tests": TOOLKIT}
+TOOLKITS = {"tests": TOOLKIT, "local": LOCAL_TOOLKIT}
 AGENT = AgentConfig(name="main", model="directed", toolkit="tests")
+LOCAL_AGENT = AgentConfig(name="main", model="directed", toolkit="local")
 SPECIALIST = AgentConfig(
     name="specialist",
     model="specialist-model",

@@ -1,10 +1,11 @@
 """A local tool call as its activity `tool.<name>`, and how its failure reaches the model.
 
 `run_tool_activity` schedules the call's activity with the options its plan
-carries (timeouts, retry policy); `activity_failure` maps an activity that
-failed for good (timed out, lost, cancelled, raised, retries exhausted) to
-the `Failure` the model reads (DESIGN.md invariant 2). Pure but for the one
-`workflow.execute_activity` call.
+carries (timeouts, retry policy), as a Temporal local activity when the plan
+says `local` (`Tool.local`); `activity_failure` maps an activity that failed
+for good (timed out, lost, cancelled, raised, retries exhausted), local or
+not, to the `Failure` the model reads (DESIGN.md invariant 2). Pure but for
+the `workflow.execute_activity` and `workflow.execute_local_activity` calls.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
+    FailureError,
     TimeoutError,
     TimeoutType,
 )
@@ -25,6 +27,7 @@ from durable_tools.workflows.model_failure import NEVER_RETRIED
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import (
+        LOCAL_RESULT_BYTES,
         TOOL_ACTIVITY_PREFIX,
         CallReference,
         PlannedCall,
@@ -57,32 +60,63 @@ async def run_tool_activity(plan: PlannedCall, toolkit: str, *, inline: bool) ->
     `temporal workflow show`) is `plan.summary`: at most 120 characters,
     scrubbed by the worker's redactor when the call was planned.
 
+    A plan with `local` set runs as a Temporal local activity of the same
+    name, with the same start-to-close timeout and retry policy (no
+    heartbeat timeout: a local activity cannot heartbeat), the call in its
+    input (a local activity runs while its workflow task is open, so it
+    cannot query this workflow for the call), its result bounded by
+    `LOCAL_RESULT_BYTES`. Its result is recorded as one marker event.
+
     Args:
         plan: The planned local call.
         toolkit: The toolkit the worker runs it from.
         inline: The arguments go in the input (`transcript_in_activity_input`);
             else the activity reads them by reference (the `tool_call` query).
+            Local plans always carry them.
 
     Raises:
         ActivityError: The activity failed for good (`activity_failure` maps it).
     """
     call, info = plan.call, workflow.info()
+    # A local activity's input is not recorded (its marker holds the result
+    # only), so the call costs no history there.
+    inline = inline or plan.local
+    request = ToolActivityInput(
+        toolkit=toolkit,
+        # The arguments are recorded once, in the model turn's
+        # result: the activity finds them by reference (the
+        # `tool_call` query) unless the loop cannot be queried.
+        call=call if inline else None,
+        reference=None
+        if inline
+        else CallReference(call_id=call.call_id, name=call.name, digest=plan.arguments_hash),
+        workflow_id=info.workflow_id,
+        idempotency_key=f"{info.workflow_id}/{call.call_id}",
+    )
+    start_to_close = timedelta(seconds=plan.timeout) if plan.timeout else _NO_TIMEOUT
+    if plan.local:
+        try:
+            return await workflow.execute_local_activity(
+                TOOL_ACTIVITY_PREFIX + call.name,
+                request.model_copy(update={"max_result_bytes": LOCAL_RESULT_BYTES}),
+                result_type=ToolActivityResult,
+                start_to_close_timeout=start_to_close,
+                retry_policy=tool_retry_policy(plan),
+                summary=plan.summary,
+            )
+        except ActivityError:
+            raise
+        except FailureError as exc:
+            # Replayed from its marker, a local activity that timed out
+            # raises the bare `TimeoutError` (measured, temporalio 1.35);
+            # live, an `ActivityError` with it as the cause. Both must give
+            # the model the same `Failure`, or the replay diverges.
+            raise _activity_error(plan, exc) from exc
     return await workflow.execute_activity(
         TOOL_ACTIVITY_PREFIX + call.name,
-        ToolActivityInput(
-            toolkit=toolkit,
-            # The arguments are recorded once, in the model turn's
-            # result: the activity finds them by reference (the
-            # `tool_call` query) unless the loop cannot be queried.
-            call=call if inline else None,
-            reference=None
-            if inline
-            else CallReference(call_id=call.call_id, name=call.name, digest=plan.arguments_hash),
-            workflow_id=info.workflow_id,
-            idempotency_key=f"{info.workflow_id}/{call.call_id}",
-        ),
+        request,
         result_type=ToolActivityResult,
-        start_to_close_timeout=timedelta(seconds=plan.timeout) if plan.timeout else _NO_TIMEOUT,
+        start_to_close_timeout=start_to_close,
         heartbeat_timeout=timedelta(seconds=plan.heartbeat_timeout)
         if plan.heartbeat_timeout
         else None,
@@ -94,12 +128,30 @@ async def run_tool_activity(plan: PlannedCall, toolkit: str, *, inline: bool) ->
     )
 
 
+def _activity_error(plan: PlannedCall, cause: FailureError) -> ActivityError:
+    """`cause` as the `ActivityError` of `plan`'s local activity (`cause` is its cause)."""
+    error = ActivityError(
+        "local activity failed",
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=TOOL_ACTIVITY_PREFIX + plan.call.name,
+        activity_id="",
+        retry_state=None,
+    )
+    error.__cause__ = cause
+    return error
+
+
 def activity_failure(plan: PlannedCall, exc: ActivityError) -> Failure:
     """The `Failure` the model reads for a tool activity that failed for good.
 
     Args:
         plan: The call's plan (its timeouts, attempts, idempotency).
-        exc: What `workflow.execute_activity` raised.
+        exc: What `workflow.execute_activity` raised, or
+            `workflow.execute_local_activity` for a local plan (the same
+            causes: a local activity's worker lost mid-call is retried with
+            its workflow task, never a heartbeat timeout).
 
     Returns:
         `interrupted` when the call may have run (a lost worker of a tool that

@@ -217,3 +217,15 @@ def test_any_progress_or_reason_text_reaches_the_stream(text: str, reason: str) 
     sent_events = [e for b in sent.batches for e in b]
     assert {e.kind for e in sent_events} == {"tool_progress", "tool_attempt_failed"}
     assert all(e.model_dump_json() for e in sent_events)
+
+
+async def test_a_local_activity_s_events_are_never_sent() -> None:
+    """`enabled=False` (a local activity: a signal would wait for its own workflow task)."""
+    sent = Recorder()
+    async with ActivityEvents(hold=0.0, interval=0.01, send=sent, enabled=False) as events:
+        events.publish("tool_attempt_started", call_id="c1", tool="t", attempt=1)
+        events.replace("progress", "tool_progress", call_id="c1", tool="t", text="1")
+        events.text("hello", turn=1)
+        await asyncio.sleep(0.05)
+        await events.flush()
+    assert sent.batches == [] and events.signals == 0

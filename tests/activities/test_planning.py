@@ -156,3 +156,77 @@ def test_a_summary_is_redacted_before_it_is_cut() -> None:
     assert shown_summary(other, redact) == summarize_call(other)
     [planned] = plan_calls(Toolkit(transfer), [plain], [], redact=redact)
     assert planned.summary == shown
+
+
+# ------------------------------------------------- local activities (local=True)
+
+
+@tool(local=True, timeout=5, needs_approval=True)
+def read_order(order: str) -> str:
+    """Read an order (a local activity).
+
+    Args:
+        order: Order id.
+    """
+    return order
+
+
+@tool(local=True, timeout=5)
+def add(a: int, b: int) -> int:
+    """Add.
+
+    Args:
+        a: A number.
+        b: Another.
+    """
+    return a + b
+
+
+LOCAL_KIT = Toolkit(read_order, add, transfer)
+
+
+def test_a_local_tool_s_calls_are_planned_local_without_heartbeats() -> None:
+    plans = plan_calls(
+        LOCAL_KIT,
+        [
+            ToolCall(call_id="a", name="add", arguments='{"a": 1, "b": 2}'),
+            ToolCall(call_id="r", name="read_order", arguments='{"order": "o-1"}'),
+            ToolCall(call_id="t", name="transfer", arguments='{"amount": 5, "to": "x"}'),
+        ],
+        [],
+    )
+    add_plan, read_plan, transfer_plan = plans
+    assert add_plan.local and add_plan.timeout == 5 and add_plan.heartbeat_timeout is None
+    assert add_plan.max_attempts == 3 and not add_plan.at_most_once
+    # Gated, and still local with its retries: the tool is idempotent.
+    assert read_plan.local and read_plan.needs_approval and read_plan.max_attempts == 3
+    # An ordinary tool's plan is as before: no `local`, its heartbeat timeout.
+    assert not transfer_plan.local and transfer_plan.heartbeat_timeout == 30
+
+
+def test_a_turn_runs_at_most_32_calls_as_local_activities() -> None:
+    """The markers of one workflow task stay small (`MAX_LOCAL_CALLS_PER_TURN`)."""
+    from durable_tools._wire import MAX_LOCAL_CALLS_PER_TURN
+
+    calls = [ToolCall(call_id=f"c{i}", name="add", arguments='{"a": 1, "b": 2}') for i in range(40)]
+    plans = plan_calls(LOCAL_KIT, calls, [])
+    assert [p.local for p in plans] == [True] * MAX_LOCAL_CALLS_PER_TURN + [False] * 8
+    # The rest are ordinary activities, with the tool's heartbeat timeout.
+    assert {p.heartbeat_timeout for p in plans[MAX_LOCAL_CALLS_PER_TURN:]} == {30}
+
+
+def test_local_is_recorded_only_when_set() -> None:
+    """Histories recorded before `local` decode to `local=False` and record the same."""
+    from durable_tools._wire import ModelTurn
+
+    calls = [
+        ToolCall(call_id="a", name="add", arguments='{"a": 1, "b": 2}'),
+        ToolCall(call_id="t", name="transfer", arguments='{"amount": 5, "to": "x"}'),
+    ]
+    turn = ModelTurn(
+        message=AssistantMessage(tool_calls=tuple(calls)), plans=plan_calls(LOCAL_KIT, calls, [])
+    )
+    recorded = json.loads(turn.model_dump_json())
+    assert recorded["plans"][0]["local"] is True
+    assert "local" not in recorded["plans"][1]
+    assert ModelTurn.model_validate(recorded) == turn

@@ -30,7 +30,7 @@ for path in (ROOT, ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from agent_support import AGENT, MODELS, SPECIALIST, TOOLKITS, turns  # noqa: E402
+from agent_support import AGENT, LOCAL_AGENT, MODELS, SPECIALIST, TOOLKITS, turns  # noqa: E402
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client, WorkflowFailureError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
@@ -395,6 +395,27 @@ async def who_said_it(c: Conversations, wid: str) -> None:
     await c.cancel(wid, cancelled_by="erin")
 
 
+async def local_tools(c: Conversations, wid: str) -> None:
+    """Issue 26, item 5: tools declared `local=True` run as local activities (markers).
+
+    One turn: a local call, one retried twice, one that spends its retries,
+    one that times out, one that needs approval, beside an ordinary activity.
+    """
+    script = turns(
+        [
+            ("l1", "lookup_local", {"city": "Oslo"}),
+            ("t1", "twice_failing_local", {}),
+            ("f1", "failing_local", {}),
+            ("s1", "stuck_local", {"seconds": 30}),
+            ("a1", "approved_local", {"order": "o-7"}),
+            ("w1", "get_weather", {"city": "Oslo"}),
+        ]
+    )
+    await c.start(wid, agent=LOCAL_AGENT, message=script, options=OPTIONS)
+    digest = await _approval(c, wid, "a1")
+    await c.approve(wid, "a1", arguments_hash=digest, decided_by="ana")
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -424,6 +445,7 @@ SCENARIOS: dict[str, Scenario] = {
         context_summarized,
         activity_events,
         who_said_it,
+        local_tools,
     )
 }
 

@@ -9,6 +9,10 @@
 * A worker killed with SIGKILL during a slow model request: the model activity's
   heartbeats stop, and a second worker runs the turn after the heartbeat
   timeout, long before the model timeout (300 s).
+* A worker killed with SIGKILL in the middle of a local tool's call (a Temporal
+  local activity, `local=True`): its workflow task times out, a second worker
+  runs the call again with the same idempotency key, every call keeps exactly
+  one output, and the history replays.
 
 Tools record what they do to a JSON-lines ledger (`tests/agent_support.py`),
 which is how runs are counted, across processes too.
@@ -31,12 +35,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from agent_support import AGENT, LEDGER_ENV, MCP_LOG_ENV, MODELS, TOOLKITS, read_ledger, turns
+from agent_support import (
+    AGENT,
+    LEDGER_ENV,
+    LOCAL_AGENT,
+    MCP_LOG_ENV,
+    MODELS,
+    TOOLKITS,
+    read_ledger,
+    turns,
+)
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
@@ -53,7 +67,8 @@ from durable_tools.transcript import (
     TranscriptItem,
     is_reconciled,
 )
-from durable_tools.worker.plugin import DurableToolsPlugin
+from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
+from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
@@ -472,6 +487,87 @@ async def test_worker_killed_mid_tool_retries_on_another_worker_with_the_same_ke
     assert [e["pid"] for e in entries if e.get("done")] == [second.pid]
     tool_starts = [s for s in await _activity_starts(handle) if s[0] == "tool.slow_heartbeat"]
     assert [attempt for _, _, attempt in tool_starts] == [2]  # the server records the last one
+
+
+async def test_worker_killed_mid_local_tool_runs_it_again_on_another_worker(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """A local activity runs in its workflow task: the kill loses both.
+
+    Nothing of the call is in history until its marker, so the workflow task
+    times out (10 s, Temporal's default) and the next worker replays the
+    turn and runs the call again, from its first attempt: at least once,
+    which is why a local tool must be idempotent.
+    """
+    ledger = tmp_path / "ledger.jsonl"
+    workflow_id = f"sigkill-local-{uuid.uuid4()}"
+    conv = Conversations(_client(dev_env), task_queue=task_queue)
+    script = turns(
+        [("l1", "slow_local", {"seconds": 3}), ("l2", "lookup_local", {"city": "Oslo"})],
+        [("f1", "finish", {"output": "local done"})],
+    )
+    workers: list[_WorkerProcess] = []
+    try:
+        first = _WorkerProcess(dev_env, task_queue, ledger, tmp_path / "worker-1.log")
+        workers.append(first)
+        await first.ready()
+        handle = await conv.start(workflow_id, agent=LOCAL_AGENT, message=script)
+
+        async def call_started() -> bool | None:
+            return any(e.get("tool") == "slow_local" for e in read_ledger(ledger)) or None
+
+        await _eventually(call_started, "the local call of `slow_local`")
+        first.kill()
+        assert first.proc.returncode == -signal.SIGKILL
+
+        second = _WorkerProcess(dev_env, task_queue, ledger, tmp_path / "worker-2.log")
+        workers.append(second)
+        await second.ready()
+        # The workflow task timeout (10 s) passes before the second worker
+        # gets the turn, then the call itself (3 s).
+        async with asyncio.timeout(WAIT + 10):
+            result = await conv.result(workflow_id)
+        transcript = await conv.history(workflow_id)
+    finally:
+        for worker in workers:
+            worker.kill()
+
+    assert result.status == "finished"
+    assert result.output == "local done"
+    _assert_reconciled(transcript)
+    slow = _output(transcript, "l1")
+    assert not slow.is_error and "slept 3" in slow.content, slow
+    assert not _output(transcript, "l2").is_error
+
+    entries = [e for e in read_ledger(ledger) if e.get("tool") == "slow_local"]
+    starts = [(e["key"], e["pid"]) for e in entries if "attempt" in e]
+    assert starts == [(f"{workflow_id}/l1", first.pid), (f"{workflow_id}/l1", second.pid)]
+    assert [e["pid"] for e in entries if e.get("done")] == [second.pid]
+    events = [event async for event in handle.fetch_history_events()]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT in [e.event_type for e in events]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled == ["model.turn", "model.turn"]  # the tools ran as local activities
+    markers = [
+        e
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    assert len(markers) == 2  # one per call: the lost run left nothing behind
+
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+    replayed = await replayer.replay_workflow(
+        await handle.fetch_history(), raise_on_replay_failure=False
+    )
+    assert replayed.replay_failure is None, repr(replayed.replay_failure)
 
 
 async def test_worker_killed_mid_mcp_call_gives_interrupted_never_a_second_call(
