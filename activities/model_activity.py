@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from pydantic_core import to_json
@@ -225,7 +226,7 @@ class ModelActivity(ActivitiesBase):
         async def followed() -> bool:
             live = self.live_run(request.workflow_id, request.run_id)
             if live is not None:
-                return live.live_followed()
+                return live.live_followed(datetime.now(UTC))
             self.reads.queries += 1
             client = activity.client()
             handle = client.get_workflow_handle(request.workflow_id, run_id=request.run_id)

@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from durable_tools.agents import AgentConfig
     from durable_tools.conversation import TranscriptPage, TranscriptSlice
     from durable_tools.results import ToolCall
@@ -88,8 +90,8 @@ class LiveRun(Protocol):
         """The `transcript_slice` query's page, once the run holds items `[0, request.upto)`."""
         ...
 
-    def live_followed(self) -> bool:
-        """Whether someone follows the conversation's events (the `followed` query's answer)."""
+    def live_followed(self, now: datetime) -> bool:
+        """Whether someone follows the conversation's events at `now` (the `followed` query)."""
         ...
 
 

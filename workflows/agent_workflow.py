@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -576,9 +576,9 @@ class AgentWorkflow:
             return None  # still replaying to the turn, or an old-style slice
         return self._log.page(request)
 
-    def live_followed(self) -> bool:
-        """The `followed` query's answer, for an activity in this process."""
-        return self._view.followed()
+    def live_followed(self, now: datetime) -> bool:
+        """The `followed` query's answer, for an activity in this process (at time `now`)."""
+        return self._view.followed(now)
 
     @workflow.query(name="history")
     def history(self, *_ignored: object) -> list[TranscriptItem]:

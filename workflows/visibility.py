@@ -229,12 +229,19 @@ class Visibility:
 
         workflow.set_update_handler(_STREAM_POLL, counted, validator=validate)  # pyright: ignore[reportUnknownMemberType]
 
-    def followed(self) -> bool:
-        """Whether a reader follows the event stream: a poll waits, or one ended lately."""
+    def followed(self, now: datetime | None = None) -> bool:
+        """Whether a reader follows the event stream: a poll waits, or one ended lately.
+
+        `now`: the time to judge "lately" by (default `workflow.now()`; an
+        activity reading the run in process passes its own clock, as it
+        runs outside the workflow's event loop).
+        """
         if self._polls:
             return True
         last = self._last_poll
-        return last is not None and (workflow.now() - last).total_seconds() <= FOLLOW_WINDOW
+        if last is None:
+            return False
+        return ((now or workflow.now()) - last).total_seconds() <= FOLLOW_WINDOW
 
     def stream_end(self) -> int:
         """The offset after the stream's last event (0 without a stream)."""

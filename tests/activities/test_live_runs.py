@@ -43,7 +43,7 @@ class _Run:
     def live_transcript(self, request: Any) -> None:
         return None
 
-    def live_followed(self) -> bool:
+    def live_followed(self, now: Any) -> bool:
         return False
 
 
