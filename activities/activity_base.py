@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -53,6 +53,15 @@ if TYPE_CHECKING:  # the mcp SDK is imported only by workers that use it
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+
+QUERIES_SENT: Final[Counter[str]] = Counter()
+"""Queries this process's activities sent, by query name, since it started (never reset).
+
+`agent_config`, `transcript_slice` and `tool_call` are what a worker asks when
+it lacks what another worker (or its own earlier self) read or planned;
+`followed` is asked while a model streams text. For benchmarks
+(`bench/scale.py`) and tests: read it before and after, and compare.
+"""
 
 
 class ActivitiesBase:
