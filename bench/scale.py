@@ -94,25 +94,36 @@ class WorkerProcess:
     """One `scale_worker.py` process and its control port."""
 
     def __init__(self, process: asyncio.subprocess.Process, port: int, log: Path) -> None:
-        self.process, self.port, self.log = process, port, log
+        self.process, self.port, self.log = process, port, log  # the log is kept
         self.pid = process.pid
 
     @classmethod
     async def start(cls, address: str, queue: str, side: str, args: Any, fanout: int) -> Any:
         """Start one and wait for its `ready <port>` line."""
-        log = Path(f"/tmp/scale-worker-{queue}-{uuid.uuid4().hex[:6]}.log")
+        name = f"/tmp/scale-worker-{queue}-{uuid.uuid4().hex[:6]}"
+        log, ready = Path(f"{name}.log"), Path(f"{name}.port")
         command = [sys.executable, str(HERE / "scale_worker.py"), "--address", address]
         command += ["--task-queue", queue, "--side", side, "--turns", str(args.turns)]
-        command += ["--size", str(args.size), "--fanout", str(fanout)]
-        with log.open("wb") as stderr:
+        command += ["--size", str(args.size), "--fanout", str(fanout), "--ready-file", str(ready)]
+        # Everything the worker writes goes to a file: the Temporal core logs
+        # to stdout, and a pipe nobody reads blocks the worker once it is full
+        # (it did under overload at N = 2,000, and the bench waited forever).
+        with log.open("wb") as output:
             process = await asyncio.create_subprocess_exec(
-                *command, stdout=asyncio.subprocess.PIPE, stderr=stderr
+                *command, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output
             )
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 60)
-        if not line.startswith(b"ready "):
+        deadline = time.monotonic() + 60
+        while not ready.is_file() and process.returncode is None:
+            if time.monotonic() > deadline:
+                process.kill()
+                break
+            await asyncio.sleep(0.1)
+        if not ready.is_file():
+            await process.wait()
             raise RuntimeError(f"worker did not start: {log.read_text()[-2000:]}")
-        return cls(process, int(line.split()[1]), log)
+        port = int(ready.read_text())
+        ready.unlink()
+        return cls(process, port, log)
 
     async def ask(self, command: str) -> dict[str, Any]:
         """Send `stats` or `gc`; the worker's counters."""
@@ -444,11 +455,9 @@ async def main(args: Any) -> None:
                     await replay_rate(bare.checked.sample, [BareConversation]) if bare else None
                 )
                 replayed = (ours_rate, bare_rate)
-            print(
-                f"N={n} done: ours {ours.calls / ours.calls_seconds:.1f} calls/s"
-                + (f", bare {bare.calls / bare.calls_seconds:.1f}" if bare else ""),
-                flush=True,
-            )
+            print(f"N={n} measured (the table again at the end):", flush=True)
+            _print_rows(_rows(ours, bare, args.turns))
+            sys.stdout.flush()
         if args.fanout:
             fan_ours = await run_phase(client, server, "ours", 1, args, fanout=args.fanout)
             fan_bare = (

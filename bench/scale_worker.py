@@ -11,13 +11,14 @@ not the bench client's. It serves one side:
   `echo` activity that counts the same way.
 
 Both use the SDK's default worker limits and the same interceptor, which
-counts activity attempts that raised, by type. Once polling, it prints
-`ready <port>`: a TCP port on 127.0.0.1 that answers one JSON line per
+counts activity attempts that raised, by type. Once polling, it writes to
+`--ready-file` the port of a TCP server on 127.0.0.1 that answers one JSON line per
 command line, `stats` (the counters) or `gc` (`gc.collect()`, then the
 counters). SIGTERM or SIGINT stops it.
 
 Usage (by `scale.py`):
-    python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours
+    python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
+        --ready-file /tmp/port
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import logging
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from bare_loop import BareActivities, BareConversation, BareEchoArgs
@@ -186,7 +188,9 @@ async def main(args: argparse.Namespace) -> None:
     server = await asyncio.start_server(control, "127.0.0.1", 0)
     async with server, worker:
         port = server.sockets[0].getsockname()[1]
-        print(f"ready {port}", flush=True)
+        partial = args.ready_file.with_suffix(".partial")
+        partial.write_text(str(port))
+        partial.rename(args.ready_file)  # whole, or not there
         await stop.wait()
 
 
@@ -198,4 +202,5 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=5, help="tool turns per conversation")
     parser.add_argument("--size", type=int, default=5000, help="bytes of each tool output")
     parser.add_argument("--fanout", type=int, default=0, help="calls in one turn instead")
+    parser.add_argument("--ready-file", type=Path, required=True, help="gets the control port")
     asyncio.run(main(parser.parse_args()))
