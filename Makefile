@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install format lint typecheck test test-local-model demo dist bench bench-long bench-schedules chromium
+.PHONY: install format lint typecheck test test-local-model demo dist bench bench-long bench-scale bench-schedules chromium
 
 # constraints.txt pins what the dev extras resolve to (see its header).
 $(STAMP): pyproject.toml constraints.txt
@@ -73,6 +73,13 @@ bench: $(STAMP)
 # minutes on 2 cores; run it on an otherwise idle machine).
 bench-long: $(STAMP)
 	$(PY) bench/long_conversation.py --turns 10000 --rounds 4
+
+# Issue 26's scale run: 100, 500 and 2,000 conversations of 5 tool turns at
+# once, ours and bare, each on worker processes of their own (about 30
+# minutes on 2 cores; the 2,000 are measured for --window seconds, then
+# drained). `--workers 3` for three worker processes per side.
+bench-scale: $(STAMP)
+	$(PY) bench/scale.py --sizes 100,500,2000 --window 300
 
 # Issue 22's acceptance property, at length: random schedules of messages,
 # decisions, answers, worker restarts, new worker versions and storage faults

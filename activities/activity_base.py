@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -65,6 +65,15 @@ _AGENTS_PER_CONVERSATION = 4
 
 _CALLS_PER_CONVERSATION = 16
 """Planned calls kept per conversation on average (each goes when its activity returns)."""
+
+QUERIES_SENT: Final[Counter[str]] = Counter()
+"""Queries this process's activities sent, by query name, since it started (never reset).
+
+`agent_config`, `transcript_slice` and `tool_call` are what a worker asks when
+it lacks what another worker (or its own earlier self) read or planned;
+`followed` is asked while a model streams text. For benchmarks
+(`bench/scale.py`) and tests: read it before and after, and compare.
+"""
 
 
 class ActivitiesBase:

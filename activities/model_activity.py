@@ -24,6 +24,7 @@ from durable_tools._wire import PAYLOAD_BUDGET_BYTES, DeltaEntry, ModelTurn, Mod
 from durable_tools.activities.activity_base import (
     AGENT_CONFIG_QUERY,
     MODEL_TURN_ACTIVITY,
+    QUERIES_SENT,
     TRANSCRIPT_QUERY,
     ActivitiesBase,
     heartbeating,
@@ -114,6 +115,7 @@ class ModelActivity(ActivitiesBase):
                 self.reads.local += 1
             else:
                 self.reads.queries += 1
+                QUERIES_SENT[AGENT_CONFIG_QUERY] += 1
                 handle = activity.client().get_workflow_handle(workflow_id, run_id=request.run_id)
                 found = await handle.query(
                     AGENT_CONFIG_QUERY, request.agent_name, result_type=_AGENT_CONFIG_ANSWER
@@ -191,6 +193,7 @@ class ModelActivity(ActivitiesBase):
             handle = client.get_workflow_handle(
                 request.workflow_id, run_id=run_id or request.run_id
             )
+            QUERIES_SENT[TRANSCRIPT_QUERY] += 1
             answer: TranscriptPage | list[TranscriptItem] = await handle.query(
                 TRANSCRIPT_QUERY, arg, result_type=_TRANSCRIPT_ANSWER
             )
@@ -230,6 +233,7 @@ class ModelActivity(ActivitiesBase):
             self.reads.queries += 1
             client = activity.client()
             handle = client.get_workflow_handle(request.workflow_id, run_id=request.run_id)
+            QUERIES_SENT["followed"] += 1
             answer: bool = await handle.query("followed", result_type=bool)
             return answer
 

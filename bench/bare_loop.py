@@ -11,6 +11,7 @@ import it (`python bench/long_conversation.py` puts bench/ on the path).
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from pydantic import BaseModel
@@ -25,10 +26,15 @@ __all__ = ["BareActivities", "BareConversation", "BareInput", "BareTurn"]
 
 
 class BareInput(BaseModel):
-    """Input of a bare conversation run: the turns in all, the turns already done."""
+    """Input of a bare conversation run: the turns in all, the turns already done.
+
+    `parallel`: a turn's calls run at once (as the durable loop runs them), not
+    one after the other (`scale.py`'s fan-out turn).
+    """
 
     turns: int
     done: int = 0
+    parallel: bool = False
 
 
 class BareTurn(BaseModel):
@@ -76,7 +82,7 @@ class BareConversation:
         done = input.done
         while done <= input.turns:  # the last turn answers "done"
             if done > input.done and workflow.info().is_continue_as_new_suggested():
-                workflow.continue_as_new(BareInput(turns=input.turns, done=done))
+                workflow.continue_as_new(input.model_copy(update={"done": done}))
             message = await workflow.execute_activity(
                 "model.turn",
                 BareTurn(workflow_id=workflow.info().workflow_id, turn=done + 1),
@@ -84,8 +90,15 @@ class BareConversation:
                 start_to_close_timeout=timedelta(seconds=60),
             )
             done += 1
-            for call in message.tool_calls:
-                await workflow.execute_activity(
+            calls = [
+                workflow.execute_activity(
                     "tool.echo", call, result_type=str, start_to_close_timeout=timedelta(seconds=60)
                 )
+                for call in message.tool_calls
+            ]
+            if input.parallel:
+                await asyncio.gather(*calls)
+            else:
+                for call in calls:
+                    await call
         return done

@@ -1,0 +1,555 @@
+"""Many conversations at once on one worker, beside bare Temporal doing the same activities.
+
+Issue 26's goals (items 6 and 7), printed beside what this run measured: N
+conversations of `--turns` tool turns each (the model of
+`long_conversation.py`: each turn calls `echo`, then "done"), started at once
+on one dev server, served by `--workers` worker processes of their own
+(`scale_worker.py`); the same with `bare_loop.py`'s plain workflow doing the
+same model activity and tool activity per turn. For each N, ours and bare run
+one after the other (which goes first alternates from size to size), each
+with new worker processes on a new task queue.
+
+Each phase:
+
+1. starts the workers and runs two conversations per worker to warm them up
+   (imports, the sandbox), then `gc.collect()`: the worker's RSS "at start";
+2. starts the N conversations (at most `--concurrency` starts in flight) and
+   counts closed ones with visibility queries until all are closed or
+   `--window` seconds passed: tool calls per second (the `echo` executions
+   the workers counted, over the seconds), worker CPU per tool call
+   (utime + stime of the worker processes from /proc/<pid>/stat), the
+   conversations finished within the window;
+3. waits up to `--drain` seconds for the rest to close, runs `gc.collect()`
+   in the workers and reads their RSS (VmRSS) and peak (VmHWM) from
+   /proc/<pid>/status;
+4. reads every conversation's history: each tool call the model made has
+   exactly one tool activity that answered it (none: lost; more: duplicated);
+   history bytes per tool turn; a sample kept for replay.
+
+Then one turn of `--fanout` calls in one conversation, ours and bare (a
+`parallel` bare workflow, as the durable loop runs a turn's calls at once):
+the dev server's CPU per call. And the sample of histories of the first size
+replayed with `temporalio.worker.Replayer`: events per CPU second.
+
+The workers report activity attempts that raised, by type, the SDK's warning
+log records, and the queries the activities sent (`QUERIES_SENT`: a model
+turn or tool call on a worker that did not run the previous one reads what
+it lacks with a query; with `--workers 3` most turns move).
+
+Every figure is from this one run on a shared, noisy machine: compare ratios.
+
+Usage:
+    python bench/scale.py --sizes 20,100               # a quick look
+    python bench/scale.py --sizes 100,500,2000 --window 300   # make bench-scale
+    python bench/scale.py --sizes 100 --workers 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bare_loop import BareConversation, BareInput
+from scale_histories import Checked, check_histories, replay_rate
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from durable_tools.client import Conversations
+from durable_tools.conversation import AgentConfig, ConversationOptions
+from durable_tools.worker.dev_server import DEFAULT_DYNAMIC_CONFIG, DevServer
+from durable_tools.workflows.agent_workflow import AgentWorkflow
+
+HERE = Path(__file__).resolve().parent
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _memory(pid: int) -> tuple[float, float]:
+    """VmRSS and VmHWM (the peak) of a process, in MB."""
+    found: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            found[key] = int(value.split()[0]) / 1024
+    return found["VmRSS"], found["VmHWM"]
+
+
+class WorkerProcess:
+    """One `scale_worker.py` process and its control port."""
+
+    def __init__(self, process: asyncio.subprocess.Process, port: int, log: Path) -> None:
+        self.process, self.port, self.log = process, port, log  # the log is kept
+        self.pid = process.pid
+
+    @classmethod
+    async def start(cls, address: str, queue: str, side: str, args: Any, fanout: int) -> Any:
+        """Start one and wait for its `ready <port>` line."""
+        name = f"/tmp/scale-worker-{queue}-{uuid.uuid4().hex[:6]}"
+        log, ready = Path(f"{name}.log"), Path(f"{name}.port")
+        command = [sys.executable, str(HERE / "scale_worker.py"), "--address", address]
+        command += ["--task-queue", queue, "--side", side, "--turns", str(args.turns)]
+        command += ["--size", str(args.size), "--fanout", str(fanout), "--ready-file", str(ready)]
+        # Everything the worker writes goes to a file: the Temporal core logs
+        # to stdout, and a pipe nobody reads blocks the worker once it is full
+        # (it did under overload at N = 2,000, and the bench waited forever).
+        with log.open("wb") as output:
+            process = await asyncio.create_subprocess_exec(
+                *command, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output
+            )
+        deadline = time.monotonic() + 60
+        while not ready.is_file() and process.returncode is None:
+            if time.monotonic() > deadline:
+                process.kill()
+                break
+            await asyncio.sleep(0.1)
+        if not ready.is_file():
+            await process.wait()
+            raise RuntimeError(f"worker did not start: {log.read_text()[-2000:]}")
+        port = int(ready.read_text())
+        ready.unlink()
+        return cls(process, port, log)
+
+    async def ask(self, command: str) -> dict[str, Any]:
+        """Send `stats` or `gc`; the worker's counters."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port, limit=2**26)
+        writer.write(command.encode() + b"\n")
+        await writer.drain()
+        answer: dict[str, Any] = json.loads(await reader.readline())
+        writer.close()
+        return answer
+
+    async def stop(self) -> None:
+        """SIGTERM, then wait (SIGKILL after 60 s)."""
+        if self.process.returncode is None:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 60)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+
+@dataclass
+class Phase:
+    """One side at one size, measured."""
+
+    side: str
+    n: int
+    calls: int = 0  # echo executions within the measured span
+    seconds: float = 0.0  # the measured span: until all closed, or the window
+    calls_seconds: float = 0.0  # until the last tool call ran (ours closes 0.5 s idle later)
+    finished: int = 0  # conversations completed within it
+    worker_cpu: float = 0.0
+    server_cpu: float = 0.0
+    rss_ready: float = 0.0  # MB, the largest of the workers
+    rss_start: float = 0.0
+    rss_peak: float = 0.0
+    rss_after: float = 0.0
+    drain_seconds: float | None = None  # None: not drained within --drain
+    reran: int = 0  # calls whose tool ran more than once (any attempt counts)
+    failures: Counter[str] = field(default_factory=Counter[str])
+    warnings: Counter[str] = field(default_factory=Counter[str])
+    queries: Counter[str] = field(default_factory=Counter[str])
+    cache: Counter[str] = field(default_factory=Counter[str])
+    checked: Checked = field(default_factory=Checked)
+
+
+def _sum(stats: Sequence[dict[str, Any]], key: str) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for s in stats:
+        total.update(s.get(key) or {})
+    return total
+
+
+async def _start_all(
+    client: Client,
+    side: str,
+    queue: str,
+    ids: Sequence[str],
+    turns: int,
+    parallel: bool,
+    bound: int,
+) -> dict[str, str | None]:
+    """Start the conversations, at most `bound` starts in flight; their first run ids."""
+    gate = asyncio.Semaphore(bound)
+    conversations = Conversations(client, task_queue=queue)
+    runs: dict[str, str | None] = {}
+
+    async def one(workflow_id: str) -> None:
+        async with gate:
+            if side == "ours":
+                handle = await conversations.start(
+                    workflow_id,
+                    agent=AgentConfig(model="bench", toolkit="bench"),
+                    message="go",
+                    options=ConversationOptions(
+                        max_model_turns=turns + 10, idle_timeout=0.5, search_attributes=False
+                    ),
+                )
+            else:
+                handle = await client.start_workflow(
+                    BareConversation.run,
+                    BareInput(turns=turns, parallel=parallel),
+                    id=workflow_id,
+                    task_queue=queue,
+                )
+            runs[workflow_id] = handle.first_execution_run_id
+
+    await asyncio.gather(*(one(i) for i in ids))
+    return runs
+
+
+async def _closed(client: Client, queue: str) -> tuple[int, int]:
+    """(completed, closed) workflows on the task queue, from visibility."""
+    done = await client.count_workflows(f'TaskQueue="{queue}" AND ExecutionStatus="Completed"')
+    closed = await client.count_workflows(f'TaskQueue="{queue}" AND ExecutionStatus!="Running"')
+    return done.count, closed.count
+
+
+async def run_phase(
+    client: Client, server: DevServer, side: str, n: int, args: Any, *, fanout: int = 0
+) -> Phase:
+    """Warm up, run N conversations, drain, read their histories (see the module docstring)."""
+    queue = f"scale-{side}-{n}-{uuid.uuid4().hex[:8]}"
+    turns = 1 if fanout else args.turns
+    server_pid = server._process.pid if server._process else None  # pyright: ignore[reportPrivateUsage]
+    assert server_pid is not None
+    workers: list[WorkerProcess] = [
+        await WorkerProcess.start(server.address, queue, side, args, fanout)
+        for _ in range(args.workers)
+    ]
+    phase = Phase(side, n)
+    try:
+        phase.rss_ready = max(_memory(w.pid)[0] for w in workers)
+        warm = [f"{queue}-warm-{k}" for k in range(2 * len(workers))]
+        warm_runs = await _start_all(client, side, queue, warm, turns, bool(fanout), 8)
+        for workflow_id, run_id in warm_runs.items():
+            await client.get_workflow_handle(workflow_id, run_id=run_id).result()
+        await asyncio.gather(*(w.ask("gc") for w in workers))
+        phase.rss_start = max(_memory(w.pid)[0] for w in workers)
+        _, warm_closed = await _closed(client, queue)
+        while warm_closed < len(warm):  # visibility lags a little behind
+            await asyncio.sleep(0.1)
+            _, warm_closed = await _closed(client, queue)
+
+        prefix = f"{queue}-c"
+        ids = [f"{prefix}{k}" for k in range(n)]
+        cpu = sum(_cpu(w.pid) for w in workers)
+        server_cpu, started, wall = _cpu(server_pid), time.monotonic(), time.time()
+        starting = asyncio.create_task(
+            _start_all(client, side, queue, ids, turns, bool(fanout), args.concurrency)
+        )
+        if n <= 20:  # the fan-out: a long poll per conversation, no visibility queries
+            first_runs = await starting
+            results = (
+                client.get_workflow_handle(w, run_id=r).result() for w, r in first_runs.items()
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*results, return_exceptions=True), args.window
+                )
+        else:
+            while time.monotonic() - started < args.window:
+                await asyncio.sleep(0.5)
+                if (await _closed(client, queue))[1] - len(warm) >= n:
+                    break
+        phase.seconds = time.monotonic() - started
+        phase.worker_cpu = sum(_cpu(w.pid) for w in workers) - cpu
+        phase.server_cpu = _cpu(server_pid) - server_cpu
+        done, closed = await _closed(client, queue)
+        if n <= 20:  # visibility lags a little behind the results
+            for _ in range(50):
+                if closed - len(warm) >= n:
+                    break
+                await asyncio.sleep(0.1)
+                done, closed = await _closed(client, queue)
+        phase.finished = done - len(warm)
+        stats = await asyncio.gather(*(w.ask("stats") for w in workers))
+        phase.calls = sum(c for k, c in _sum(stats, "executions").items() if k.startswith(prefix))
+        if closed - len(warm) >= n:  # all closed: the calls took until the last one ran
+            last = max(s["last_execution"] for s in stats)
+            phase.calls_seconds = min(max(last - wall, 0.001), phase.seconds)
+        else:
+            phase.calls_seconds = phase.seconds
+        first_runs = await starting
+
+        drain_start = time.monotonic()
+        while closed - len(warm) < n and time.monotonic() - drain_start < args.drain:
+            await asyncio.sleep(1.0)
+            _, closed = await _closed(client, queue)
+        if closed - len(warm) >= n:
+            phase.drain_seconds = time.monotonic() - drain_start
+        stats = await asyncio.gather(*(w.ask("gc") for w in workers))
+        memory = [_memory(w.pid) for w in workers]
+        phase.rss_after = max(rss for rss, _ in memory)
+        phase.rss_peak = max(peak for _, peak in memory)
+        executions = _sum(stats, "executions")
+        phase.reran = sum(1 for k, c in executions.items() if k.startswith(prefix) and c > 1)
+        phase.failures = _sum(stats, "failures")
+        phase.warnings = _sum(stats, "warnings")
+        phase.queries = _sum(stats, "queries")
+        phase.cache = _sum(stats, "cache")
+    finally:
+        await asyncio.gather(*(w.stop() for w in workers))
+    phase.checked = await check_histories(client, first_runs, turns, sample=args.replay)
+    return phase
+
+
+@dataclass
+class Row:
+    """One line of the report: a figure for ours and bare, and the goal on their ratio."""
+
+    name: str
+    ours: float | None
+    bare: float | None
+    goal: str = ""  # ">= 0.9" / "<= 1.2" on the ratio; "ours <= 1.2" / "ours == 0" on ours
+    fmt: str = "{:.1f}"
+
+
+def _met(row: Row) -> tuple[str, str]:
+    ratio = row.ours / row.bare if row.ours is not None and row.bare else None
+    shown = "" if ratio is None else f"{ratio:.2f}x"
+    if not row.goal:
+        return shown, ""
+    target, op, bound = (
+        row.goal.rsplit(" ", 2) if row.goal.startswith("ours") else ("", *row.goal.split())
+    )
+    value = row.ours if target else ratio
+    if value is None:
+        return shown, "not measured"
+    ok = (
+        value >= float(bound)
+        if op == ">="
+        else value <= float(bound)
+        if op == "<="
+        else value == float(bound)
+    )
+    return shown, "met" if ok else "MISSED"
+
+
+def _rows(ours: Phase, bare: Phase | None, turns: int) -> list[Row]:
+    b = bare
+    per_call = [(p.worker_cpu / p.calls * 1000 if p.calls else None) for p in (ours, b) if p]
+    rows = [
+        Row(
+            "tool calls/s",
+            ours.calls / ours.calls_seconds,
+            b and b.calls / b.calls_seconds,
+            ">= 0.9",
+        ),
+        Row(
+            "worker CPU per tool call (ms)",
+            per_call[0],
+            per_call[1] if b else None,
+            "<= 1.2",
+            "{:.2f}",
+        ),
+        Row(
+            f"conversations finished in {ours.seconds:.0f} s / {b.seconds if b else 0:.0f} s",
+            ours.finished,
+            b and b.finished,
+            ">= 0.9",
+            "{:.0f}",
+        ),
+        Row(
+            "tool calls lost (histories)",
+            ours.checked.lost,
+            b and b.checked.lost,
+            "ours == 0",
+            "{:.0f}",
+        ),
+        Row(
+            "tool calls duplicated (histories)",
+            ours.checked.duplicated,
+            b and b.checked.duplicated,
+            "ours == 0",
+            "{:.0f}",
+        ),
+        Row("worker RSS peak (MB)", ours.rss_peak, b and b.rss_peak),
+        Row(
+            "worker RSS after drain + gc / at start",
+            ours.rss_after / ours.rss_start,
+            b and b.rss_after / b.rss_start,
+            "ours <= 1.2",
+            "{:.2f}",
+        ),
+    ]
+    return rows
+
+
+def _print_rows(rows: Sequence[Row]) -> None:
+    for row in rows:
+        ratio, verdict = _met(row)
+        shown = ["n/a" if v is None else row.fmt.format(v) for v in (row.ours, row.bare)]
+        print(f"  {row.name:<50} {shown[0]:>9} {shown[1]:>9} {ratio:>7}  {row.goal:<12} {verdict}")
+
+
+def _details(phase: Phase) -> None:
+    c = phase.checked
+    drained = (
+        "not drained" if phase.drain_seconds is None else f"drained in {phase.drain_seconds:.0f} s"
+    )
+    print(
+        f"    {phase.side} N={phase.n}: {phase.calls} tool calls in {phase.calls_seconds:.1f} s, "
+        f"all closed or window at {phase.seconds:.1f} s, "
+        f"{drained}; closed {dict(c.closed)}; calls made {c.calls}, answered once {c.answered}, "
+        f"lost {c.lost}, duplicated {c.duplicated}, unanswered in running {c.unanswered_open}, "
+        f"unknown {c.unknown}; activities timed out: tool {c.tool_timeouts}, "
+        f"model {c.model_timeouts}; "
+        f"tools run more than once {phase.reran}"
+    )
+    server = phase.server_cpu / phase.calls * 1000 if phase.calls else float("nan")
+    print(
+        f"      worker CPU {phase.worker_cpu:.1f} s, server CPU {phase.server_cpu:.1f} s "
+        f"({server:.2f} ms/call); RSS ready {phase.rss_ready:.0f} MB, start {phase.rss_start:.0f}, "
+        f"peak {phase.rss_peak:.0f}, after drain + gc {phase.rss_after:.0f}"
+    )
+    if c.completed_turns:
+        print(
+            f"      history {c.bytes / c.completed_turns:,.0f} B per tool turn "
+            f"({c.events / c.completed_turns:.1f} events)"
+        )
+    print(f"      activity failures: {dict(phase.failures) or 'none'}")
+    print(f"      queries the activities sent: {dict(phase.queries) or 'none'}")
+    if phase.side == "ours":
+        shown = {k: v for k, v in phase.cache.items() if v}
+        print(f"      transcript cache: {shown}")
+    if phase.warnings:
+        print(f"      SDK warnings: {dict(phase.warnings.most_common(8))}")
+
+
+async def main(args: Any) -> None:
+    """Start a dev server, run each phase, print the report."""
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: list[tuple[Phase, Phase | None]] = []
+    fan: tuple[Phase, Phase | None] | None = None
+    replayed: tuple[float, float | None] | None = None
+    async with DevServer(headless=True, dynamic_config=DEFAULT_DYNAMIC_CONFIG) as server:
+        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        for index, n in enumerate(sizes):
+            bare_first = index % 2 == 1 and not args.skip_bare
+            bare = await run_phase(client, server, "bare", n, args) if bare_first else None
+            ours = await run_phase(client, server, "ours", n, args)
+            if not bare_first and not args.skip_bare:
+                bare = await run_phase(client, server, "bare", n, args)
+            results.append((ours, bare))
+            if index == 0:
+                ours_rate = await replay_rate(ours.checked.sample, [AgentWorkflow])
+                bare_rate = (
+                    await replay_rate(bare.checked.sample, [BareConversation]) if bare else None
+                )
+                replayed = (ours_rate, bare_rate)
+            print(f"N={n} measured (the table again at the end):", flush=True)
+            _print_rows(_rows(ours, bare, args.turns))
+            sys.stdout.flush()
+        if args.fanout:
+            fan_ours = await run_phase(client, server, "ours", 1, args, fanout=args.fanout)
+            fan_bare = (
+                None
+                if args.skip_bare
+                else await run_phase(client, server, "bare", 1, args, fanout=args.fanout)
+            )
+            fan = (fan_ours, fan_bare)
+    report(args, results, fan, replayed)
+
+
+def report(
+    args: Any,
+    results: Sequence[tuple[Phase, Phase | None]],
+    fan: tuple[Phase, Phase | None] | None,
+    replayed: tuple[float, float | None] | None,
+) -> None:
+    """The table: each figure, ours, bare, ratio, goal, met or missed; then the details."""
+    print(
+        f"\nN conversations x {args.turns} tool turns ({args.size}-byte outputs), "
+        f"{args.workers} worker process(es) per side, window {args.window:g} s, one dev server\n"
+    )
+    print(f"  {'figure':<50} {'ours':>9} {'bare':>9} {'ratio':>7}  {'goal':<12} verdict")
+    print("  " + "-" * 100)
+    for ours, bare in results:
+        print(f" N = {ours.n:,}")
+        _print_rows(_rows(ours, bare, args.turns))
+    print(" all sizes")
+    first_ours, first_bare = results[0]
+    rows: list[Row] = []
+    if fan is not None:
+        o, b = fan
+        rows.append(
+            Row(
+                f"fan-out, 1 turn of {args.fanout} calls: server CPU per call (ms)",
+                o.server_cpu / o.calls * 1000,
+                b and b.server_cpu / b.calls * 1000,
+                "<= 1.1",
+                "{:.2f}",
+            )
+        )
+    if replayed is not None:
+        rows.append(
+            Row(
+                f"replay events per CPU second (N={first_ours.n} sample)",
+                replayed[0],
+                replayed[1],
+                ">= 0.95",
+                "{:,.0f}",
+            )
+        )
+    oc = first_ours.checked
+    bc = first_bare.checked if first_bare else None
+    rows.append(
+        Row(
+            f"history bytes per plain tool turn (N={first_ours.n})",
+            oc.bytes / oc.completed_turns if oc.completed_turns else None,
+            bc.bytes / bc.completed_turns if bc and bc.completed_turns else None,
+            "<= 1.5",
+            "{:,.0f}",
+        )
+    )
+    _print_rows(rows)
+    print("\ndetails")
+    for ours, bare in results:
+        for phase in (ours, bare):
+            if phase is not None:
+                _details(phase)
+    if fan is not None:
+        for phase in fan:
+            if phase is not None:
+                _details(phase)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sizes", default="20,100", help="numbers of conversations, comma-separated"
+    )
+    parser.add_argument("--turns", type=int, default=5, help="tool turns per conversation")
+    parser.add_argument("--size", type=int, default=5000, help="bytes of each tool output")
+    parser.add_argument(
+        "--window", type=float, default=300, help="seconds a phase is measured at most"
+    )
+    parser.add_argument(
+        "--drain", type=float, default=600, help="seconds to wait for the rest to close"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="worker processes per phase")
+    parser.add_argument(
+        "--fanout", type=int, default=100, help="calls in the fan-out turn (0: none)"
+    )
+    parser.add_argument("--replay", type=int, default=50, help="conversations replayed per side")
+    parser.add_argument("--concurrency", type=int, default=32, help="starts in flight at most")
+    parser.add_argument("--skip-bare", action="store_true", help="ours only")
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,206 @@
+"""The worker process of `scale.py`: ours or bare on one task queue, and a control port.
+
+`scale.py` starts one (or `--workers K`) of these per measured phase, so the
+worker's CPU (/proc/<pid>/stat) and memory (/proc/<pid>/status) are its own,
+not the bench client's. It serves one side:
+
+- `ours`: durable-tools' worker as an application builds it (`App` and
+  `DurableToolsPlugin`, as `long_conversation.py` does), with `echo`, which
+  counts its executions by idempotency key (`"{workflow_id}/{call_id}"`);
+- `bare`: `bare_loop.py`'s `BareConversation` with its model activity and an
+  `echo` activity that counts the same way.
+
+Both use the SDK's default worker limits and the same interceptor, which
+counts activity attempts that raised, by type. Once polling, it writes to
+`--ready-file` the port of a TCP server on 127.0.0.1 that answers one JSON line per
+command line, `stats` (the counters) or `gc` (`gc.collect()`, then the
+counters). SIGTERM or SIGINT stops it.
+
+Usage (by `scale.py`):
+    python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
+        --ready-file /tmp/port
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import json
+import logging
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bare_loop import BareActivities, BareConversation, BareEchoArgs
+from long_conversation import Looping
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    Worker,
+)
+
+from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, tool
+from durable_tools.activities.activity_base import QUERIES_SENT
+from durable_tools.models.base import ModelRequest
+from durable_tools.worker.app import App
+from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
+
+EXECUTIONS: Counter[str] = Counter()
+"""`echo` runs by `"{workflow_id}/{call_id}"` (each attempt counts)."""
+FAILURES: Counter[str] = Counter()
+"""Activity attempts that raised, by `activity type: error type`."""
+WARNINGS: Counter[str] = Counter()
+"""Warning (and worse) log records of the SDK, by the start of their message."""
+LAST_EXECUTION = [0.0]
+"""When `echo` last ran (`time.time()`)."""
+
+
+@tool(retry=1)
+async def echo(size: int, turn: int, ctx: ToolContext) -> str:
+    """Returns `size` bytes of text (long_conversation.py's `echo`, counted).
+
+    Args:
+        size: Bytes.
+        turn: Turn number, echoed.
+        ctx: The call's context (its idempotency key names the call).
+    """
+    EXECUTIONS[ctx.idempotency_key] += 1
+    LAST_EXECUTION[0] = time.time()
+    return f"{turn}:" + "y" * size
+
+
+@activity.defn(name="tool.echo")
+async def bare_echo(call: ToolCall) -> str:
+    """bare_loop.py's `echo`, counted by the same key."""
+    EXECUTIONS[f"{activity.info().workflow_id}/{call.call_id}"] += 1
+    LAST_EXECUTION[0] = time.time()
+    args = BareEchoArgs.model_validate_json(call.arguments)
+    return f"{args.turn}:" + "y" * args.size
+
+
+class FanOut:
+    """Calls `echo` `calls` times in turn 1, then answers "done" (the fan-out turn)."""
+
+    def __init__(self, calls: int, size: int) -> None:
+        self.calls, self.size = calls, size
+
+    async def __call__(self, request: ModelRequest) -> AssistantMessage:
+        """Turn 1: the calls; then "done"."""
+        if request.turn > 1:
+            return AssistantMessage(text="done")
+        return AssistantMessage(
+            tool_calls=tuple(
+                ToolCall(
+                    call_id=f"c{k}",
+                    name="echo",
+                    arguments=json.dumps({"size": self.size, "turn": k}),
+                )
+                for k in range(self.calls)
+            )
+        )
+
+
+class _Counting(Interceptor):
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _CountingActivity(next)
+
+
+class _CountingActivity(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        try:
+            return await super().execute_activity(input)
+        except BaseException as exc:
+            kind = type(exc).__name__
+            if isinstance(exc, ApplicationError) and exc.type:
+                kind = f"{kind}({exc.type})"
+            FAILURES[f"{activity.info().activity_type}: {kind}"] += 1
+            raise
+
+
+class _WarningCount(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        WARNINGS[f"{record.name}: {record.getMessage()[:60]}"] += 1
+
+
+def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
+    """The counters, as JSON-ready values."""
+    cache = None
+    if plugin is not None:
+        cache = dataclasses.asdict(plugin.agent_activities.transcripts.stats)
+    return {
+        "executions": dict(EXECUTIONS),
+        "last_execution": LAST_EXECUTION[0],
+        "failures": dict(FAILURES),
+        "warnings": dict(WARNINGS),
+        "queries": dict(QUERIES_SENT),
+        "cache": cache,
+    }
+
+
+async def main(args: argparse.Namespace) -> None:
+    """Run the worker and the control port until SIGTERM."""
+    handler = _WarningCount(logging.WARNING)
+    logging.getLogger("temporalio").addHandler(handler)
+    model = FanOut(args.fanout, args.size) if args.fanout else Looping(args.turns, args.size)
+    plugin: DurableToolsPlugin | None = None
+    if args.side == "ours":
+        plugin = DurableToolsPlugin(
+            App(toolkits={"bench": Toolkit(echo, label="bench")}, models={"bench": model}),
+            search_attributes=False,
+        )
+        client = await Client.connect(args.address, plugins=[plugin])
+        worker = Worker(client, task_queue=args.task_queue, interceptors=[_Counting()])
+    else:
+        client = await Client.connect(args.address, data_converter=pydantic_data_converter)
+        worker = Worker(
+            client,
+            task_queue=args.task_queue,
+            workflows=[BareConversation],
+            activities=[BareActivities(model).model_turn, bare_echo],
+            workflow_runner=sandbox_runner(),
+            interceptors=[_Counting()],
+        )
+
+    async def control(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while line := (await reader.readline()).strip():
+                if line == b"gc":
+                    gc.collect()
+                answer = stats(plugin) if line in (b"gc", b"stats") else {"error": "?"}
+                writer.write(json.dumps(answer).encode() + b"\n")
+                await writer.drain()
+        writer.close()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = await asyncio.start_server(control, "127.0.0.1", 0)
+    async with server, worker:
+        port = server.sockets[0].getsockname()[1]
+        partial = args.ready_file.with_suffix(".partial")
+        partial.write_text(str(port))
+        partial.rename(args.ready_file)  # whole, or not there
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--task-queue", required=True)
+    parser.add_argument("--side", choices=("ours", "bare"), required=True)
+    parser.add_argument("--turns", type=int, default=5, help="tool turns per conversation")
+    parser.add_argument("--size", type=int, default=5000, help="bytes of each tool output")
+    parser.add_argument("--fanout", type=int, default=0, help="calls in one turn instead")
+    parser.add_argument("--ready-file", type=Path, required=True, help="gets the control port")
+    asyncio.run(main(parser.parse_args()))
