@@ -18,6 +18,7 @@ from workflow_helpers import Harness, eventually, running
 from durable_tools.conversation import ConversationOptions
 from durable_tools.errors import ConfigurationError
 from durable_tools.worker.inbox import Identity, build_auth, service
+from durable_tools.worker.inbox.auth import CSRF_FIELD
 
 ANA = basic("ana", "ana-secret")
 BOB = basic("bob", "bob-secret")
@@ -68,6 +69,20 @@ async def test_state_changing_endpoints_need_the_csrf_token_of_the_same_person(
         response = await client.request(method, path, json=body, headers=bearer("ana-secret"))
         assert response.status_code == 404, response.text
         assert response.json()["error"] == "not_found"
+
+
+async def test_a_form_with_a_csrf_token_of_any_characters_is_refused_never_a_500(
+    harness: Harness,
+) -> None:
+    """hmac.compare_digest raises TypeError on str with non-ASCII characters (found by
+    tests/worker/test_inbox_hostile.py)."""
+    async with inbox_client(harness) as client:
+        await csrf_token(client, ANA)  # the cookie's nonce is set
+        for token in ("é", "x.\u2603", "\x00"):
+            response = await client.post(
+                "/conversations/c1/send", data={CSRF_FIELD: token, "text": "hi"}, headers=ANA
+            )
+            assert response.status_code == 403, (token, response.text)
 
 
 async def test_session_names_the_identity_from_the_credentials(harness: Harness) -> None:

@@ -379,7 +379,9 @@ class Csrf:
         nonce = cookies.get(CSRF_COOKIE, "")
         if not nonce or not token:
             return False
-        return hmac.compare_digest(token, self.token(nonce, identity))
+        # Bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500).
+        expected = self.token(nonce, identity).encode()
+        return hmac.compare_digest(token.encode("utf-8", "replace"), expected)
 
 
 def may_decide(identity: Identity, approval: PendingApproval | PendingInteraction) -> bool:
