@@ -9,12 +9,14 @@ an import-time side effect.
 import uuid
 from datetime import timedelta
 
+import pytest
 from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import durable_tools as dt
+from durable_tools.worker.plugin import STRICT_SANDBOX_ENV, sandbox_runner
 
 
 @workflow.defn(name="SandboxImportProbe")
@@ -53,3 +55,26 @@ async def test_tool_model_runs_in_the_default_sandbox(time_env: WorkflowEnvironm
             execution_timeout=timedelta(seconds=30),
         )
     assert result == ["lookup", "sleep", "x", "c"]
+
+
+def test_the_loop_is_passed_through_unless_the_sandbox_is_strict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Re-importing the loop per run cost a third of the worker's CPU per call (issue 26).
+
+    The strict runner (replay tests, `DURABLE_TOOLS_STRICT_SANDBOX=1`) keeps
+    re-importing it, so the sandbox's run-time checks apply to the loop.
+    """
+
+    def passed(runner: object) -> set[str]:
+        assert isinstance(runner, SandboxedWorkflowRunner)
+        return set(runner.restrictions.passthrough_modules)
+
+    monkeypatch.delenv(STRICT_SANDBOX_ENV, raising=False)
+    fast, strict = passed(sandbox_runner()), passed(sandbox_runner(strict=True))
+    assert "durable_tools.workflows" in fast
+    assert "durable_tools.workflows" not in strict
+    assert {"durable_tools.activities", "durable_tools.transcript", "pydantic"} <= strict & fast
+    assert not any(m.startswith("durable_tools.worker") for m in fast | strict)
+    monkeypatch.setenv(STRICT_SANDBOX_ENV, "1")
+    assert "durable_tools.workflows" not in passed(sandbox_runner())

@@ -46,7 +46,7 @@ def _replayer(*workflows: type) -> Replayer:
     return Replayer(
         workflows=list(workflows),
         data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(),
+        workflow_runner=sandbox_runner(strict=True),
     )
 
 
