@@ -43,7 +43,7 @@ from durable_tools.toolkit import Toolkit, compose
 from durable_tools.worker.app import App, AppOptions, DepsFactory, app_of
 from durable_tools.worker.log_redaction import install_log_redaction
 from durable_tools.worker.search_attributes import check_search_attributes
-from durable_tools.workflows.agent_workflow import AgentWorkflow
+from durable_tools.workflows.agent_workflow import AgentWorkflow, StrictAgentWorkflow
 from durable_tools.workflows.visibility import NO_SEARCH_ATTRIBUTES_PATCH
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ __all__ = [
     "DepsFactory",
     "DurableToolsPlugin",
     "sandbox_runner",
+    "strict_sandbox",
 ]
 
 _MAPPED_SUBPACKAGES = frozenset({"activities", "workflows", "worker"})
@@ -123,9 +124,12 @@ def sandbox_runner(*, strict: bool | None = None) -> WorkflowRunner:
     every run. It keeps no module-level state that a run changes.
 
     Passed-through code is not checked by the sandbox at run time (a call
-    to `datetime.now()` or `random` in it would not be refused). The strict
-    runner re-imports the loop per run, so those checks apply to it: the
-    test suite replays every recorded history with it
+    to `datetime.now()` or `random` in it would not be refused), so
+    `AgentWorkflow` itself runs outside the sandbox (`sandboxed=False`); the
+    runner still serves an application's own workflows, which may run the
+    loop (`run_agent`). The strict runner re-imports the loop per run, so
+    those checks apply to it: the test suite replays every recorded history
+    with it and `StrictAgentWorkflow`
     (tests/workflows/test_agent_workflow_replay.py), which fails on any
     restricted call the loop makes on those paths.
 
@@ -135,7 +139,7 @@ def sandbox_runner(*, strict: bool | None = None) -> WorkflowRunner:
             `DURABLE_TOOLS_STRICT_SANDBOX` is `1`, else not.
     """
     if strict is None:
-        strict = os.environ.get(STRICT_SANDBOX_ENV, "") == "1"
+        strict = strict_sandbox()
     modules = PASSTHROUGH_MODULES
     if not strict:
         modules = (*_durable_tools_passthrough(frozenset({"worker"})), *_THIRD_PARTY_PASSTHROUGH)
@@ -146,7 +150,13 @@ def sandbox_runner(*, strict: bool | None = None) -> WorkflowRunner:
 
 
 STRICT_SANDBOX_ENV = "DURABLE_TOOLS_STRICT_SANDBOX"
-"""`1`: workers re-import the loop's code per run, under the sandbox's checks (`sandbox_runner`)."""
+"""`1`: workers run the loop in the sandbox, its code re-imported per run, under the
+sandbox's checks (`StrictAgentWorkflow`, `sandbox_runner(strict=True)`)."""
+
+
+def strict_sandbox() -> bool:
+    """Whether `DURABLE_TOOLS_STRICT_SANDBOX` is `1` (default: not strict)."""
+    return os.environ.get(STRICT_SANDBOX_ENV, "") == "1"
 
 
 class DurableToolsPlugin(SimplePlugin):
@@ -258,7 +268,7 @@ class DurableToolsPlugin(SimplePlugin):
                 self.agent_activities.tool_call,
                 self.verifier.verify_decision,
             ],
-            workflows=[AgentWorkflow],
+            workflows=[StrictAgentWorkflow if strict_sandbox() else AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),
             interceptors=_tracing_interceptors(tracing),
             run_context=self._run_context,

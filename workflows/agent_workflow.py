@@ -93,10 +93,10 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.signals import Finish
     from durable_tools.transcript import TranscriptItem, Usage, is_reconciled
 
-__all__ = ["AgentWorkflow"]
+__all__ = ["AgentWorkflow", "StrictAgentWorkflow"]
 
 
-@workflow.defn(name="AgentWorkflow")
+@workflow.defn(name="AgentWorkflow", sandboxed=False)
 class AgentWorkflow:
     """One agent conversation. See the module docstring for the loop.
 
@@ -109,6 +109,16 @@ class AgentWorkflow:
     wait (idle, an approval, a question, a sleep, a pause, `model_failed`;
     `waits.FOLLOW_VERSIONS_PATCH`), carrying what waits, and the new run
     starts on the new version (docs/operations.md, "Upgrades").
+
+    It runs outside Temporal's sandbox (`sandboxed=False`): its modules are
+    passed through anyway (`worker/plugin.py`, `sandbox_runner`), so the
+    sandbox checked nothing of it at run time and cost a fifth of the
+    worker's CPU per tool call in serialization-context round trips (issue
+    26). `StrictAgentWorkflow`, the same loop in the sandbox with its modules
+    re-imported per run, is what the test suite replays recorded histories
+    with, so the sandbox's checks (no `datetime.now()`, no `random`, no I/O)
+    still apply to every path those histories take; a worker runs it when
+    `DURABLE_TOOLS_STRICT_SANDBOX=1`.
 
     The concerns live beside it in `workflows/`: `decision_book` (approvals
     and answers), `turn_calls` and `tool_activity` (the turn's calls, tool
@@ -174,17 +184,34 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, input: ConversationInput) -> ConversationResult:
         """Run the conversation until `finish`, the idle timeout or the turn limit."""
-        continued = False
+        # How the run ended, for this worker's caches (durable_tools.live_runs):
+        # None while it has not. The SDK evicts a run by cancelling its tasks,
+        # as if replaying: a cancellation seen then may be an eviction, and
+        # is not reported (the run's collection reports it, as evicted).
+        ended: str | None = None
         try:
             with telemetry.conversation_context():
-                return await self._loop()
+                result = await self._loop()
+            ended = "ended"
+            return result
         except workflow.ContinueAsNewError:
-            continued = True
+            ended = "continued"
             raise
-        except (asyncio.CancelledError, ActivityError) as exc:
+        except (asyncio.CancelledError, Exception) as exc:
+            evicting = isinstance(exc, asyncio.CancelledError) and workflow.unsafe.is_replaying()
+            ended = None if evicting else "ended"  # failed or cancelled: it is over
+            await self._cancelled(exc)
+            raise
+        finally:
+            if ended is not None and self._run_key is not None and not self.embedded:
+                LIVE_RUNS.ended(*self._run_key, continued=ended == "continued")
+
+    async def _cancelled(self, exc: BaseException) -> None:
+        """When `exc` is the conversation's cancellation: close it and publish its end."""
+        if isinstance(exc, (asyncio.CancelledError, ActivityError)):
             # A cancel during the model turn arrives as the activity's error.
             if not is_cancelled_exception(exc):
-                raise
+                return
             self._calls.close_open()
             self._view.state = "cancelled"
             self._publish()
@@ -195,10 +222,6 @@ class AgentWorkflow:
                 sent_by=sender or None,
                 reason=reason or None,
             )
-            raise
-        finally:
-            if self._run_key is not None and not self.embedded:  # caches may let it go
-                LIVE_RUNS.ended(*self._run_key, continued=continued)
 
     async def _loop(self) -> ConversationResult:
         if self._carried_turn is not None:
@@ -661,3 +684,18 @@ class AgentWorkflow:
         `activities/activity_events.py`).
         """
         return self._view.followed()
+
+
+@workflow.defn(name="AgentWorkflow", sandboxed=True)
+class StrictAgentWorkflow(AgentWorkflow):
+    """`AgentWorkflow` in Temporal's sandbox, under its run-time checks (same name, same loop).
+
+    For tests and for workers started with `DURABLE_TOOLS_STRICT_SANDBOX=1`
+    (with `sandbox_runner(strict=True)`, which re-imports the loop's modules
+    per run so the checks reach them). See `AgentWorkflow`.
+    """
+
+    @workflow.run
+    async def run(self, input: ConversationInput) -> ConversationResult:
+        """`AgentWorkflow.run`."""
+        return await super().run(input)

@@ -29,7 +29,7 @@ from durable_tools import formats
 from durable_tools._wire import ConversationInput, PlannedCall
 from durable_tools.conversation import ConversationResult
 from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
-from durable_tools.workflows.agent_workflow import AgentWorkflow
+from durable_tools.workflows.agent_workflow import AgentWorkflow, StrictAgentWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 FILES = sorted(HISTORIES.glob("*.json"))
@@ -58,7 +58,7 @@ def test_every_scenario_has_a_recorded_history() -> None:
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 async def test_recorded_history_replays(path: Path) -> None:
-    result = await _replayer(AgentWorkflow).replay_workflow(
+    result = await _replayer(StrictAgentWorkflow).replay_workflow(
         _history(path), raise_on_replay_failure=False
     )
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
@@ -119,7 +119,7 @@ async def test_a_modified_workflow_fails_replay_with_nondeterminism(modified: ty
         await _replayer(modified).replay_workflow(history)
     assert "nondetermin" in str(failure.value).lower()
     # The same history replays against the real workflow.
-    await _replayer(AgentWorkflow).replay_workflow(history)
+    await _replayer(StrictAgentWorkflow).replay_workflow(history)
 
 
 async def test_a_model_failure_recorded_before_model_failed_still_fails_the_same_way() -> None:
@@ -129,7 +129,7 @@ async def test_a_model_failure_recorded_before_model_failed_still_fails_the_same
     same end (the `model-failed-waits` patch), not wait for an operator.
     """
     path = HISTORIES / "legacy" / "model_failed_before_patch.json"
-    result = await _replayer(AgentWorkflow).replay_workflow(
+    result = await _replayer(StrictAgentWorkflow).replay_workflow(
         _history(path), raise_on_replay_failure=False
     )
     assert result.replay_failure is None, repr(result.replay_failure)
@@ -144,9 +144,11 @@ async def test_an_answer_format_verdict_is_replayed(monkeypatch: pytest.MonkeyPa
     deadline timer the history shows firing, and fails the replay.
     """
     history = _history(HISTORIES / "answer_with_format.json")
-    await _replayer(AgentWorkflow).replay_workflow(history)
+    await _replayer(StrictAgentWorkflow).replay_workflow(history)
     monkeypatch.setattr(formats, "STDLIB_FORMAT_CHECKER", FormatChecker(formats=()))
-    result = await _replayer(AgentWorkflow).replay_workflow(history, raise_on_replay_failure=False)
+    result = await _replayer(StrictAgentWorkflow).replay_workflow(
+        history, raise_on_replay_failure=False
+    )
     # Core reports it as the cancelled deadline timer meeting its TimerFired event.
     assert result.replay_failure is not None
     assert "TimerFired" in str(result.replay_failure)
@@ -227,7 +229,9 @@ async def test_a_carry_over_2_mb_recorded_before_the_bounded_carry_still_stays_i
     kinds = [e.event_type for e in history.events]
     assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW not in kinds
     assert kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED) == 7  # 4 model, 3 tool
-    result = await _replayer(AgentWorkflow).replay_workflow(history, raise_on_replay_failure=False)
+    result = await _replayer(StrictAgentWorkflow).replay_workflow(
+        history, raise_on_replay_failure=False
+    )
     assert result.replay_failure is None, repr(result.replay_failure)
     result = await _replayer(CarryAlwaysBounded).replay_workflow(
         history, raise_on_replay_failure=False
