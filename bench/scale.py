@@ -32,9 +32,12 @@ the dev server's CPU per call. And the sample of histories of the first size
 replayed with `temporalio.worker.Replayer`: events per CPU second.
 
 The workers report activity attempts that raised, by type, the SDK's warning
-log records, and the queries the activities sent (`QUERIES_SENT`: a model
-turn or tool call on a worker that did not run the previous one reads what
-it lacks with a query; with `--workers 3` most turns move).
+log records, and the queries the activities sent (`QUERIES_SENT`): an
+activity reads what it lacks from its run in process when its worker holds
+the run (`durable_tools.live_runs`), and from what that worker's activities
+returned; only one on a worker that holds neither queries. With
+`--workers 3` a run and its activities mostly stay on one worker (the
+sticky queue and eager dispatch), so few do.
 
 Every figure is from this one run on a shared, noisy machine: compare ratios.
 
