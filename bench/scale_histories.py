@@ -72,7 +72,8 @@ def _json(payloads: Any) -> Any:
 def _call_ids(result: Any) -> list[str]:
     message: Any = result.get("message", result) if isinstance(result, dict) else {}
     calls: list[Any] = message.get("tool_calls") or []
-    return [str(c["call_id"]) for c in calls]
+    # `finish` is a signal tool: the loop answers it, no activity runs.
+    return [str(c["call_id"]) for c in calls if c.get("name") != "finish"]
 
 
 def _call_id(request: Any) -> str | None:

@@ -49,7 +49,7 @@ from temporalio.worker import (
     Worker,
 )
 
-from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, tool
+from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, finish_tool, tool
 from durable_tools.activities.activity_base import QUERIES_SENT
 from durable_tools.models.base import ModelRequest
 from durable_tools.worker.app import App
@@ -86,6 +86,25 @@ async def bare_echo(call: ToolCall) -> str:
     LAST_EXECUTION[0] = time.time()
     args = BareEchoArgs.model_validate_json(call.arguments)
     return f"{args.turn}:" + "y" * args.size
+
+
+class Finishing(Looping):
+    """`Looping`, but the last turn calls `finish` instead of answering "done".
+
+    A conversation that answers in text stays open for the next message and
+    closes only at its idle timeout (a timer, one more workflow task); bare's
+    workflow returns after its last model turn. Ending with the `finish`
+    signal tool (answered by the loop, no activity) is the durable loop's
+    way to end there too.
+    """
+
+    async def __call__(self, request: ModelRequest) -> AssistantMessage:
+        """Turns 1..turns: `echo`; then `finish`."""
+        if request.turn - 1 < self.turns:
+            return await super().__call__(request)
+        return AssistantMessage(
+            tool_calls=(ToolCall(call_id="end", name="finish", arguments='{"output": "done"}'),)
+        )
 
 
 class FanOut:
@@ -151,11 +170,14 @@ async def main(args: argparse.Namespace) -> None:
     """Run the worker and the control port until SIGTERM."""
     handler = _WarningCount(logging.WARNING)
     logging.getLogger("temporalio").addHandler(handler)
-    model = FanOut(args.fanout, args.size) if args.fanout else Looping(args.turns, args.size)
+    model = FanOut(args.fanout, args.size) if args.fanout else Finishing(args.turns, args.size)
     plugin: DurableToolsPlugin | None = None
     if args.side == "ours":
         plugin = DurableToolsPlugin(
-            App(toolkits={"bench": Toolkit(echo, label="bench")}, models={"bench": model}),
+            App(
+                toolkits={"bench": Toolkit(echo, finish_tool(), label="bench")},
+                models={"bench": model},
+            ),
             search_attributes=False,
         )
         client = await Client.connect(args.address, plugins=[plugin])
