@@ -170,7 +170,11 @@ async def main(args: argparse.Namespace) -> None:
     """Run the worker and the control port until SIGTERM."""
     handler = _WarningCount(logging.WARNING)
     logging.getLogger("temporalio").addHandler(handler)
-    model = FanOut(args.fanout, args.size) if args.fanout else Finishing(args.turns, args.size)
+    # Bare's workflow returns after the model's last turn, whatever it says:
+    # its model answers "done" (a `finish` call would be an activity it has
+    # no worker for, and its phase would never end).
+    ending = Finishing if args.side == "ours" else Looping
+    model = FanOut(args.fanout, args.size) if args.fanout else ending(args.turns, args.size)
     plugin: DurableToolsPlugin | None = None
     if args.side == "ours":
         plugin = DurableToolsPlugin(
