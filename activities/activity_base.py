@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
@@ -74,6 +75,67 @@ it lacks what another worker (or its own earlier self) read or planned;
 `followed` is asked while a model streams text. For benchmarks
 (`bench/scale.py`) and tests: read it before and after, and compare.
 """
+
+MAX_FALLBACK_QUERIES = 16
+"""Queries a process's activities have in flight at once, at most (`FallbackQueries`)."""
+
+
+class FallbackQueries:
+    """The bound on the queries a process's activities send to their runs at once.
+
+    An activity queries its run only when its worker holds neither the run
+    (`durable_tools.live_runs`) nor what an earlier activity of the run read
+    or planned: another worker ran the previous turn, or the run was evicted
+    from the sticky cache. That is when workflow tasks queue up, and each
+    query waits for a workflow task slot like a turn does; unbounded, a
+    burst of them competes with the turns that would let the conversations
+    move on. At most `limit` are in flight per event loop (a worker runs
+    its activities on one); what is needed to go on waits for a slot
+    (`slot`), what is only worth asking when it is cheap (whether anyone
+    follows the conversation, for streaming text) is skipped while all are
+    taken (`busy`).
+
+    Args:
+        limit: Queries in flight at once (default `MAX_FALLBACK_QUERIES`, 16).
+    """
+
+    def __init__(self, limit: int = MAX_FALLBACK_QUERIES) -> None:
+        self.limit = max(1, limit)
+        self.waited = 0
+        """Queries that waited for a slot (since the process started)."""
+        self.skipped = 0
+        """Optional queries skipped because every slot was taken."""
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _gate(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = asyncio.Semaphore(self.limit)
+        return gate
+
+    def busy(self) -> bool:
+        """Every slot is taken: an optional query is skipped (counted in `skipped`)."""
+        if self._gate().locked():
+            self.skipped += 1
+            return True
+        return False
+
+    @contextlib.asynccontextmanager
+    async def slot(self, name: str) -> AsyncGenerator[None]:
+        """Hold a slot while the query `name` runs (counted in `QUERIES_SENT`)."""
+        gate = self._gate()
+        if gate.locked():
+            self.waited += 1
+        async with gate:
+            QUERIES_SENT[name] += 1
+            yield
+
+
+FALLBACK_QUERIES: Final = FallbackQueries()
+"""The process's bound on fallback queries (`FallbackQueries`)."""
 
 
 class ActivitiesBase:

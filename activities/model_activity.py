@@ -23,8 +23,8 @@ from durable_tools import telemetry
 from durable_tools._wire import PAYLOAD_BUDGET_BYTES, DeltaEntry, ModelTurn, ModelTurnRequest
 from durable_tools.activities.activity_base import (
     AGENT_CONFIG_QUERY,
+    FALLBACK_QUERIES,
     MODEL_TURN_ACTIVITY,
-    QUERIES_SENT,
     TRANSCRIPT_QUERY,
     ActivitiesBase,
     heartbeating,
@@ -115,11 +115,11 @@ class ModelActivity(ActivitiesBase):
                 self.reads.local += 1
             else:
                 self.reads.queries += 1
-                QUERIES_SENT[AGENT_CONFIG_QUERY] += 1
                 handle = activity.client().get_workflow_handle(workflow_id, run_id=request.run_id)
-                found = await handle.query(
-                    AGENT_CONFIG_QUERY, request.agent_name, result_type=_AGENT_CONFIG_ANSWER
-                )
+                async with FALLBACK_QUERIES.slot(AGENT_CONFIG_QUERY):
+                    found = await handle.query(
+                        AGENT_CONFIG_QUERY, request.agent_name, result_type=_AGENT_CONFIG_ANSWER
+                    )
             if found is None:
                 raise ApplicationError(
                     f"the conversation has no agent named {request.agent_name[:200]!r}",
@@ -193,10 +193,10 @@ class ModelActivity(ActivitiesBase):
             handle = client.get_workflow_handle(
                 request.workflow_id, run_id=run_id or request.run_id
             )
-            QUERIES_SENT[TRANSCRIPT_QUERY] += 1
-            answer: TranscriptPage | list[TranscriptItem] = await handle.query(
-                TRANSCRIPT_QUERY, arg, result_type=_TRANSCRIPT_ANSWER
-            )
+            async with FALLBACK_QUERIES.slot(TRANSCRIPT_QUERY):
+                answer: TranscriptPage | list[TranscriptItem] = await handle.query(
+                    TRANSCRIPT_QUERY, arg, result_type=_TRANSCRIPT_ANSWER
+                )
             return answer
 
         return await self.transcripts.read(query, request.workflow_id, request.upto, local=local)
@@ -230,11 +230,13 @@ class ModelActivity(ActivitiesBase):
             live = self.live_run(request.workflow_id, request.run_id)
             if live is not None:
                 return live.live_followed(datetime.now(UTC))
+            if FALLBACK_QUERIES.busy():  # text deltas are best-effort: not worth a wait
+                return False
             self.reads.queries += 1
             client = activity.client()
             handle = client.get_workflow_handle(request.workflow_id, run_id=request.run_id)
-            QUERIES_SENT["followed"] += 1
-            answer: bool = await handle.query("followed", result_type=bool)
+            async with FALLBACK_QUERIES.slot("followed"):
+                answer: bool = await handle.query("followed", result_type=bool)
             return answer
 
         async with ActivityEvents(interval=TEXT_DELTA_INTERVAL, gate=followed) as events:

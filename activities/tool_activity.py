@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_tools import telemetry
 from durable_tools._wire import CallReference, DeltaEntry, ToolActivityInput, ToolActivityResult
 from durable_tools.activities.activity_base import (
-    QUERIES_SENT,
+    FALLBACK_QUERIES,
     TOOL_ACTIVITY_PREFIX,
     TOOL_CALL_QUERY,
     ActivitiesBase,
@@ -74,10 +74,10 @@ async def _read_open_call(workflow_id: str, call_id: str) -> ToolCall | None:
     delay, tries = 0.2, 1
     while True:
         try:
-            QUERIES_SENT[TOOL_CALL_QUERY] += 1
-            found: ToolCall | None = await handle.query(
-                TOOL_CALL_QUERY, call_id, result_type=_TOOL_CALL_ANSWER
-            )
+            async with FALLBACK_QUERIES.slot(TOOL_CALL_QUERY):
+                found: ToolCall | None = await handle.query(
+                    TOOL_CALL_QUERY, call_id, result_type=_TOOL_CALL_ANSWER
+                )
             return found
         except RPCError as exc:
             if exc.status not in _TRANSIENT_QUERY_STATUS or tries >= _QUERY_TRIES:

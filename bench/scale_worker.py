@@ -13,8 +13,8 @@ not the bench client's. It serves one side:
 Both use the SDK's default worker limits and the same interceptor, which
 counts activity attempts that raised, by type. Once polling, it writes to
 `--ready-file` the port of a TCP server on 127.0.0.1 that answers one JSON line per
-command line, `stats` (the counters) or `gc` (`gc.collect()`, then the
-counters). SIGTERM or SIGINT stops it.
+command line, `stats` (the counters), `gc` (`gc.collect()`, then the
+counters) or `trim` (`gc` and glibc's `malloc_trim(0)`). SIGTERM or SIGINT stops it.
 
 Usage (by `scale.py`):
     python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import gc
 import json
@@ -51,6 +52,7 @@ from temporalio.worker import (
 
 from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, finish_tool, tool
 from durable_tools.activities.activity_base import QUERIES_SENT
+from durable_tools.live_runs import LIVE_RUNS
 from durable_tools.models.base import ModelRequest
 from durable_tools.worker.app import App
 from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
@@ -151,11 +153,27 @@ class _WarningCount(logging.Handler):
         WARNINGS[f"{record.name}: {record.getMessage()[:60]}"] += 1
 
 
+def _trim() -> None:
+    """Hand the heap's free pages back to the system: glibc's `malloc_trim(0)` (else nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
     """The counters, as JSON-ready values."""
-    cache = None
+    cache = held = None
     if plugin is not None:
-        cache = dataclasses.asdict(plugin.agent_activities.transcripts.stats)
+        activities = plugin.agent_activities
+        cache = dataclasses.asdict(activities.transcripts.stats)
+        held = {  # what the worker keeps for conversations now (bounded; emptied at run end)
+            "live runs": len(LIVE_RUNS),
+            "transcripts": len(activities.transcripts),
+            "transcript bytes": activities.transcripts.bytes,
+            "produced items": len(activities.produced),
+            "produced bytes": activities.produced.bytes,
+            "agent configs": len(activities._agent_configs),  # pyright: ignore[reportPrivateUsage]
+            "planned calls": len(activities._planned),  # pyright: ignore[reportPrivateUsage]
+        }
     return {
         "executions": dict(EXECUTIONS),
         "last_execution": LAST_EXECUTION[0],
@@ -163,6 +181,7 @@ def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
         "warnings": dict(WARNINGS),
         "queries": dict(QUERIES_SENT),
         "cache": cache,
+        "held": held,
     }
 
 
@@ -200,9 +219,12 @@ async def main(args: argparse.Namespace) -> None:
     async def control(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError):
             while line := (await reader.readline()).strip():
-                if line == b"gc":
+                if line in (b"gc", b"trim"):
                     gc.collect()
-                answer = stats(plugin) if line in (b"gc", b"stats") else {"error": "?"}
+                if line == b"trim":
+                    _trim()
+                known = (b"gc", b"trim", b"stats")
+                answer = stats(plugin) if line in known else {"error": "?"}
                 writer.write(json.dumps(answer).encode() + b"\n")
                 await writer.drain()
         writer.close()
