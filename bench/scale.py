@@ -35,7 +35,8 @@ The workers report activity attempts that raised, by type, the SDK's warning
 log records, and the queries the activities sent (`QUERIES_SENT`): an
 activity reads what it lacks from its run in process when its worker holds
 the run (`durable_tools.live_runs`), and from what that worker's activities
-returned; only one on a worker that holds neither queries. With
+returned; only one on a worker that holds neither queries (at most 16 in
+flight per worker process; the details say how many waited). With
 `--workers 3` a run and its activities mostly stay on one worker (the
 sticky queue and eager dispatch), so few do.
 
@@ -45,6 +46,7 @@ Usage:
     python bench/scale.py --sizes 20,100               # a quick look
     python bench/scale.py --sizes 100,500,2000 --window 300   # make bench-scale
     python bench/scale.py --sizes 100 --workers 3
+    python bench/scale.py --sizes 2000 --max-cached 2000 --skip-bare   # another cache size
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class WorkerProcess:
         command = [sys.executable, str(HERE / "scale_worker.py"), "--address", address]
         command += ["--task-queue", queue, "--side", side, "--turns", str(args.turns)]
         command += ["--size", str(args.size), "--fanout", str(fanout), "--ready-file", str(ready)]
+        command += ["--max-cached", str(args.max_cached)]
         # Everything the worker writes goes to a file: the Temporal core logs
         # to stdout, and a pipe nobody reads blocks the worker once it is full
         # (it did under overload at N = 2,000, and the bench waited forever).
@@ -169,6 +172,7 @@ class Phase:
     failures: Counter[str] = field(default_factory=Counter[str])
     warnings: Counter[str] = field(default_factory=Counter[str])
     queries: Counter[str] = field(default_factory=Counter[str])
+    fallback: Counter[str] = field(default_factory=Counter[str])  # queries that waited, skipped
     cache: Counter[str] = field(default_factory=Counter[str])
     checked: Checked = field(default_factory=Checked)
 
@@ -307,6 +311,7 @@ async def run_phase(
         phase.failures = _sum(stats, "failures")
         phase.warnings = _sum(stats, "warnings")
         phase.queries = _sum(stats, "queries")
+        phase.fallback = _sum(stats, "fallback")
         phase.cache = _sum(stats, "cache")
     finally:
         await asyncio.gather(*(w.stop() for w in workers))
@@ -429,7 +434,11 @@ def _details(phase: Phase) -> None:
             f"({c.events / c.completed_turns:.1f} events)"
         )
     print(f"      activity failures: {dict(phase.failures) or 'none'}")
-    print(f"      queries the activities sent: {dict(phase.queries) or 'none'}")
+    sent = sum(phase.queries.values())
+    per_call = f", {sent / phase.calls:.3f} per tool call" if phase.calls and sent else ""
+    print(f"      queries the activities sent: {dict(phase.queries) or 'none'}{per_call}")
+    if any(phase.fallback.values()):
+        print(f"      fallback queries bounded (16 in flight per process): {dict(phase.fallback)}")
     if phase.side == "ours":
         shown = {k: v for k, v in phase.cache.items() if v}
         print(f"      transcript cache: {shown}")
@@ -481,7 +490,8 @@ def report(
     """The table: each figure, ours, bare, ratio, goal, met or missed; then the details."""
     print(
         f"\nN conversations x {args.turns} tool turns ({args.size}-byte outputs), "
-        f"{args.workers} worker process(es) per side, window {args.window:g} s, one dev server\n"
+        f"{args.workers} worker process(es) per side ({args.max_cached:,} cached runs each), "
+        f"window {args.window:g} s, one dev server\n"
     )
     print(f"  {'figure':<50} {'ours':>9} {'bare':>9} {'ratio':>7}  {'goal':<12} verdict")
     print("  " + "-" * 100)
@@ -554,5 +564,8 @@ if __name__ == "__main__":
     )
     parser.add_argument("--replay", type=int, default=50, help="conversations replayed per side")
     parser.add_argument("--concurrency", type=int, default=32, help="starts in flight at most")
+    parser.add_argument(
+        "--max-cached", type=int, default=1000, help="each worker's cached runs (SDK default)"
+    )
     parser.add_argument("--skip-bare", action="store_true", help="ours only")
     asyncio.run(main(parser.parse_args()))

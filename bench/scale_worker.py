@@ -51,7 +51,7 @@ from temporalio.worker import (
 )
 
 from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, finish_tool, tool
-from durable_tools.activities.activity_base import QUERIES_SENT
+from durable_tools.activities.activity_base import FALLBACK_QUERIES, QUERIES_SENT
 from durable_tools.live_runs import LIVE_RUNS
 from durable_tools.models.base import ModelRequest
 from durable_tools.worker.app import App
@@ -180,6 +180,7 @@ def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
         "failures": dict(FAILURES),
         "warnings": dict(WARNINGS),
         "queries": dict(QUERIES_SENT),
+        "fallback": {"waited": FALLBACK_QUERIES.waited, "skipped": FALLBACK_QUERIES.skipped},
         "cache": cache,
         "held": held,
     }
@@ -204,7 +205,12 @@ async def main(args: argparse.Namespace) -> None:
             search_attributes=False,
         )
         client = await Client.connect(args.address, plugins=[plugin])
-        worker = Worker(client, task_queue=args.task_queue, interceptors=[_Counting()])
+        worker = Worker(
+            client,
+            task_queue=args.task_queue,
+            interceptors=[_Counting()],
+            max_cached_workflows=args.max_cached,
+        )
     else:
         client = await Client.connect(args.address, data_converter=pydantic_data_converter)
         worker = Worker(
@@ -214,6 +220,7 @@ async def main(args: argparse.Namespace) -> None:
             activities=[BareActivities(model).model_turn, bare_echo],
             workflow_runner=sandbox_runner(),
             interceptors=[_Counting()],
+            max_cached_workflows=args.max_cached,
         )
 
     async def control(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -250,5 +257,8 @@ if __name__ == "__main__":
     parser.add_argument("--turns", type=int, default=5, help="tool turns per conversation")
     parser.add_argument("--size", type=int, default=5000, help="bytes of each tool output")
     parser.add_argument("--fanout", type=int, default=0, help="calls in one turn instead")
+    parser.add_argument(
+        "--max-cached", type=int, default=1000, help="runs in the sticky cache (the SDK's default)"
+    )
     parser.add_argument("--ready-file", type=Path, required=True, help="gets the control port")
     asyncio.run(main(parser.parse_args()))

@@ -164,6 +164,6 @@ if __name__ == "__main__":
         "--trim", action="store_true", help="malloc_trim(0) at each sample (glibc only)"
     )
     parsed = parser.parse_args()
-    parsed.workers = 1
+    parsed.workers, parsed.max_cached = 1, 1000
     parsed.sample = "trim" if parsed.trim else "gc"
     sys.exit(asyncio.run(soak(parsed)))
