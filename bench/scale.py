@@ -19,17 +19,20 @@ Each phase:
    the workers counted, over the seconds), worker CPU per tool call
    (utime + stime of the worker processes from /proc/<pid>/stat), the
    conversations finished within the window;
-3. waits up to `--drain` seconds for the rest to close, runs `gc.collect()`
-   in the workers and reads their RSS (VmRSS) and peak (VmHWM) from
-   /proc/<pid>/status;
+3. waits up to `--drain` seconds for the rest to close, for ours until its
+   workers handed freed memory back (`HeapReturn`, within 15 s of the
+   drain), runs `gc.collect()` in the workers and reads their RSS (VmRSS)
+   and peak (VmHWM) from /proc/<pid>/status;
 4. reads every conversation's history: each tool call the model made has
    exactly one tool activity that answered it (none: lost; more: duplicated);
    history bytes per tool turn; a sample kept for replay.
 
 Then one turn of `--fanout` calls in one conversation, ours and bare (a
 `parallel` bare workflow, as the durable loop runs a turn's calls at once):
-the dev server's CPU per call. And the sample of histories of the first size
-replayed with `temporalio.worker.Replayer`: events per CPU second.
+the dev server's CPU per call, the median of `--fanout-rounds` rounds
+(interleaved; one round's figure varied 3x from run to run). And the
+sample of histories of the first size replayed with
+`temporalio.worker.Replayer`: events per CPU second.
 
 The workers report activity attempts that raised, by type, the SDK's warning
 log records, and the queries the activities sent (`QUERIES_SENT`): an
@@ -56,6 +59,7 @@ import asyncio
 import contextlib
 import json
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -73,6 +77,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions
 from durable_tools.worker.dev_server import DEFAULT_DYNAMIC_CONFIG, DevServer
+from durable_tools.worker.heap_return import HEAP_RETURN_INTERVAL
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 HERE = Path(__file__).resolve().parent
@@ -229,6 +234,17 @@ async def _closed(client: Client, queue: str) -> tuple[int, int]:
     return done.count, closed.count
 
 
+async def _heap_returned(workers: Sequence[WorkerProcess]) -> None:
+    """Wait until each worker has handed memory back since the drain (`HeapReturn`), or 3 checks."""
+    before = [(await w.ask("stats"))["heap returns"] for w in workers]
+    deadline = time.monotonic() + 3 * HEAP_RETURN_INTERVAL
+    for worker, returns in zip(workers, before, strict=True):
+        while (await worker.ask("stats"))["heap returns"] == returns:
+            if time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.2)
+
+
 async def run_phase(
     client: Client, server: DevServer, side: str, n: int, args: Any, *, fanout: int = 0
 ) -> Phase:
@@ -302,6 +318,8 @@ async def run_phase(
             _, closed = await _closed(client, queue)
         if closed - len(warm) >= n:
             phase.drain_seconds = time.monotonic() - drain_start
+        if side == "ours":  # its worker hands freed memory back once traffic falls
+            await _heap_returned(workers)
         stats = await asyncio.gather(*(w.ask("gc") for w in workers))
         memory = [_memory(w.pid) for w in workers]
         phase.rss_after = max(rss for rss, _ in memory)
@@ -450,7 +468,7 @@ async def main(args: Any) -> None:
     """Start a dev server, run each phase, print the report."""
     sizes = [int(s) for s in args.sizes.split(",")]
     results: list[tuple[Phase, Phase | None]] = []
-    fan: tuple[Phase, Phase | None] | None = None
+    fan: tuple[list[Phase], list[Phase]] | None = None  # (ours, bare) by round
     replayed: tuple[float, float | None] | None = None
     async with DevServer(headless=True, dynamic_config=DEFAULT_DYNAMIC_CONFIG) as server:
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
@@ -471,20 +489,19 @@ async def main(args: Any) -> None:
             _print_rows(_rows(ours, bare, args.turns))
             sys.stdout.flush()
         if args.fanout:
-            fan_ours = await run_phase(client, server, "ours", 1, args, fanout=args.fanout)
-            fan_bare = (
-                None
-                if args.skip_bare
-                else await run_phase(client, server, "bare", 1, args, fanout=args.fanout)
-            )
-            fan = (fan_ours, fan_bare)
+            fan = ([], [])
+            for r in range(args.fanout_rounds):  # interleaved, which goes first alternating
+                sides = ["ours"] if args.skip_bare else ["ours", "bare"]
+                for side in sides if r % 2 == 0 else sides[::-1]:
+                    phase = await run_phase(client, server, side, 1, args, fanout=args.fanout)
+                    fan[side == "bare"].append(phase)
     report(args, results, fan, replayed)
 
 
 def report(
     args: Any,
     results: Sequence[tuple[Phase, Phase | None]],
-    fan: tuple[Phase, Phase | None] | None,
+    fan: tuple[list[Phase], list[Phase]] | None,
     replayed: tuple[float, float | None] | None,
 ) -> None:
     """The table: each figure, ours, bare, ratio, goal, met or missed; then the details."""
@@ -502,12 +519,15 @@ def report(
     first_ours, first_bare = results[0]
     rows: list[Row] = []
     if fan is not None:
-        o, b = fan
+        ours_fan, bare_fan = (
+            [p.server_cpu / p.calls * 1000 for p in phases if p.calls] for phases in fan
+        )
         rows.append(
             Row(
-                f"fan-out, 1 turn of {args.fanout} calls: server CPU per call (ms)",
-                o.server_cpu / o.calls * 1000,
-                b and b.server_cpu / b.calls * 1000,
+                f"fan-out, 1 turn of {args.fanout} calls: server CPU per call (ms), "
+                f"median of {args.fanout_rounds}",
+                statistics.median(ours_fan) if ours_fan else None,
+                statistics.median(bare_fan) if bare_fan else None,
                 "<= 1.1",
                 "{:.2f}",
             )
@@ -540,9 +560,8 @@ def report(
             if phase is not None:
                 _details(phase)
     if fan is not None:
-        for phase in fan:
-            if phase is not None:
-                _details(phase)
+        for phase in [*fan[0], *fan[1]]:
+            _details(phase)
 
 
 if __name__ == "__main__":
@@ -561,6 +580,9 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=1, help="worker processes per phase")
     parser.add_argument(
         "--fanout", type=int, default=100, help="calls in the fan-out turn (0: none)"
+    )
+    parser.add_argument(
+        "--fanout-rounds", type=int, default=5, help="fan-out turns per side (the median counts)"
     )
     parser.add_argument("--replay", type=int, default=50, help="conversations replayed per side")
     parser.add_argument("--concurrency", type=int, default=32, help="starts in flight at most")

@@ -13,8 +13,8 @@ not the bench client's. It serves one side:
 Both use the SDK's default worker limits and the same interceptor, which
 counts activity attempts that raised, by type. Once polling, it writes to
 `--ready-file` the port of a TCP server on 127.0.0.1 that answers one JSON line per
-command line, `stats` (the counters), `gc` (`gc.collect()`, then the
-counters) or `trim` (`gc` and glibc's `malloc_trim(0)`). SIGTERM or SIGINT stops it.
+command line, `stats` (the counters) or `gc` (`gc.collect()`, then the
+counters). SIGTERM or SIGINT stops it.
 
 Usage (by `scale.py`):
     python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import gc
 import json
@@ -153,12 +152,6 @@ class _WarningCount(logging.Handler):
         WARNINGS[f"{record.name}: {record.getMessage()[:60]}"] += 1
 
 
-def _trim() -> None:
-    """Hand the heap's free pages back to the system: glibc's `malloc_trim(0)` (else nothing)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
     """The counters, as JSON-ready values."""
     cache = held = None
@@ -183,6 +176,7 @@ def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
         "fallback": {"waited": FALLBACK_QUERIES.waited, "skipped": FALLBACK_QUERIES.skipped},
         "cache": cache,
         "held": held,
+        "heap returns": plugin.heap_return.returns if plugin is not None else 0,
     }
 
 
@@ -226,12 +220,9 @@ async def main(args: argparse.Namespace) -> None:
     async def control(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError):
             while line := (await reader.readline()).strip():
-                if line in (b"gc", b"trim"):
+                if line == b"gc":
                     gc.collect()
-                if line == b"trim":
-                    _trim()
-                known = (b"gc", b"trim", b"stats")
-                answer = stats(plugin) if line in known else {"error": "?"}
+                answer = stats(plugin) if line in (b"gc", b"stats") else {"error": "?"}
                 writer.write(json.dumps(answer).encode() + b"\n")
                 await writer.drain()
         writer.close()

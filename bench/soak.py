@@ -22,8 +22,10 @@ beside its goal:
 - every conversation completed, no activity failed.
 
 `--side bare` runs `bare_loop.py`'s workflow instead, for the same curve
-of plain Temporal. `--trim` asks the worker to hand freed heap back to the
-system with glibc's `malloc_trim(0)` at each sample (only where glibc is).
+of plain Temporal. After the drain, ours is measured once its worker has
+handed freed memory back to the system (`HeapReturn`, which does so once
+the worker holds at most half the runs it held; never under the steady
+load of the soak itself).
 
 Every figure is from this one run on a shared, noisy machine.
 
@@ -42,7 +44,12 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from scale import WorkerProcess, _memory, _start_all  # pyright: ignore[reportPrivateUsage]
+from scale import (  # pyright: ignore[reportPrivateUsage]
+    WorkerProcess,
+    _heap_returned,
+    _memory,
+    _start_all,
+)
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -69,7 +76,7 @@ async def soak(args: Any) -> int:
             )
             for workflow_id, run_id in warm.items():
                 await client.get_workflow_handle(workflow_id, run_id=run_id).result()
-            await worker.ask(args.sample)
+            await worker.ask("gc")
             start_rss = _memory(worker.pid)[0]
             started = time.monotonic()
             curve.append((0, 0.0, start_rss, None))
@@ -93,7 +100,7 @@ async def soak(args: Any) -> int:
                 closed += 1
                 if closed % args.every == 0:
                     async with sampling:
-                        answer = await worker.ask(args.sample)
+                        answer = await worker.ask("gc")
                         rss = _memory(worker.pid)[0]
                         curve.append((closed, time.monotonic() - started, rss, answer.get("held")))
                         print(
@@ -103,7 +110,9 @@ async def soak(args: Any) -> int:
                         )
 
             await asyncio.gather(*(one(k) for k in range(args.conversations)))
-            answer = await worker.ask(args.sample)
+            if args.side == "ours":
+                await _heap_returned([worker])
+            answer = await worker.ask("gc")
             end_rss, peak = _memory(worker.pid)
             stats = answer
         finally:
@@ -160,10 +169,6 @@ if __name__ == "__main__":
     parser.add_argument("--in-flight", type=int, default=50, help="conversations at once")
     parser.add_argument("--every", type=int, default=500, help="closed conversations per sample")
     parser.add_argument("--side", choices=("ours", "bare"), default="ours")
-    parser.add_argument(
-        "--trim", action="store_true", help="malloc_trim(0) at each sample (glibc only)"
-    )
     parsed = parser.parse_args()
     parsed.workers, parsed.max_cached = 1, 1000
-    parsed.sample = "trim" if parsed.trim else "gc"
     sys.exit(asyncio.run(soak(parsed)))

@@ -41,6 +41,7 @@ from durable_tools.redact import Redactor, key_forms, register_secrets, secret_e
 from durable_tools.references import guarded
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.worker.app import App, AppOptions, DepsFactory, app_of
+from durable_tools.worker.heap_return import HeapReturn
 from durable_tools.worker.log_redaction import install_log_redaction
 from durable_tools.worker.search_attributes import check_search_attributes
 from durable_tools.workflows.agent_workflow import AgentWorkflow, StrictAgentWorkflow
@@ -256,6 +257,8 @@ class DurableToolsPlugin(SimplePlugin):
             tool_threads=app.tool_threads,
         )
         self.verifier = DecisionVerifier(decision_keys)
+        self.heap_return = HeapReturn(self.agent_activities.let_go)
+        """Started beside the worker by `run_worker` (`durable_tools.worker.heap_return`)."""
         # After the activities' `ExpectedFailureFilter`, which reads `exc_info`.
         install_log_redaction()
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
@@ -309,6 +312,11 @@ class DurableToolsPlugin(SimplePlugin):
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Check the namespace's search attributes (unless turned off), then run the worker.
 
+        While it runs, `HeapReturn` lets the activities drop what they keep
+        for ended conversations and hands freed memory back to the system
+        once the worker holds at most half the runs it held
+        (`durable_tools.worker.heap_return`; `self.heap_return`).
+
         The worker's log records are scrubbed of secrets
         (`durable_tools.worker.log_redaction`) from here on, as from the
         plugin's construction, for the loggers made in between too.
@@ -330,7 +338,10 @@ class DurableToolsPlugin(SimplePlugin):
                     address=client.service_client.config.target_host,
                     namespace=client.namespace,
                 )
-            await super().run_worker(worker, next)  # the run context, then the worker
+            # Beside the worker: ended conversations' memories go, and freed
+            # memory goes back to the system once traffic falls (heap_return.py).
+            async with self.heap_return.running():
+                await super().run_worker(worker, next)  # the run context, then the worker
         except BaseException:
             if not worker.is_running and not worker.is_shutdown:
                 # Refused before the worker started: mark it shut down, as

@@ -1,0 +1,120 @@
+"""The worker's upkeep: ended conversations' memories go, freed memory goes back once traffic falls.
+
+`HeapReturn` (durable_tools/worker/heap_return.py) against a registry of its
+own and counting stand-ins for the activities' `let_go` and for
+`malloc_trim`: when it returns memory (runs ended, at most half the peak
+held), when it does not (steady load, nothing ended), and that a failing
+check never stops it. bench/soak.py measures what it gives back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+
+import pytest
+
+from durable_tools.live_runs import LiveRuns
+from durable_tools.worker.heap_return import HeapReturn, malloc_trim
+
+
+class _Run:
+    """A stand-in for a registered `AgentWorkflow` run."""
+
+
+class _Counting:
+    def __init__(self) -> None:
+        self.released = 0
+        self.let_go_calls = 0
+        self.trims = 0
+
+    def let_go(self) -> int:
+        self.let_go_calls += 1
+        released, self.released = self.released, 0
+        return released
+
+    def trim(self) -> None:
+        self.trims += 1
+
+
+def _runs(count: int) -> tuple[LiveRuns, list[_Run]]:
+    runs, held = LiveRuns(), [_Run() for _ in range(count)]
+    for k, run in enumerate(held):
+        runs.register(f"wf{k}", "r1", run)  # pyright: ignore[reportArgumentType]
+    return runs, held
+
+
+async def test_memory_goes_back_once_half_the_peak_has_ended() -> None:
+    runs, held = _runs(10)
+    counting = _Counting()
+    upkeep = HeapReturn(counting.let_go, runs=runs, trim=counting.trim)
+    assert not await upkeep.check()  # nothing ended: a steady worker keeps its heap
+    del held[:4]
+    gc.collect()
+    counting.released = 4
+    assert not await upkeep.check()  # 6 of a peak of 10 still held
+    del held[:1]
+    gc.collect()
+    counting.released = 1
+    assert await upkeep.check()  # 5 of 10: half gone
+    assert (counting.trims, upkeep.returns) == (1, 1)
+    assert not await upkeep.check()  # nothing released since
+    del held[:]
+    gc.collect()
+    counting.released = 5
+    assert await upkeep.check()  # the drain: 0 of the new peak of 5
+    assert counting.trims == 2 and counting.let_go_calls == 5
+
+
+async def test_a_worker_under_steady_load_never_trims() -> None:
+    runs, held = _runs(8)
+    counting = _Counting()
+    upkeep = HeapReturn(counting.let_go, runs=runs, trim=counting.trim)
+    for k in range(50):  # each run that ends is followed by a new one
+        held.pop(0)
+        new = _Run()
+        runs.register(f"new{k}", "r1", new)  # pyright: ignore[reportArgumentType]
+        held.append(new)
+        gc.collect()
+        counting.released = 1
+        assert not await upkeep.check()
+    assert counting.trims == 0 and counting.let_go_calls == 50
+
+
+async def test_without_a_trim_it_still_lets_go() -> None:
+    runs, held = _runs(2)
+    counting = _Counting()
+    upkeep = HeapReturn(counting.let_go, runs=runs, trim=None)
+    del held[:]
+    gc.collect()
+    counting.released = 2
+    assert not await upkeep.check()
+    assert counting.let_go_calls == 1 and upkeep.returns == 0
+
+
+async def test_a_failing_check_is_logged_and_the_upkeep_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls = 0
+    checked = asyncio.Event()
+
+    def let_go() -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a cache could not let go")
+        checked.set()
+        return 0
+
+    upkeep = HeapReturn(let_go, runs=LiveRuns(), trim=None, interval=0.001)
+    async with upkeep.running():
+        await checked.wait()
+    assert calls >= 2
+    assert "could not return freed memory" in caplog.text
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_glibc_trim_is_found_and_runs() -> None:
+    assert malloc_trim is not None
+    malloc_trim()
