@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install format lint typecheck test test-local-model demo dist bench bench-long bench-scale bench-schedules chromium
+.PHONY: install format lint typecheck test test-local-model demo dist bench bench-long bench-scale bench-soak bench-schedules chromium
 
 # constraints.txt pins what the dev extras resolve to (see its header).
 $(STAMP): pyproject.toml constraints.txt
@@ -80,6 +80,10 @@ bench-long: $(STAMP)
 # drained). `--workers 3` for three worker processes per side.
 bench-scale: $(STAMP)
 	$(PY) bench/scale.py --sizes 100,500,2000 --window 300
+
+# Issue 26, item 4: a worker's RSS over 20,000 conversations, one after another.
+bench-soak: $(STAMP)
+	$(PY) bench/soak.py --conversations 20000 --every 1000
 
 # Issue 22's acceptance property, at length: random schedules of messages,
 # decisions, answers, worker restarts, new worker versions and storage faults
