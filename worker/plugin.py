@@ -254,6 +254,7 @@ class DurableToolsPlugin(SimplePlugin):
             max_payload_bytes=app.storage.max_payload_bytes if app.storage is not None else None,
             context_strategies=app.context_strategies,
             tool_threads=app.tool_threads,
+            policies=app.policies,
         )
         self.verifier = DecisionVerifier(decision_keys)
         # After the activities' `ExpectedFailureFilter`, which reads `exc_info`.
