@@ -68,24 +68,26 @@ class Rule(BaseModel):
     Attributes:
         id: The rule's id, recorded with every verdict it gives (e.g.
             `refund-large`); unique within its policy.
-        when: A CEL condition over the inputs (`PolicyInput`); must give a bool.
+        when: A CEL condition over the inputs (`PolicyInput`); must give a
+            bool. At most 4,000 characters (it is recorded with each verdict).
         outcome: `run`, `approve` or `deny`.
         groups: For `approve`: who may approve. `finance` means
             `group:finance`; `user:ana` is one person. Default none: the
             tool's own approvers (`@tool(approvers=...)`), else anyone.
         quorum: For `approve`: distinct approvers needed (default 1). The
             same person approving twice counts once.
-        reason: Shown to approvers; for `deny`, the model reads it.
+        reason: Shown to approvers; for `deny`, the model reads it (at most
+            1,000 characters).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(min_length=1, max_length=100)
-    when: str = Field(min_length=1)
+    when: str = Field(min_length=1, max_length=4000)
     outcome: PolicyOutcome
     groups: tuple[str, ...] = ()
     quorum: int = Field(default=1, ge=1, le=100)
-    reason: str = ""
+    reason: str = Field(default="", max_length=1000)
 
     def approvers(self) -> list[str]:
         """`groups` as approver names (`finance` → `group:finance`)."""
