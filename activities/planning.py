@@ -168,22 +168,25 @@ def _plan(
         kind = "unknown" if found is None else found.kind
         return PlannedCall(**base, kind=kind, failure=prepared)
     tool = prepared.tool
-    try:
-        transcript = () if isinstance(tool.needs_approval, bool) else history()
-        gated = tool.requires_approval(
-            prepared.input,
-            ApprovalContext(call_id=call.call_id, tool=call.name, transcript=transcript),
-        )
-    except Exception as exc:
-        reason = f"needs_approval raised {type(exc).__name__}: {exc}"
-        return PlannedCall(**base, kind="local", failure=failed(call, "execution_error", reason))
-    approvers = list(tool.approvers)
+    # An approval policy decides first; the tool's own `needs_approval` only
+    # when none does (so a policy also spares a `needs_approval` function).
     verdict = policies.verdict(call, tool) if policies is not None else None
     if verdict is not None:
         if verdict.outcome == "deny":
             return PlannedCall(**base, kind="local", failure=_denial(call, verdict), policy=verdict)
-        gated = verdict.outcome == "approve"
-        approvers = verdict.approvers
+        gated, approvers = verdict.outcome == "approve", verdict.approvers
+    else:
+        approvers = list(tool.approvers)
+        try:
+            transcript = () if isinstance(tool.needs_approval, bool) else history()
+            gated = tool.requires_approval(
+                prepared.input,
+                ApprovalContext(call_id=call.call_id, tool=call.name, transcript=transcript),
+            )
+        except Exception as exc:
+            reason = f"needs_approval raised {type(exc).__name__}: {exc}"
+            failure = failed(call, "execution_error", reason)
+            return PlannedCall(**base, kind="local", failure=failure)
     # The defaults follow the effect: an approved call runs at most once unless
     # the tool is idempotent or chose its own retries (Tool.retry_policy_for).
     retry = tool.retry_policy_for(gated=gated)
