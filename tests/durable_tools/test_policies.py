@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable_tools._wire import PlannedCall
+from durable_tools._wire import CarriedCall, PlannedCall
 from durable_tools.approvals import Decision, call_digest
 from durable_tools.conversation import ConversationOptions
 from durable_tools.errors import ConfigurationError
@@ -186,3 +186,20 @@ def test_one_denial_decides_a_quorum_call() -> None:
     book.take(_decision(plan, "ana"))
     book.take(_decision(plan, "ana", approved=False))
     assert book.decisions["c1"].approved is False
+
+
+def test_a_partial_quorum_is_carried_across_continue_as_new() -> None:
+    book, _ = _book()
+    plan = _plan(2)
+    book.register_approval(plan)
+    book.take(_decision(plan, "ana"))
+    carried = CarriedCall.model_validate_json(
+        CarriedCall(plan=plan, **book.waits_of("c1")).model_dump_json()
+    )
+    after, _ = _book()
+    after.restore(carried)
+    assert after.approvals["c1"].approved_by == ["ana"] and "c1" not in after.decisions
+    problem = after.decision_problem(_decision(plan, "ana"))
+    assert problem is not None and "already approved" in problem
+    after.take(_decision(plan, "bob"))
+    assert after.decisions["c1"].decided_by == "bob"

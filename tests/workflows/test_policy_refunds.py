@@ -27,6 +27,7 @@ from durable_tools import ToolContext, Toolkit, tool
 from durable_tools.agents import Agent
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
+from durable_tools.errors import DecisionRejected
 from durable_tools.policies import Policy
 from durable_tools.policy_verdict import explain_verdict
 from durable_tools.testing import ScriptedModel
@@ -109,7 +110,11 @@ async def approval(conversations: Conversations, workflow_id: str, call_id: str)
 
 
 async def approve(
-    conversations: Conversations, workflow_id: str, pending: PendingApproval, who: str
+    conversations: Conversations,
+    workflow_id: str,
+    pending: PendingApproval,
+    who: str,
+    wait: bool = False,
 ) -> None:
     await conversations.approve(
         workflow_id,
@@ -119,6 +124,7 @@ async def approve(
         groups=["finance"],
         sign_with=KEY,
         instance=pending.instance,
+        wait=wait,
     )
 
 
@@ -197,7 +203,9 @@ async def test_very_large_refund_needs_two_people_and_one_person_counts_once(
             return now if now.approved_by == ["ana"] else None
 
         await eventually(counted, what="ana's approval counted")
-        await approve(conversations, workflow_id, pending, "ana")  # the same person again
+        with pytest.raises(DecisionRejected, match="each person counts once"):
+            await approve(conversations, workflow_id, pending, "ana", wait=True)  # the update
+        await approve(conversations, workflow_id, pending, "ana")  # the signal: recorded
 
         async def refused() -> bool:
             state = await conversations.pending(workflow_id)
