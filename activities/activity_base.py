@@ -49,6 +49,7 @@ from durable_tools.conversation import AgentConfig
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.live_runs import LIVE_RUNS, LiveRun, Reads
 from durable_tools.models.base import Model
+from durable_tools.policies import Policy
 from durable_tools.redact import Redactor
 from durable_tools.results import ToolCall
 from durable_tools.tool_threads import ToolThreads
@@ -155,6 +156,7 @@ class ActivitiesBase:
         max_payload_bytes: int | None = None,
         context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
         tool_threads: int | None = None,
+        policies: Mapping[str, Policy] | None = None,
     ) -> None:
         # An expected model failure: one line on the console (`failure_log.py`).
         install_expected_failure_filter()
@@ -164,6 +166,7 @@ class ActivitiesBase:
         self.toolkits = dict(toolkits)
         self.models = dict(models)
         self.agents = dict(agents or {})
+        self.policies = dict(policies or {})
         self.context = ContextWindow(context_strategies)
         check_agents(
             self.agents,

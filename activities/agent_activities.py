@@ -64,6 +64,8 @@ class AgentActivities(ModelActivity, ToolActivity):
             of the worker's pool (`durable_tools.tool_threads`); `None`
             (default): the worker's `max_concurrent_activities` (the plugin
             sets it when the worker is built), else 100.
+        policies: Default approval policies by toolkit name and by
+            `mcp:SERVER` (`App.policies`; default none).
 
     Raises:
         ConfigurationError: A declared agent is one the worker cannot serve

@@ -31,6 +31,7 @@ from durable_tools.activities.activity_base import (
     remember,
 )
 from durable_tools.activities.activity_events import ActivityEvents
+from durable_tools.activities.call_policies import CallPolicies
 from durable_tools.activities.context_window import SummaryCheckpoint
 from durable_tools.activities.failure_log import expected_failure, mark_expected, one_line
 from durable_tools.activities.model_output import safe_turn
@@ -51,6 +52,7 @@ from durable_tools.models.base import Model, ModelRequest
 from durable_tools.models.errors import CONTEXT_LENGTH_EXCEEDED, bounded_failure
 from durable_tools.models.registry import resolve_model
 from durable_tools.models.streaming import text_sink
+from durable_tools.policies import Policy
 from durable_tools.results import ToolCall, failed
 from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit
@@ -83,6 +85,31 @@ class ModelActivity(ActivitiesBase):
             view = Toolkit(*(t for t in base if t.name != finish.name), finish, label=base.label)
             cached = self._with_output[key] = (base, view)
         return cached[1]
+
+    def _call_policies(
+        self, agent: ResolvedAgent, request: ModelTurnRequest, transcript: list[TranscriptItem]
+    ) -> CallPolicies | None:
+        """The approval policies of this turn's calls (`None`: none apply)."""
+        ordered = [p for p in (agent.policy, self.policies.get(agent.toolkit)) if p is not None]
+        mcp = self.mcp
+        if not ordered and (mcp is None or not self.policies):
+            return None
+
+        def policies_for(tool: str) -> list[Policy]:
+            server = mcp.server_of(tool) if mcp is not None else None
+            extra = self.policies.get(f"mcp:{server.name}") if server is not None else None
+            return [*ordered, extra] if extra is not None else ordered
+
+        def trusted(tool: str) -> bool:
+            server = mcp.server_of(tool) if mcp is not None else None
+            return server is None or server.trust_annotations
+
+        conversation = {
+            "team": request.team or "",
+            "agent": agent.name,
+            "workflow_id": request.workflow_id,
+        }
+        return CallPolicies(policies_for, transcript, conversation, trusted)
 
     def _descriptors_of(self, toolkit: Toolkit) -> tuple[list[ToolDescriptor], str]:
         """The toolkit's descriptors (a new list of the same frozen descriptors) and digest.
@@ -375,6 +402,9 @@ class ModelActivity(ActivitiesBase):
             message=message,
             max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
             redact=self.redact,
+            policies=self._call_policies(agent, request, transcript)
+            if message.tool_calls
+            else None,
         )
         for index, problem in enumerate(problems):
             if problem is not None:

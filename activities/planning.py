@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from durable_tools._wire import MAX_LOCAL_CALLS_PER_TURN, PlannedCall
+from durable_tools.activities.call_policies import CallPolicies
 from durable_tools.approvals import call_digest
 from durable_tools.arguments import (
     DEFAULT_MAX_ARGUMENT_BYTES,
@@ -22,6 +23,7 @@ from durable_tools.arguments import (
     summarize_call,
 )
 from durable_tools.executor import prepare_call
+from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.results import Failure, ToolCall, failed
 from durable_tools.schema import SchemaViolation
 from durable_tools.signals import SignalAction
@@ -42,6 +44,7 @@ def plan_calls(
     message: TranscriptItem | None = None,
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     redact: Callable[[str], str] | None = None,
+    policies: CallPolicies | None = None,
 ) -> list[PlannedCall]:
     """Plan each call of a turn: kind, early failure, approval, options.
 
@@ -58,6 +61,10 @@ def plan_calls(
         redact: Applied to each call's summary (`shown_summary`), which
             Temporal's Web UI shows as the tool activity's summary and
             approvers read (default: none).
+        policies: The approval policies of this turn (default none: each
+            tool's own `needs_approval`). A local tool's call gets the
+            first verdict (`PlannedCall.policy`): `run`, `approve` (its
+            approvers and quorum) or `deny` (a `Failure` of kind `denied`).
 
     Returns:
         One `PlannedCall` per call, in order. Calls of tools declared
@@ -74,7 +81,7 @@ def plan_calls(
             made.append((*transcript, message) if message is not None else tuple(transcript))
         return made[0]
 
-    plans = [_plan(toolkit, call, history, max_argument_bytes, redact) for call in calls]
+    plans = [_plan(toolkit, call, history, max_argument_bytes, redact, policies) for call in calls]
     local = [i for i, plan in enumerate(plans) if plan.local]
     for n, i in enumerate(local):
         # A local activity cannot heartbeat: the loss of its worker is
@@ -116,6 +123,7 @@ def _plan(
     history: Callable[[], tuple[Any, ...]],
     max_argument_bytes: int,
     redact: Callable[[str], str] | None,
+    policies: CallPolicies | None,
 ) -> PlannedCall:
     base: dict[str, Any] = {
         "call": call,
@@ -160,15 +168,25 @@ def _plan(
         kind = "unknown" if found is None else found.kind
         return PlannedCall(**base, kind=kind, failure=prepared)
     tool = prepared.tool
-    try:
-        transcript = () if isinstance(tool.needs_approval, bool) else history()
-        gated = tool.requires_approval(
-            prepared.input,
-            ApprovalContext(call_id=call.call_id, tool=call.name, transcript=transcript),
-        )
-    except Exception as exc:
-        reason = f"needs_approval raised {type(exc).__name__}: {exc}"
-        return PlannedCall(**base, kind="local", failure=failed(call, "execution_error", reason))
+    # An approval policy decides first; the tool's own `needs_approval` only
+    # when none does (so a policy also spares a `needs_approval` function).
+    verdict = policies.verdict(call, tool) if policies is not None else None
+    if verdict is not None:
+        if verdict.outcome == "deny":
+            return PlannedCall(**base, kind="local", failure=_denial(call, verdict), policy=verdict)
+        gated, approvers = verdict.outcome == "approve", verdict.approvers
+    else:
+        approvers = list(tool.approvers)
+        try:
+            transcript = () if isinstance(tool.needs_approval, bool) else history()
+            gated = tool.requires_approval(
+                prepared.input,
+                ApprovalContext(call_id=call.call_id, tool=call.name, transcript=transcript),
+            )
+        except Exception as exc:
+            reason = f"needs_approval raised {type(exc).__name__}: {exc}"
+            failure = failed(call, "execution_error", reason)
+            return PlannedCall(**base, kind="local", failure=failure)
     # The defaults follow the effect: an approved call runs at most once unless
     # the tool is idempotent or chose its own retries (Tool.retry_policy_for).
     retry = tool.retry_policy_for(gated=gated)
@@ -178,7 +196,8 @@ def _plan(
         kind="local",
         needs_approval=gated,
         approval_deadline=tool.approval_deadline,
-        approvers=list(tool.approvers) if gated else [],
+        approvers=approvers if gated else [],
+        policy=verdict,
         timeout=tool.timeout,
         heartbeat_timeout=tool.heartbeat_timeout,
         max_attempts=1 if at_most_once else retry.max_attempts,
@@ -189,6 +208,14 @@ def _plan(
         non_retryable_error_types=list(retry.non_retryable_error_types),
         local=tool.local and not at_most_once,  # see plan_calls
     )
+
+
+def _denial(call: ToolCall, verdict: PolicyVerdict) -> Failure:
+    """The `Failure` the model reads for a call its policy denies."""
+    reason = f"denied by policy {verdict.policy!r} (rule {verdict.rule or 'default'})"
+    if verdict.reason:
+        reason += f": {verdict.reason}"
+    return failed(call, "denied", reason + "; the tool did not run")
 
 
 def _one_line(exc: ValidationError) -> str:

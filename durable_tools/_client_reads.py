@@ -13,7 +13,7 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowS
 from temporalio.converter import PayloadConverter
 
 from durable_tools._client_support import ConversationsBase, OutputT
-from durable_tools._wire import TRANSCRIPT_QUERY
+from durable_tools._wire import MODEL_TURN_ACTIVITY, TRANSCRIPT_QUERY, ModelTurn
 from durable_tools.conversation import (
     ConversationResult,
     ConversationStatus,
@@ -23,6 +23,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.errors import NoFinalOutput
 from durable_tools.events import EVENTS_TOPIC, ConversationEvent
+from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.transcript import TranscriptItem
 from durable_tools.transcript_reader import (
     QUERY_PAGE_BYTES,
@@ -34,6 +35,9 @@ from durable_tools.transcript_reader import (
 # What `transcript_slice` answers: a page, or a list from older workflow code.
 _TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
 
+# Runs `policy_verdict` reads back through continue-as-new before it gives up.
+_MAX_RUNS_READ = 100
+
 # The Workflow Streams poll, as a query: it answers at once from the retained log.
 _STREAM_POLL = "__temporal_workflow_stream_poll"
 
@@ -44,6 +48,55 @@ class ConversationReads(ConversationsBase):
     async def pending(self, workflow_id: str) -> PendingState:
         """What the conversation waits for (query; needs a running worker)."""
         return await self._handle(workflow_id).query("pending", result_type=PendingState)
+
+    async def policy_verdict(self, workflow_id: str, call_id: str) -> PolicyVerdict | None:
+        """Which approval policy version and rule decided a call, as its history records it.
+
+        Reads the workflow's history (no worker needed), newest run first,
+        back through continue-as-new, for the model turn that planned the
+        call (`durable-tools policy explain ID CALL` prints it with
+        `durable_tools.policy_verdict.explain_verdict`).
+
+        Args:
+            workflow_id: The conversation's workflow id.
+            call_id: The tool call's id.
+
+        Returns:
+            The recorded verdict, or `None` when no policy decided the call
+            (the tool's own `needs_approval` did) or no such call was planned.
+
+        Raises:
+            temporalio.service.RPCError: The conversation does not exist
+                (`NOT_FOUND`) or the server cannot be reached.
+        """
+        run_id: str | None = None
+        for _ in range(_MAX_RUNS_READ):
+            handle = self.client.get_workflow_handle(workflow_id, run_id=run_id)
+            history = await handle.fetch_history()
+            scheduled: set[int] = set()
+            previous = ""
+            for event in history.events:
+                if event.HasField("workflow_execution_started_event_attributes"):
+                    started = event.workflow_execution_started_event_attributes
+                    previous = started.continued_execution_run_id
+                elif event.HasField("activity_task_scheduled_event_attributes"):
+                    attributes = event.activity_task_scheduled_event_attributes
+                    if attributes.activity_type.name == MODEL_TURN_ACTIVITY:
+                        scheduled.add(event.event_id)
+                elif event.HasField("activity_task_completed_event_attributes"):
+                    completed = event.activity_task_completed_event_attributes
+                    if completed.scheduled_event_id not in scheduled:
+                        continue
+                    [turn] = await self.client.data_converter.decode(
+                        completed.result.payloads, [ModelTurn]
+                    )
+                    for plan in cast(ModelTurn, turn).plans:
+                        if plan.call.call_id == call_id:
+                            return plan.policy
+            if not previous:
+                return None
+            run_id = previous
+        return None
 
     async def history(
         self, workflow_id: str, *, start: int = 0, limit: int | None = None

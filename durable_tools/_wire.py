@@ -42,6 +42,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
+from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
@@ -134,6 +135,10 @@ class PlannedCall(BaseModel):
         local: Run the call as a Temporal local activity (`Tool.local`);
             `False` (the default, left out when recorded) in every history
             recorded before local activities, so those replay unchanged.
+        policy: What the approval policy decided (`durable_tools.policies`):
+            its version and rule; for `approve`, `approvers` holds its groups
+            and the verdict its quorum. `None` (left out when recorded): no
+            policy decided, the tool's own `needs_approval` did.
     """
 
     call: ToolCall
@@ -155,6 +160,7 @@ class PlannedCall(BaseModel):
     answer_schema: dict[str, Any] | None = None
     at_most_once: bool = False
     local: bool = False
+    policy: PolicyVerdict | None = None
 
 
 class DeltaEntry(BaseModel):
@@ -220,6 +226,9 @@ class ModelTurnRequest(BaseModel):
         delta: The items appended since the run's previous model turn, by
             reference where an activity returned them, so a worker that ran
             the previous turn needs no query (`None`: read by query).
+        team: The conversation's team (`durable_tools.teams.TEAM`), which
+            approval policies see as `conversation.team`; `None`: no team
+            (and every request recorded before policies).
 
     `agent` is set in a run's first request and after a handoff (the worker
     keeps it by `agent_name`), in requests recorded before configurations were
@@ -236,6 +245,7 @@ class ModelTurnRequest(BaseModel):
     transcript: list[TranscriptItem] | None = None
     agent_name: str = ""
     delta: TranscriptDelta | None = None
+    team: str | None = None
 
 
 _MISSING = object()

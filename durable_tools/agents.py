@@ -71,6 +71,7 @@ from pydantic import BaseModel
 from durable_tools.context import ContextPolicy, check_policy
 from durable_tools.conversation import AgentConfig, MessagesSupersede
 from durable_tools.errors import ConfigurationError
+from durable_tools.policies import Policy
 
 __all__ = [
     "MAX_VARIABLE_CHARS",
@@ -150,6 +151,11 @@ class Agent:
             `None`: the conversation's `ConversationOptions.messages_supersede`
             (itself `"deciders"` by default). Reported to the workflow with
             each model turn (`PendingState.messages_supersede`).
+        policy: The agent's approval policy (`durable_tools.policies.Policy`):
+            CEL rules that run, gate (by groups, with a quorum) or deny its
+            tool calls, before the toolkit's and MCP servers' defaults
+            (`App.policies`). Default `None`: those defaults, then each
+            tool's own `needs_approval`.
 
     Raises:
         ConfigurationError: The instructions are not a valid template, or
@@ -165,6 +171,7 @@ class Agent:
     context: ContextPolicy = field(default_factory=ContextPolicy)
     allow: AgentOverrides = field(default_factory=AgentOverrides)
     messages_supersede: MessagesSupersede | None = None
+    policy: Policy | None = None
 
     def __post_init__(self) -> None:
         """Check the instructions template against the declared variables."""
@@ -194,6 +201,7 @@ class ResolvedAgent:
         output_type: The final output's type, or `None`.
         context: The context policy.
         messages_supersede: The agent's `messages_supersede`, or `None`.
+        policy: The agent's approval policy, or `None`.
     """
 
     name: str
@@ -204,6 +212,7 @@ class ResolvedAgent:
     output_type: type[BaseModel] | None = None
     context: ContextPolicy = field(default_factory=ContextPolicy)
     messages_supersede: MessagesSupersede | None = None
+    policy: Policy | None = None
 
 
 def template_variables(template: str) -> list[str]:
@@ -321,6 +330,7 @@ def resolve_agent(
         output_type=agent.output_type,
         context=context,
         messages_supersede=agent.messages_supersede,
+        policy=agent.policy,
     )
 
 

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from durable_tools.context import ContextPolicy
+from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.transcript import TranscriptItem, Usage
 
 __all__ = [
@@ -310,6 +311,11 @@ class PendingApproval(BaseModel):
             signed decision must carry (`Decision.instance`) and was made
             within (`requested_at` to `deadline`, ± 5 minutes); empty in
             conversations started before decisions were bound to their wait.
+        policy: The approval policy's verdict that gated the call (policy,
+            version, rule, condition; `durable_tools.policy_verdict`), or
+            `None` when the tool's own `needs_approval` did.
+        quorum: Distinct approvers needed before the call runs (default 1).
+        approved_by: Who approved so far, each once, while fewer than `quorum` did.
     """
 
     call_id: str
@@ -322,6 +328,9 @@ class PendingApproval(BaseModel):
     approvers: list[str] = Field(default_factory=list[str])
     signed: bool = False
     instance: str = ""
+    policy: PolicyVerdict | None = None
+    quorum: int = 1
+    approved_by: list[str] = Field(default_factory=list[str])
 
 
 class PendingInteraction(BaseModel):

@@ -17,7 +17,7 @@ oldest retained one).
 The kinds (`EventKind`) and their fields are listed in docs/observability.md:
 messages, turns (with usage), model failures and retries, tool calls
 (scheduled, attempt started, progress, failed, finished with the outcome
-kind, attempts and duration), model text deltas, approvals (requested,
+kind, attempts and duration), model text deltas, approvals (requested, counted toward a quorum,
 decided, expired, rejected), questions (asked, answered), pauses and
 resumes, the conversation's end. Who did it is in `sent_by` (messages,
 answers, resumes, retries, a cancel) or `decided_by` (decisions).
@@ -30,6 +30,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
+from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.transcript import Usage
 
 __all__ = [
@@ -103,6 +104,7 @@ EventKind = Literal[
     "tool_call_finished",
     "approval_requested",
     "approval_decided",
+    "approval_counted",
     "approval_expired",
     "approval_rejected",
     "question_asked",
@@ -150,6 +152,9 @@ class ConversationEvent(BaseModel):
         text: A user message, the model's text (bounded by `MAX_EVENT_TEXT`),
             a tool's progress as JSON (bounded the same), or the next piece of
             the model's text (`model_text_delta`, up to `MAX_DELTA_TEXT`).
+        policy: The approval policy's verdict (policy version, rule,
+            outcome) on `approval_requested` of a call a policy gated and on
+            `tool_call_finished` of a call a policy denied.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -173,6 +178,7 @@ class ConversationEvent(BaseModel):
     usage: Usage | None = None
     calls: int | None = None
     text: str | None = None
+    policy: PolicyVerdict | None = None
 
     @model_serializer(mode="wrap")
     def _without_nones(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.mcp import McpServerConfig
 from durable_tools.models.base import Model
+from durable_tools.policies import Policy
 from durable_tools.storage import PayloadStorage
 from durable_tools.testing import ScriptedModel, terminate_running
 from durable_tools.toolkit import Toolkit
@@ -224,6 +225,7 @@ async def running(
     scripts_dir: Path | None = None,
     storage: PayloadStorage | None = None,
     tool_threads: int | None = None,
+    policies: Mapping[str, Policy] | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
@@ -248,6 +250,7 @@ async def running(
         scripts_dir=scripts_dir,
         storage=storage,
         tool_threads=tool_threads,
+        policies=policies,
     )
     client = Client(**{**env.client.config(), "plugins": [plugin]})
     harness = Harness(

@@ -29,6 +29,7 @@ from durable_tools.decision_keys import VerifyingKey, check_verifying_keys
 from durable_tools.errors import ConfigurationError
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.models.base import Model
+from durable_tools.policies import Policy
 from durable_tools.specs import attribute_of, put_on_path, split_spec
 from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit
@@ -114,6 +115,10 @@ class App:
             whose call was cancelled counts until its tool returns). `None`
             (default): the worker's activity slots
             (`max_concurrent_activities`), else 100.
+        policies: Default approval policies (`durable_tools.policies.Policy`)
+            by toolkit name, and by `mcp:SERVER` for an MCP server's tools;
+            an agent's own `Agent.policy` comes first (docs/policies.md).
+            Default none.
 
     Example:
         ```python
@@ -154,6 +159,7 @@ class App:
         default_factory=dict[str, ContextStrategyFunction]
     )
     tool_threads: int | None = None
+    policies: Mapping[str, Policy] = field(default_factory=dict[str, Policy])
 
     def __post_init__(self) -> None:
         """Check the agents against the toolkits, models and strategies (`check_agents`)."""
@@ -186,9 +192,10 @@ class AppOptions(TypedDict, total=False):
     storage: PayloadStorage | None
     context_strategies: Mapping[str, ContextStrategyFunction] | None
     tool_threads: int | None
+    policies: Mapping[str, Policy] | None
 
 
-_NONE_IS_EMPTY = frozenset({"toolkits", "models", "agents", "context_strategies"})
+_NONE_IS_EMPTY = frozenset({"toolkits", "models", "agents", "context_strategies", "policies"})
 """Fields whose keyword argument `None` means none (`run_worker` and the plugin
 took `None` for `agents` and `context_strategies` before they took an `App`)."""
 
@@ -333,7 +340,20 @@ def load_app(spec: str, *, app_dir: str | None = ".") -> App:
         context_strategies=_context_strategies(spec, getattr(found, "context_strategies", None)),
         tool_threads=_tool_threads(spec, getattr(found, "tool_threads", None)),
         mcp_servers=_mcp_servers(spec, getattr(found, "mcp_servers", None)),
+        policies=_policies(spec, getattr(found, "policies", None)),
     )
+
+
+def _policies(spec: str, value: object) -> dict[str, Policy]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(p, Policy) for p in cast(Mapping[object, object], value).values()
+    ):
+        raise ConfigurationError(
+            f"policies of {spec!r} is not a mapping of name to durable_tools.policies.Policy"
+        )
+    return {str(k): v for k, v in cast(Mapping[object, Policy], value).items()}
 
 
 def _mcp_servers(spec: str, value: object) -> list[McpServerConfig]:

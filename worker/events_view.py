@@ -17,6 +17,7 @@ import re
 from typing import Final
 
 from durable_tools.events import ConversationEvent
+from durable_tools.policy_verdict import explain_verdict
 
 __all__ = ["EventPrinter", "event_line", "printable"]
 
@@ -55,6 +56,8 @@ def event_line(event: ConversationEvent) -> str:
         parts.append(f"{event.calls} tool call{'s' if event.calls > 1 else ''}")
     line = printable(" ".join(parts))
     detail = event.reason or event.text
+    if not detail and event.policy is not None:
+        detail = explain_verdict(event.policy)
     if detail:
         line += ": " + printable(" ".join(detail.split()))[:200]
     return line

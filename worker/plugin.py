@@ -255,6 +255,7 @@ class DurableToolsPlugin(SimplePlugin):
             max_payload_bytes=app.storage.max_payload_bytes if app.storage is not None else None,
             context_strategies=app.context_strategies,
             tool_threads=app.tool_threads,
+            policies=app.policies,
         )
         self.verifier = DecisionVerifier(decision_keys)
         self.heap_return = HeapReturn(self.agent_activities.let_go)

@@ -25,6 +25,7 @@ from durable_tools.conversation import (
     PendingState,
     SendMessage,
 )
+from durable_tools.policy_verdict import explain_verdict
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, UserMessage
 from durable_tools.worker.answer_fields import MAX_FIELDS, answer_fields
 
@@ -94,6 +95,21 @@ def _pretty_json(text: str) -> str:
         return text
 
 
+def approval_policy_line(approval: PendingApproval) -> str:
+    """What gated an approval and how far its quorum is (`""` when no policy gated it).
+
+    E.g. `needs 2 distinct finance approvals: args.amount_cents > 100000, rule
+    refund-two (policy refunds sha256:…); approved by ana (1 of 2)`.
+    """
+    if approval.policy is None:
+        return ""
+    line = explain_verdict(approval.policy)
+    if approval.quorum > 1:
+        who = ", ".join(approval.approved_by) or "nobody yet"
+        line += f"; approved by {who} ({len(approval.approved_by)} of {approval.quorum})"
+    return line
+
+
 def render_pending(state: PendingState) -> Group:
     """Tables of pending approvals, interactions, a pause and rejected decisions.
 
@@ -120,6 +136,9 @@ def render_pending(state: PendingState) -> Group:
                 a.arguments_hash,
             )
         parts.append(table)
+        parts += [
+            Text(f"{a.call_id}: {approval_policy_line(a)}") for a in state.approvals if a.policy
+        ]
     if state.interactions:
         table = Table(title="Questions", title_justify="left")
         for column in ("call id", "tool", "arguments", "deadline", "digest"):

@@ -197,12 +197,15 @@ class DecisionBook:
         call_id = plan.call.call_id
         request = self._request(plan)
         instance = self._instance_of(request["requested_at"])
+        verdict = plan.policy
         self.approvals[call_id] = PendingApproval(
             **request,
             summary=plan.summary,
             approvers=plan.approvers,
             signed=bool(plan.approvers) or self.options.require_signed_decisions,
             instance=instance,
+            policy=verdict,
+            quorum=verdict.quorum if verdict is not None and verdict.outcome == "approve" else 1,
         )
         return self.early_decisions.pop(call_id, None)
 
@@ -235,6 +238,14 @@ class DecisionBook:
             mismatch = digest_problem(call_id, pending.arguments_hash, decision)
             if mismatch is not None:
                 return mismatch
+            if decision.approved and clean_text(decision.decided_by, MAX_ID_CHARS) in (
+                pending.approved_by
+            ):
+                return (
+                    f"{clean_text(decision.decided_by, MAX_ID_CHARS)!r} already approved call "
+                    f"{call_id!r}; each person counts once ({len(pending.approved_by)} of "
+                    f"{pending.quorum} distinct approvals)"
+                )
             if not pending.signed:
                 return None
             if not decision.signature:
@@ -337,7 +348,7 @@ class DecisionBook:
         elif problem is None:
             problem = await self.checked(decision)
         if problem is None:
-            self.decisions[decision.call_id] = decision
+            self.take(decision)
         else:
             self.reject(decision.call_id, problem, decision.decided_by, signal, received)
 
@@ -376,8 +387,35 @@ class DecisionBook:
                 raise ApplicationError(
                     clean_text(problem), type="DecisionRejected", non_retryable=True
                 )
-        self.decisions[decision.call_id] = decision
+        self.take(decision)
         return DecisionReceipt(call_id=decision.call_id)
+
+    def take(self, decision: Decision) -> None:
+        """Apply a decision that passed its checks: it decides the call or counts to its quorum.
+
+        A denial decides at once. An approval of a call whose policy asks for
+        `quorum` distinct approvers is counted (`PendingApproval.approved_by`,
+        carried across continue-as-new with the wait); the one that reaches
+        the quorum decides. `decision_problem` refuses a second approval by
+        the same `decided_by`, so a person counts once.
+        """
+        call_id = decision.call_id
+        pending = self.approvals.get(call_id)
+        if pending is None or not decision.approved or pending.quorum <= 1:
+            self.decisions[call_id] = decision
+            return
+        approved = [*pending.approved_by, clean_text(decision.decided_by, MAX_ID_CHARS)]
+        self.approvals[call_id] = pending.model_copy(update={"approved_by": approved})
+        if len(approved) >= pending.quorum:
+            self.decisions[call_id] = decision
+            return
+        self._event(
+            "approval_counted",
+            call_id=call_id,
+            tool=pending.tool,
+            decided_by=clean_text(decision.decided_by, MAX_ID_CHARS),
+            outcome=f"{len(approved)} of {pending.quorum}",
+        )
 
     # --------------------------------------------------------- interactions
 

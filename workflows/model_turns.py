@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.arguments import SUMMARY_LIMIT
     from durable_tools.conversation import AgentConfig, ConversationOptions, ModelFailure
+    from durable_tools.teams import TEAM
     from durable_tools.transcript import TranscriptItem, Usage
 
 __all__ = ["MODEL_FAILED_PATCH", "ModelTurns", "add_usage", "turn_summary"]
@@ -207,6 +208,7 @@ class ModelTurns:
             known_digest=known_digest,
             transcript=list(transcript) if inline else None,
             delta=None if inline else delta(),
+            team=info.typed_search_attributes.get(TEAM),
         )
         self.sent_agent = name
         return await workflow.execute_activity(

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.approvals import decision_outcome
     from durable_tools.conversation import ConversationOptions
     from durable_tools.handler_input import clean_sender
+    from durable_tools.policy_verdict import PolicyVerdict
     from durable_tools.results import Failure, Ok, ToolCall, cancelled, expired, failed, interrupted
     from durable_tools.signals import Finish, Handoff
     from durable_tools.transcript import ToolCallOutput, to_tool_call_output
@@ -207,7 +208,7 @@ class TurnCalls:
         call = plan.call
         try:
             if plan.failure is not None:
-                self.record(plan.failure)
+                self.record(plan.failure, policy=plan.policy)
             elif plan.kind == "signal":
                 return await interpret(self, plan, agents, resumed)
             elif plan.kind == "interaction":
@@ -247,10 +248,13 @@ class TurnCalls:
             return clean_sender(decision.decided_by)
         return self.superseded_by if refusal.kind == "cancelled" else ""
 
-    def record(self, result: Ok | Failure, sent_by: str = "") -> None:
+    def record(
+        self, result: Ok | Failure, sent_by: str = "", policy: PolicyVerdict | None = None
+    ) -> None:
         """Append the one output of a call; a second one is dropped.
 
         `sent_by`: who gave it, when a person's input did (`ToolCallOutput.sent_by`).
+        `policy`: the verdict of the policy that denied it (for the event).
         """
         if result.call_id in self.answered:
             return
@@ -268,6 +272,7 @@ class TurnCalls:
             call_id=result.call_id,
             tool=result.tool,
             outcome=outcome,
+            policy=policy.model_dump(mode="json") if policy is not None else None,
             **facts,
         )
 
@@ -325,7 +330,10 @@ class TurnCalls:
             asked = self.book.approvals[call.call_id].requested_at
         else:
             telemetry.approval_event("approval.requested", call.call_id, call.name)
-            self.view.event("approval_requested", call_id=call.call_id, tool=call.name)
+            verdict = plan.policy.model_dump(mode="json") if plan.policy is not None else None
+            self.view.event(
+                "approval_requested", call_id=call.call_id, tool=call.name, policy=verdict
+            )
         refusal = await self.await_decision(plan)
         if isinstance(refusal, Moved):
             return refusal

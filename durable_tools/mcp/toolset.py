@@ -277,6 +277,7 @@ class McpToolsets:
         self._policies: dict[tuple[str, str], McpPolicy] = {}
         self._stale: set[str] = set()
         self._toolkit = Toolkit(label="mcp")
+        self._server_of: dict[str, McpServerConfig] = {}
         self._listeners: list[Callable[[], None]] = []
         self.version = 0
 
@@ -379,9 +380,14 @@ class McpToolsets:
             if s.name in self._tools
         ]
         self._toolkit = compose(*kits, label="mcp") if kits else Toolkit(label="mcp")
+        self._server_of = {t.name: s for s in self.servers for t in self._tools.get(s.name, [])}
         self.version += 1
         for listener in self._listeners:
             listener()
+
+    def server_of(self, tool: str) -> McpServerConfig | None:
+        """The configuration of the server whose tool is named `tool` (prefixed), or `None`."""
+        return self._server_of.get(tool)
 
     def toolkit(self) -> Toolkit:
         """The current tools of every server that started (a snapshot)."""

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from durable_tools.events import ConversationEvent
+from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.worker.events_view import EventPrinter, event_line
 
 AT = datetime(2026, 11, 22, 12, 0, 1, tzinfo=UTC)
@@ -66,3 +67,21 @@ def test_no_control_character_reaches_the_terminal(texts: list[str]) -> None:
     out += printer.close()
     assert not any(ord(c) < 32 and c not in "\t\n" or 0x7F <= ord(c) <= 0x9F for c in out)
     assert "\x1b" not in out
+
+
+def test_an_approval_requested_by_a_policy_says_which_rule() -> None:
+    verdict = PolicyVerdict(
+        policy="refunds",
+        version="sha256:353ebad25ec5aa",
+        rule="refund-large",
+        when="args.amount_cents > 5000",
+        outcome="approve",
+        approvers=["group:finance"],
+    )
+    event = ConversationEvent(
+        kind="approval_requested", at=AT, offset=7, call_id="c1", tool="refund", policy=verdict
+    )
+    assert event_line(event).endswith(
+        "refund: needs finance approval: args.amount_cents > 5000, rule refund-large "
+        "(policy refunds sha256:353ebad25ec5)"
+    )

@@ -38,6 +38,7 @@ from temporalio.worker import Worker  # noqa: E402
 from durable_tools.client import Conversations  # noqa: E402
 from durable_tools.context import ContextPolicy, Summarize  # noqa: E402
 from durable_tools.conversation import ConversationOptions  # noqa: E402
+from durable_tools.policies import Policy  # noqa: E402
 from durable_tools.transcript import (  # noqa: E402
     AssistantMessage,
     ContextSummary,
@@ -155,6 +156,57 @@ async def signed_decisions(c: Conversations, wid: str) -> None:
         approved=True, decided_by="ana", groups=["finance"],
     )  # fmt: skip
     await c.send_decision(wid, signed)
+
+
+RECORDED_POLICY = Policy.from_text("""
+name: recorded
+rules:
+  - {id: policy-deny, when: 'tool == "refund" && args.order == "policy-deny"', outcome: deny,
+     reason: orders named policy-deny are never refunded}
+  - {id: policy-quorum, when: 'tool == "refund" && args.order == "policy-quorum"',
+     outcome: approve, groups: [finance], quorum: 2}
+""")
+"""The recorder's policy for the `tests` toolkit: it matches only the orders
+of `policy_quorum`, so the other scenarios record what they did before."""
+
+
+async def policy_quorum(c: Conversations, wid: str) -> None:
+    """Approval policies (issue 28): one call denied by a rule, one needing two distinct approvers.
+
+    ana approves twice (the second is refused: a person counts once), bob's
+    approval reaches the quorum and the call runs.
+    """
+    from durable_tools.approvals import sign_decision
+
+    script = turns(
+        [
+            ("q1", "refund", {"order": "policy-quorum", "amount": 500}),
+            ("d1", "refund", {"order": "policy-deny", "amount": 1}),
+        ]
+    )
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+    digest = await _approval(c, wid, "q1")
+    [pending] = (await c.pending(wid)).approvals
+
+    def signed(who: str) -> Any:
+        return sign_decision(
+            "k1", DECISION_KEY, workflow_id=wid, instance=pending.instance, call_id="q1",
+            arguments_hash=digest, approved=True, decided_by=who, groups=["finance"],
+        )  # fmt: skip
+
+    await c.send_decision(wid, signed("ana"))
+
+    async def counted() -> bool:
+        return any(a.approved_by == ["ana"] for a in (await c.pending(wid)).approvals)
+
+    await _until(counted, "ana's approval counted")
+    await c.send_decision(wid, signed("ana"))
+
+    async def refused() -> bool:
+        return bool((await c.pending(wid)).rejected)
+
+    await _until(refused, "ana's second approval refused")
+    await c.send_decision(wid, signed("bob"))
 
 
 async def failures(c: Conversations, wid: str) -> None:
@@ -446,6 +498,7 @@ SCENARIOS: dict[str, Scenario] = {
         activity_events,
         who_said_it,
         local_tools,
+        policy_quorum,
     )
 }
 
@@ -505,7 +558,10 @@ async def main(names: list[str]) -> None:
         raise SystemExit(f"unknown scenarios: {sorted(unknown)}; known: {sorted(SCENARIOS)}")
     HISTORIES.mkdir(exist_ok=True)
     plugin = DurableToolsPlugin(
-        toolkits=TOOLKITS, models=MODELS, decision_keys={"k1": DECISION_KEY}
+        toolkits=TOOLKITS,
+        models=MODELS,
+        decision_keys={"k1": DECISION_KEY},
+        policies={"tests": RECORDED_POLICY},
     )
     async with DevServer(headless=True) as server:
         client = await Client.connect(server.address, plugins=[plugin])

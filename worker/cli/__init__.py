@@ -13,6 +13,7 @@ durable-tools deny ticket-42 call_2 --reason "over limit" --signal   # durable s
 durable-tools answer ticket-42 call_1 '{"order_id": "A-1001"}'
 durable-tools send ticket-42 "any news?"
 durable-tools history ticket-42
+durable-tools policy explain ticket-42 call_2              # which policy rule decided it
 ```
 
 Connection options read `DURABLE_TOOLS_ADDRESS` / `TEMPORAL_ADDRESS` (default
@@ -31,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from durable_tools.worker.cli import conversing, deciding, operating, serving
+from durable_tools.worker.cli import conversing, deciding, operating, policies, serving
 from durable_tools.worker.cli.conversing import print_followed
 from durable_tools.worker.cli.serving import dev_command as dev_command
 from durable_tools.worker.cli.shared import CliError, app
@@ -70,6 +71,7 @@ _COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
 )
 for _name, _command in _COMMANDS:
     app.command(_name)(_command)
+app.add_typer(policies.policy_app, name="policy")
 
 
 # Reached from outside by this name (tests replace `_out` to read what it prints).

@@ -205,6 +205,7 @@ def _run_served(
         agents=served.agents,
         context_strategies=served.context_strategies,
         tool_threads=served.tool_threads,
+        policies=served.policies,
         scripts_dir=scripts_dir or served.scripts_dir,
         **options,
     )

@@ -18,6 +18,7 @@ from durable_tools.conversation import (
     PendingState,
 )
 from durable_tools.transcript import TranscriptItem
+from durable_tools.worker.render import approval_policy_line
 
 __all__ = [
     "ConversationView",
@@ -47,6 +48,11 @@ class InboxItem(BaseModel):
         deadline: When it expires.
         approvers: Who may decide (`group:NAME`, `user:NAME`; empty: anyone).
         signed: Whether only a signed decision counts.
+        policy: Which approval policy rule gated it and why, one line (e.g.
+            `needs finance approval: args.amount_cents > 5000, rule
+            refund-large (policy refunds sha256:…)`); `""`: no policy did.
+        quorum: Distinct approvers needed (approvals).
+        approved_by: Who approved so far, while fewer than `quorum` did.
     """
 
     kind: Literal["approval", "question", "pause", "model_failed"]
@@ -60,6 +66,9 @@ class InboxItem(BaseModel):
     deadline: datetime | None = None
     approvers: list[str] = Field(default_factory=list[str])
     signed: bool = False
+    policy: str = ""
+    quorum: int = 1
+    approved_by: list[str] = Field(default_factory=list[str])
 
 
 class WaitingConversation(BaseModel):
@@ -132,6 +141,9 @@ def _approval_item(approval: PendingApproval) -> InboxItem:
         deadline=approval.deadline,
         approvers=list(approval.approvers),
         signed=approval.signed,
+        policy=approval_policy_line(approval),
+        quorum=approval.quorum,
+        approved_by=list(approval.approved_by),
     )
 
 

@@ -1,0 +1,88 @@
+"""What an approval policy decided for one tool call, as recorded in history.
+
+A `PolicyVerdict` is made on the worker when a model turn's calls are
+planned (`durable_tools.policies.Policy.decide`), recorded in the model
+activity's result (`PlannedCall.policy`), and read from there by the
+workflow, `pending`, the inbox, the event stream and `durable-tools policy
+explain`. A replay reads the recorded verdict: the policy installed on the
+replaying worker never changes it.
+
+This module holds data only (no CEL), so workflow code imports it freely.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = ["PolicyOutcome", "PolicyVerdict", "explain_verdict"]
+
+PolicyOutcome = Literal["run", "approve", "deny"]
+"""What a rule decides: run the call, wait for approval, or refuse it."""
+
+
+class PolicyVerdict(BaseModel):
+    """Which policy version and which rule decided one call, and how.
+
+    Attributes:
+        policy: The name of the policy whose rule decided (`Policy.name`).
+        version: The policy's version: `sha256:` and the hex SHA-256 digest of
+            its canonical text (`Policy.version`).
+        rule: The id of the rule that decided (`""`: none matched, and the
+            policy's `default` decided).
+        when: The rule's CEL condition, as written (`""` for the default).
+        outcome: `run`, `approve` (wait for `quorum` distinct approvers among
+            `approvers`) or `deny` (the model reads `reason` as a `Failure`
+            of kind `denied`).
+        approvers: Who may approve (`group:NAME`, `user:ID`); empty: the
+            tool's own approvers, else anyone who may decide.
+        quorum: Distinct approvers needed (default 1).
+        reason: The rule's reason, as approvers and (for a denial) the model read it.
+        error: Why evaluation failed (a rule did not compile, raised, or gave
+            a non-bool). A failed evaluation fails closed: the outcome is
+            `approve`, whatever the rule said.
+    """
+
+    policy: str
+    version: str
+    rule: str = ""
+    when: str = ""
+    outcome: PolicyOutcome
+    approvers: list[str] = Field(default_factory=list[str])
+    quorum: int = 1
+    reason: str = ""
+    error: str = ""
+
+
+def explain_verdict(verdict: PolicyVerdict) -> str:
+    """One line saying what a policy decided and why, for people.
+
+    Args:
+        verdict: A recorded verdict.
+
+    Returns:
+        E.g. `needs finance approval: args.amount_cents > 5000, rule
+        refund-large (policy refunds sha256:3f2a9c0d1e4b)`; `denied: ...`;
+        `runs: ...`; a failed evaluation says `policy error: ...`.
+    """
+    groups = [a.removeprefix("group:") for a in verdict.approvers]
+    who = " or ".join(groups) if groups else "a person's"
+    if verdict.outcome == "approve":
+        head = (
+            f"needs {who} approval"
+            if verdict.quorum <= 1
+            else (f"needs {verdict.quorum} distinct {who} approvals")
+        )
+    elif verdict.outcome == "deny":
+        head = "denied"
+    else:
+        head = "runs"
+    because = verdict.when or "no rule matched (the policy's default)"
+    rule = f", rule {verdict.rule}" if verdict.rule else ""
+    text = f"{head}: {because}{rule} (policy {verdict.policy} {verdict.version[:19]})"
+    if verdict.reason:
+        text += f"; {verdict.reason}"
+    if verdict.error:
+        text += f"; policy error, failed closed: {verdict.error}"
+    return text
