@@ -42,6 +42,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
+from durable_tools.input_requests import InputRequired, InputResume
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
@@ -375,6 +376,9 @@ class ToolActivityInput(BaseModel):
             arguments are recorded once, in the model turn's result, and the
             activity takes them from what its worker planned or from the
             `tool_call` query, checked against `reference.digest`.
+        resume: The answers to what the call's previous activity asked
+            (`InputRequired`), with its exact `requestState`: the call is
+            retried with them (`ToolContext.resume`). Left out otherwise.
 
     Exactly one of `call` and `reference` is set. The call's `tool(arg=…)`
     summary is the activity's summary (user metadata), not part of its input
@@ -387,19 +391,39 @@ class ToolActivityInput(BaseModel):
     idempotency_key: str
     max_result_bytes: int = PAYLOAD_BUDGET_BYTES
     reference: CallReference | None = None
+    resume: InputResume | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_resume(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Inputs recorded before `resume` existed decode, and new ones stay as small.
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("resume") is None:
+            dumped.pop("resume", None)
+        return dumped
 
 
 class ToolActivityResult(BaseModel):
-    """Result of a tool activity: exactly one tool result.
+    """Result of a tool activity: exactly one tool result, or what the call asks.
 
     Attributes:
-        result: `Ok` or `Failure`.
+        result: `Ok` or `Failure`; `None` exactly when `input_required` is set.
         attempt: The activity attempt that produced it (1-based; 1 in
             histories recorded before the field existed).
+        input_required: The call needs input first (an MCP server's
+            input-required result): the loop asks, then retries the call
+            with `ToolActivityInput.resume`. Left out otherwise.
     """
 
-    result: ToolResult
+    result: ToolResult | None = None
     attempt: int = 1
+    input_required: InputRequired | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("input_required") is None:
+            dumped.pop("input_required", None)
+        return dumped
 
 
 class CarriedCall(BaseModel):

@@ -404,6 +404,12 @@ class DecisionBook:
         mismatch = digest_problem(call_id, pending.arguments_hash, answer)
         if mismatch is not None:
             return mismatch
+        if answer.action != "accept":
+            if pending.input_request is None:
+                return f"call {call_id!r} asks for an answer: it cannot be declined or cancelled"
+            if answer.value is not None:
+                return f"an answer that {answer.action}s the question carries no value"
+            return None
         if pending.answer_schema is not None:
             # Formats by a fixed stdlib checker: the verdict, and so the replay,
             # does not depend on the worker's installed packages.

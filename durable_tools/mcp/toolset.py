@@ -25,6 +25,11 @@ lists their tools and exposes each as a dynamic tool named `prefix__tool`:
   under `IDEMPOTENCY_KEY_META`. With tracing on, the `mcp` SDK adds the W3C
   trace context (`traceparent`) of its client span, a child of the call's
   `execute_tool` span (MCP 2026-07-28).
+* **Input**: an input-required result (MCP 2026-07-28) is not answered in
+  the activity: the tool raises `NeedsInput` with the checked requests, the
+  loop asks a person, and a new activity retries the call with the answers
+  and the exact `requestState` (`ToolContext.resume`); a refused
+  `requestState` is Failure `request_state_rejected` (`STATE_REJECTED`).
 * **Connections** are pooled: one `McpConnection` per server per worker
   process (see `durable_tools.mcp.connection`).
 * **Changes**: a server's `tools/list_changed` marks it stale; `refresh()`
@@ -48,6 +53,7 @@ from mcp.shared.exceptions import MCPError
 from durable_tools.constructors import dynamic_tool
 from durable_tools.descriptor import ToolAnnotations
 from durable_tools.errors import ConfigurationError, DurableToolsError
+from durable_tools.input_requests import STATE_REJECTED, NeedsInput
 from durable_tools.mcp.config import McpServerConfig, check_unique_names
 from durable_tools.mcp.connection import (
     CallTimedOut,
@@ -56,6 +62,7 @@ from durable_tools.mcp.connection import (
     McpStartError,
     describe_error,
 )
+from durable_tools.mcp.input_required import input_required_of, input_responses_of
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import (
     ONE_ATTEMPT,
@@ -158,6 +165,16 @@ def _error_text(result: types.CallToolResult) -> str:
     return "\n".join(texts).strip() or "the server reported an error without a message"
 
 
+def state_rejected(exc: MCPError) -> bool:
+    """Whether a retried call's error says its `requestState` was refused.
+
+    The `mcp` SDK's servers answer `-32602 Invalid or expired requestState`
+    (`mcp.server.request_state`); any invalid-params error naming
+    `requestState` counts.
+    """
+    return exc.error.code == types.INVALID_PARAMS and "requeststate" in exc.error.message.lower()
+
+
 def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | None = None) -> Tool:
     """Build the durable tool for one of a server's tools.
 
@@ -190,6 +207,7 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
         def progress(value: float, total: float | None, message: str | None) -> None:
             emit({"progress": value, "total": total, "message": message})
 
+        resume = ctx.resume
         try:
             result = await connection.call_tool(
                 tool_name,
@@ -197,6 +215,8 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
                 timeout=call_timeout,
                 meta={IDEMPOTENCY_KEY_META: ctx.idempotency_key},
                 progress=progress,
+                input_responses=input_responses_of(server_name, resume) if resume else None,
+                request_state=resume.request_state if resume else None,
             )
         except McpStartError as exc:
             # Nothing was sent: safe to retry for every tool.
@@ -220,11 +240,20 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
                 "timed_out", f"MCP server {server_name!r} did not answer within {call_timeout:g} s"
             ) from exc
         except MCPError as exc:
+            if resume is not None and state_rejected(exc):
+                # The loop restarts the call once (a fresh call), then reports this.
+                raise ToolFailure(
+                    STATE_REJECTED,
+                    f"MCP server {server_name!r} refused the call's requestState (expired or "
+                    f"invalid) when it was retried with the answers: {exc}",
+                ) from exc
             raise ToolFailure(
                 "execution_error", f"MCP server {server_name!r} refused the call: {exc}"
             ) from exc
         except RuntimeError as exc:  # the SDK's own result checks (output schema)
             raise ToolFailure("output_validation_error", str(exc)) from exc
+        if isinstance(result, types.InputRequiredResult):
+            raise NeedsInput(input_required_of(server_name, result))
         if result.is_error:
             raise ToolFailure("execution_error", _error_text(result))
         return _content_value(result)

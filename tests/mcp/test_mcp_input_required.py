@@ -1,0 +1,277 @@
+"""MCP input-required results as durable questions, on the Temporal dev server.
+
+The test server's `paint` (written with the `mcp` SDK's `Resolve`/`Elicit`)
+asks for a form answer in two rounds. Through a conversation:
+
+* each round is a question of the call in `pending` (the server's message,
+  the requested schema, the round) and in the event stream; answers are
+  checked against the schema strictly (a wrong answer is rejected, the
+  question stays); the call is retried with the answers and the exact
+  `requestState`, and the server runs its tool body exactly once;
+* decline and cancel reach the server as such;
+* an expired `requestState` restarts the call once, then is a `Failure`;
+* the `requestState` appears in no event, no `pending` answer and no log
+  record (it sits only in the tool activities' results and inputs);
+* a question past its deadline ends the call `expired`, a cancelled
+  conversation ends it `interrupted`: one output each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+from workflow_helpers import Harness, eventually, running
+
+from durable_tools.conversation import ConversationOptions, PendingInteraction
+from durable_tools.errors import DecisionRejected
+from durable_tools.mcp import McpServerConfig
+
+SERVER = Path(__file__).with_name("mcp_test_server.py")
+
+
+def _turns(*calls: tuple[str, str, dict[str, Any]]) -> str:
+    return json.dumps({"turns": [[list(c) for c in calls]]})
+
+
+def _log_events(log: Path, event: str) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["event"] == event]
+
+
+def _server(log: Path, *extra: str) -> McpServerConfig:
+    return McpServerConfig(
+        name="notes",
+        command=sys.executable,
+        args=[str(SERVER), "stdio", "--log", str(log), *extra],
+        trust_annotations=True,  # `paint` is not destructive: no approval first
+    )
+
+
+@asynccontextmanager
+async def _harness(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, server: McpServerConfig
+) -> AsyncIterator[Harness]:
+    async with running(dev_env, task_queue, tmp_path / "ledger.jsonl", mcp_servers=[server]) as h:
+        yield h
+
+
+def _painted(content: str) -> Any:
+    """What `paint` returned (the SDK wraps a `str` result as `{"result": ...}`)."""
+    return json.loads(json.loads(content)["result"])
+
+
+async def question(h: Harness, workflow_id: str, call_id: str, round_: int) -> PendingInteraction:
+    """The call's pending question of input round `round_`."""
+
+    async def probe() -> PendingInteraction | None:
+        pending = await h.conversations.pending(workflow_id)
+        for item in pending.interactions:
+            asked = item.input_request
+            if item.call_id == call_id and asked is not None and asked.round == round_:
+                return item
+        return None
+
+    return await eventually(probe, what=f"question of round {round_}")
+
+
+async def request_states(h: Harness, workflow_id: str) -> list[str]:
+    """Every `requestState` the tool activities returned, from the history."""
+    history = await h.client.get_workflow_handle(workflow_id).fetch_history()
+    converter = h.client.data_converter.payload_converter
+    states: list[str] = []
+    for event in history.events:
+        attrs = event.activity_task_completed_event_attributes
+        if not attrs.HasField("result"):
+            continue
+        for payload in attrs.result.payloads:
+            value = converter.from_payload(payload)
+            if isinstance(value, dict):
+                asked = value.get("input_required")  # pyright: ignore[reportUnknownMemberType]
+                if isinstance(asked, dict) and asked.get("request_state"):  # pyright: ignore
+                    states.append(str(asked["request_state"]))  # pyright: ignore
+    return states
+
+
+async def test_two_rounds_answered_through_the_client_api(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    log = tmp_path / "server.jsonl"
+    async with _harness(dev_env, task_queue, tmp_path, _server(log)) as h:
+        workflow_id = await h.start(_turns(("p", "notes__paint", {"thing": "fence"})))
+        first = await question(h, workflow_id, "p", 1)
+        assert first.input_request is not None
+        assert first.input_request.message == "What is your name?"
+        assert first.input_request.server == "notes"
+        assert first.answer_schema is not None
+        assert first.answer_schema["required"] == ["name"]
+        assert (await h.conversations.status(workflow_id)).state == "waiting"
+        # Strictly checked against the requested schema: the question stays.
+        with pytest.raises(DecisionRejected, match="answer schema"):
+            await h.conversations.answer(
+                workflow_id, "p", {"name": 7}, arguments_hash=first.arguments_hash, wait=True
+            )
+        with pytest.raises(DecisionRejected, match="answer schema"):
+            await h.conversations.answer(
+                workflow_id, "p", {"nom": "Ada"}, arguments_hash=first.arguments_hash, wait=True
+            )
+        await h.conversations.answer(
+            workflow_id,
+            "p",
+            {"name": "Ada"},
+            arguments_hash=first.arguments_hash,
+            answered_by="ada",
+            wait=True,
+        )
+        second = await question(h, workflow_id, "p", 2)
+        assert second.input_request is not None
+        assert second.input_request.message == "Which color, Ada?"
+        assert second.arguments_hash != first.arguments_hash
+        # An answer bound to round 1 does not apply to round 2.
+        with pytest.raises(DecisionRejected):
+            await h.conversations.answer(
+                workflow_id, "p", {"color": "red"}, arguments_hash=first.arguments_hash, wait=True
+            )
+        pending_text = (await h.conversations.pending(workflow_id)).model_dump_json()
+        await h.conversations.answer(
+            workflow_id,
+            "p",
+            {"color": "green", "coats": 2},
+            arguments_hash=second.arguments_hash,
+            wait=True,
+        )
+        outputs = await h.wait_outputs(workflow_id, "p")
+        await h.wait_assistant_text(workflow_id, "done (directed)")
+        events, _ = await h.conversations.retained_events(workflow_id)
+        states = await request_states(h, workflow_id)
+    assert _painted(outputs["p"].content) == {
+        "thing": "fence",
+        "name": {"name": "Ada"},
+        "color": {"color": "green", "coats": 2},
+    }
+    finals = _log_events(log, "call")
+    assert len(finals) == 1 and finals[0]["key"] == f"{workflow_id}/p"
+    asked = [e for e in events if e.kind == "question_asked" and e.call_id == "p"]
+    assert [e.text for e in asked] == ["What is your name?", "Which color, Ada?"]
+    assert asked[0].answer_schema == first.answer_schema
+    answered = [e for e in events if e.kind == "question_answered" and e.call_id == "p"]
+    assert [e.outcome for e in answered] == ["accept", "accept"]
+    assert answered[0].sent_by == "ada"
+    finished = [e for e in events if e.kind == "tool_call_finished" and e.call_id == "p"]
+    assert [e.outcome for e in finished] == ["ok"]
+    # The opaque state went back to the server, and nowhere else.
+    assert len(states) == 2 and all(len(s) > 20 for s in states)
+    events_text = "\n".join(e.model_dump_json() for e in events)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    for state in states:
+        assert state not in events_text
+        assert state not in pending_text
+        assert state not in logged
+
+
+async def test_decline_and_cancel_reach_the_server(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    async with _harness(dev_env, task_queue, tmp_path, _server(log)) as h:
+        workflow_id = await h.start(_turns(("p", "notes__paint", {"thing": "door"})))
+        first = await question(h, workflow_id, "p", 1)
+        # A decline carries no value.
+        with pytest.raises(DecisionRejected, match="no value"):
+            await h.conversations.answer(
+                workflow_id,
+                "p",
+                {"name": "x"},
+                arguments_hash=first.arguments_hash,
+                action="decline",
+                wait=True,
+            )
+        await h.conversations.answer(
+            workflow_id, "p", None, arguments_hash=first.arguments_hash, action="decline"
+        )
+        second = await question(h, workflow_id, "p", 2)
+        assert second.input_request is not None
+        assert second.input_request.message == "Which color, stranger?"
+        await h.conversations.answer(
+            workflow_id, "p", None, arguments_hash=second.arguments_hash, action="cancel"
+        )
+        outputs = await h.wait_outputs(workflow_id, "p")
+    assert _painted(outputs["p"].content) == {
+        "thing": "door",
+        "name": "decline",
+        "color": "cancel",
+    }
+    assert len(_log_events(log, "call")) == 1
+
+
+async def test_an_expired_request_state_restarts_the_call_once(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    async with _harness(dev_env, task_queue, tmp_path, _server(log, "--state-ttl", "1")) as h:
+        workflow_id = await h.start(_turns(("p", "notes__paint", {"thing": "gate"})))
+        first = await question(h, workflow_id, "p", 1)
+        await asyncio.sleep(1.5)  # the server's requestState lives 1 s
+        await h.conversations.answer(
+            workflow_id, "p", {"name": "Bo"}, arguments_hash=first.arguments_hash
+        )
+        # Restarted: asked again from round 1 (a new question, a new digest).
+        again = await question(h, workflow_id, "p", 1)
+        assert again.requested_at > first.requested_at
+        await asyncio.sleep(1.5)
+        await h.conversations.answer(
+            workflow_id, "p", {"name": "Bo"}, arguments_hash=again.arguments_hash
+        )
+        outputs = await h.wait_outputs(workflow_id, "p")
+        await h.wait_assistant_text(workflow_id, "done (directed)")
+    assert outputs["p"].is_error
+    assert "requestState" in outputs["p"].content
+    assert _log_events(log, "call") == []
+
+
+async def test_a_question_past_its_deadline_expires_the_call(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    async with _harness(dev_env, task_queue, tmp_path, _server(log)) as h:
+        workflow_id = await h.start(
+            _turns(("p", "notes__paint", {"thing": "roof"})),
+            options=ConversationOptions(approval_deadline=2, search_attributes=True),
+        )
+        await question(h, workflow_id, "p", 1)
+        outputs = await h.wait_outputs(workflow_id, "p")
+        assert (await h.conversations.pending(workflow_id)).interactions == []
+        events, _ = await h.conversations.retained_events(workflow_id)
+    assert outputs["p"].is_error and "expired" in outputs["p"].content
+    finished = [e for e in events if e.kind == "tool_call_finished" and e.call_id == "p"]
+    assert [e.outcome for e in finished] == ["expired"]
+    assert _log_events(log, "call") == []
+
+
+async def test_a_cancelled_conversation_interrupts_the_waiting_call(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    async with _harness(dev_env, task_queue, tmp_path, _server(log)) as h:
+        workflow_id = await h.start(_turns(("p", "notes__paint", {"thing": "wall"})))
+        await question(h, workflow_id, "p", 1)
+        await h.conversations.cancel(workflow_id)
+        items = await h.conversations.history(workflow_id)
+    outputs = [i for i in items if getattr(i, "call_id", None) == "p" and hasattr(i, "is_error")]
+    assert len(outputs) == 1 and outputs[0].is_error
+    assert json.loads(outputs[0].content)["error"] == "interrupted"
+    assert _log_events(log, "call") == []
