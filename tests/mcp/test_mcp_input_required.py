@@ -29,13 +29,16 @@ from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
+from typer.testing import CliRunner
 from workflow_helpers import Harness, eventually, running
 
 from durable_tools.conversation import ConversationOptions, PendingInteraction
 from durable_tools.errors import DecisionRejected
 from durable_tools.mcp import McpServerConfig
+from durable_tools.worker.cli import app
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
+runner = CliRunner()
 
 
 def _turns(*calls: tuple[str, str, dict[str, Any]]) -> str:
@@ -275,3 +278,39 @@ async def test_a_cancelled_conversation_interrupts_the_waiting_call(
     assert len(outputs) == 1 and outputs[0].is_error
     assert json.loads(outputs[0].content)["error"] == "interrupted"
     assert _log_events(log, "call") == []
+
+
+async def test_two_rounds_answered_through_the_cli(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    address = dev_env.client.service_client.config.target_host
+    log = tmp_path / "server.jsonl"
+
+    async def cli(*args: str) -> Any:
+        argv = [*args, "--address", address, "--timeout", "20"]
+        result = await asyncio.to_thread(runner.invoke, app, argv)
+        assert result.exit_code == 0, result.output
+        return result
+
+    async with _harness(dev_env, task_queue, tmp_path, _server(log)) as h:
+        workflow_id = await h.start(_turns(("p", "notes__paint", {"thing": "shed"})))
+        await question(h, workflow_id, "p", 1)
+        shown = " ".join((await cli("pending", workflow_id)).stdout.split())
+        assert "What is your name?" in shown and "round 1" in shown and "--decline" in shown
+        listed = json.loads((await cli("pending", workflow_id, "--json")).stdout)
+        (asked,) = listed["interactions"]
+        assert asked["input_request"]["message"] == "What is your name?"
+        assert asked["answer_schema"]["required"] == ["name"]
+        await cli("answer", workflow_id, "p", '{"name": "Cy"}', "--yes", "--by", "cy")
+        await question(h, workflow_id, "p", 2)
+        second = " ".join((await cli("pending", workflow_id)).stdout.split())
+        assert "Which color, Cy?" in second and "round 2" in second
+        declined = await cli("answer", workflow_id, "p", "--decline", "--yes")
+        assert "declined p" in declined.stdout
+        outputs = await h.wait_outputs(workflow_id, "p")
+        states = await request_states(h, workflow_id)
+    painted = _painted(outputs["p"].content)
+    assert painted == {"thing": "shed", "name": {"name": "Cy"}, "color": "decline"}
+    assert len(_log_events(log, "call")) == 1
+    for state in states:
+        assert state not in shown and state not in second and state not in json.dumps(listed)
