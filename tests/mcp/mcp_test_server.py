@@ -19,7 +19,9 @@ SDK's `Resolve`/`Elicit`): the user's name, then a color; each round its
 resolver runs logs `{"event": "round", "tool": "paint", ...}` and the body,
 run once on the final retry, logs the `call` with both outcomes
 (`accept` values, or `decline`/`cancel`). `--state-ttl` (seconds, default
-600) is how long a `requestState` it seals stays valid. The HTTP server answers 401 to any
+600) is how long a `requestState` it seals stays valid; `--state-key` seals
+it with a key shared by every server process (default: a key of its own).
+The HTTP server answers 401 to any
 request without `Authorization: Bearer <token>` (the token is read from the
 environment variable `--token-env`) and logs `{"event": "request", "method":
 ...}` for each JSON-RPC request it accepts; a call of `gateway_error` with
@@ -58,6 +60,7 @@ parser.add_argument("--log", required=True)
 parser.add_argument("--port", type=int, default=0)
 parser.add_argument("--token-env", default="")
 parser.add_argument("--state-ttl", type=float, default=600.0)
+parser.add_argument("--state-key", default="")
 options = parser.parse_args()
 LOG = Path(options.log)
 
@@ -87,7 +90,9 @@ def key_of(ctx: Context) -> str | None:
 
 server = MCPServer(
     "durable-tools-test-server",
-    request_state_security=RequestStateSecurity.ephemeral(ttl=options.state_ttl),
+    request_state_security=RequestStateSecurity(keys=[options.state_key], ttl=options.state_ttl)
+    if options.state_key
+    else RequestStateSecurity.ephemeral(ttl=options.state_ttl),
 )
 READ_ONLY = types.ToolAnnotations(read_only_hint=True)
 WRITES = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
