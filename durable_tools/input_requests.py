@@ -44,6 +44,7 @@ __all__ = [
     "InputResume",
     "NeedsInput",
     "question_digest",
+    "sendable",
 ]
 
 ElicitAction = Literal["accept", "decline", "cancel"]
@@ -185,3 +186,22 @@ def question_digest(arguments_hash: str, question: InputQuestion, schema: Any) -
     }
     text = json.dumps(shown, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def sendable(value: Any) -> bool:
+    """Whether an answer can travel to a server: JSON, encodable as UTF-8.
+
+    A lone surrogate (which JSON text may carry escaped) would fail the
+    serialization of the retry's activity input, so such an answer is refused.
+
+    Args:
+        value: The answer's value (any JSON a client sent).
+
+    Returns:
+        True when `value` serializes to UTF-8 JSON.
+    """
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return False
+    return True

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.formats import check_answer
     from durable_tools.handler_input import clean_text
+    from durable_tools.input_requests import sendable
 
 __all__ = [
     "BOUND_DECISIONS_PATCH",
@@ -404,6 +405,8 @@ class DecisionBook:
         mismatch = digest_problem(call_id, pending.arguments_hash, answer)
         if mismatch is not None:
             return mismatch
+        if pending.input_request is not None and not sendable(answer.value):
+            return "the answer cannot be sent to the server (text that is not UTF-8)"
         if answer.action != "accept":
             if pending.input_request is None:
                 return f"call {call_id!r} asks for an answer: it cannot be declined or cancelled"
