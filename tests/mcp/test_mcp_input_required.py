@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 from typer.testing import CliRunner
 from workflow_helpers import Harness, eventually, running
 
@@ -36,6 +38,8 @@ from durable_tools.conversation import ConversationOptions, PendingInteraction
 from durable_tools.errors import DecisionRejected
 from durable_tools.mcp import McpServerConfig
 from durable_tools.worker.cli import app
+from durable_tools.worker.plugin import sandbox_runner
+from durable_tools.workflows.agent_workflow import StrictAgentWorkflow
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 runner = CliRunner()
@@ -161,6 +165,14 @@ async def test_two_rounds_answered_through_the_client_api(
         await h.wait_assistant_text(workflow_id, "done (directed)")
         events, _ = await h.conversations.retained_events(workflow_id)
         states = await request_states(h, workflow_id)
+        history = await h.client.get_workflow_handle(workflow_id).fetch_history()
+    # The rounds replay deterministically, in the strict sandbox too (invariant 6).
+    replayed = await Replayer(
+        workflows=[StrictAgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(strict=True),
+    ).replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
     assert _painted(outputs["p"].content) == {
         "thing": "fence",
         "name": {"name": "Ada"},
