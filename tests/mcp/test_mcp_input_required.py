@@ -326,3 +326,29 @@ async def test_two_rounds_answered_through_the_cli(
     assert len(_log_events(log, "call")) == 1
     for state in states:
         assert state not in shown and state not in second and state not in json.dumps(listed)
+
+
+async def test_a_new_message_supersedes_the_question_and_interrupts_the_call(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    async with _harness(dev_env, task_queue, tmp_path, _server(log)) as h:
+        workflow_id = await h.start(
+            _turns(("p", "notes__paint", {"thing": "car"})),
+            options=ConversationOptions(messages_supersede="anyone", search_attributes=True),
+        )
+        asked = await question(h, workflow_id, "p", 1)
+        await h.conversations.send(workflow_id, "never mind", sent_by="dee")
+        outputs = await h.wait_outputs(workflow_id, "p")
+        # The question is gone; an answer to it now is refused.
+        assert (await h.conversations.pending(workflow_id)).interactions == []
+        with pytest.raises(DecisionRejected):
+            await h.conversations.answer(
+                workflow_id, "p", {"name": "x"}, arguments_hash=asked.arguments_hash, wait=True
+            )
+        events, _ = await h.conversations.retained_events(workflow_id)
+    assert json.loads(outputs["p"].content)["error"] == "interrupted"
+    assert "new user message" in outputs["p"].content
+    finished = [e.outcome for e in events if e.kind == "tool_call_finished" and e.call_id == "p"]
+    assert finished == ["interrupted"]
+    assert _log_events(log, "call") == []
