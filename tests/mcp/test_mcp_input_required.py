@@ -31,6 +31,7 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
+from tracing_support import RAW, tracer_provider
 from typer.testing import CliRunner
 from workflow_helpers import Harness, eventually, running
 
@@ -117,6 +118,7 @@ async def test_two_rounds_answered_through_the_client_api(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    tracer_provider()  # tracing on: the spans of every activity are read below
     log = tmp_path / "server.jsonl"
     async with _harness(dev_env, task_queue, tmp_path, _server(log)) as h:
         workflow_id = await h.start(_turns(("p", "notes__paint", {"thing": "fence"})))
@@ -192,10 +194,22 @@ async def test_two_rounds_answered_through_the_client_api(
     assert len(states) == 2 and all(len(s) > 20 for s in states)
     events_text = "\n".join(e.model_dump_json() for e in events)
     logged = "\n".join(r.getMessage() for r in caplog.records)
+    spans_text = "\n".join(
+        repr(
+            (
+                s.name,
+                dict(s.attributes or {}),
+                [(e.name, dict(e.attributes or {})) for e in s.events],
+            )
+        )
+        for s in RAW.get_finished_spans()
+    )
+    assert "notes__paint" in spans_text
     for state in states:
         assert state not in events_text
         assert state not in pending_text
         assert state not in logged
+        assert state not in spans_text
 
 
 async def test_decline_and_cancel_reach_the_server(
