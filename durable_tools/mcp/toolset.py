@@ -86,6 +86,8 @@ _IDEMPOTENT_RETRY: Final[RetryPolicy] = RetryPolicy(
     max_attempts=4, initial_interval=1.0, backoff_coefficient=2.0, maximum_interval=30.0
 )
 _ACTIVITY_MARGIN: Final[float] = 10.0
+_STATE_ONLY_RETRIES: Final[int] = 20
+"""Calls again, within one activity, of an input-required result with no requests."""
 
 
 def _annotations(spec: types.Tool) -> ToolAnnotations:
@@ -207,51 +209,76 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
         def progress(value: float, total: float | None, message: str | None) -> None:
             emit({"progress": value, "total": total, "message": message})
 
+        async def send(
+            responses: dict[str, Any] | None, state: str | None, timeout: float
+        ) -> types.CallToolResult | types.InputRequiredResult:
+            try:
+                return await connection.call_tool(
+                    tool_name,
+                    arguments,
+                    timeout=timeout,
+                    meta={IDEMPOTENCY_KEY_META: ctx.idempotency_key},
+                    progress=progress,
+                    input_responses=responses,
+                    request_state=state,
+                )
+            except McpStartError as exc:
+                # Nothing was sent: safe to retry for every tool.
+                raise ToolFailure(
+                    "server_unavailable",
+                    f"MCP server {server_name!r} could not be started: {exc}",
+                    retryable=True,
+                ) from exc
+            except ConnectionLost as exc:
+                if idempotent:
+                    raise ToolFailure(
+                        "interrupted", f"MCP server {server_name!r}: {exc}", retryable=True
+                    ) from exc
+                raise ToolFailure(
+                    "interrupted",
+                    f"MCP server {server_name!r}: {exc}; the call may have reached the server "
+                    "and is not retried because the tool is not idempotent: check before "
+                    "calling again",
+                ) from exc
+            except CallTimedOut as exc:
+                raise ToolFailure(
+                    "timed_out",
+                    f"MCP server {server_name!r} did not answer within {call_timeout:g} s",
+                ) from exc
+            except MCPError as exc:
+                if state is not None and state_rejected(exc):
+                    # The loop restarts the call once (a fresh call), then reports this.
+                    raise ToolFailure(
+                        STATE_REJECTED,
+                        f"MCP server {server_name!r} refused the call's requestState (expired "
+                        f"or invalid) when it was retried: {exc}",
+                    ) from exc
+                raise ToolFailure(
+                    "execution_error", f"MCP server {server_name!r} refused the call: {exc}"
+                ) from exc
+            except RuntimeError as exc:  # the SDK's own result checks (output schema)
+                raise ToolFailure("output_validation_error", str(exc)) from exc
+
         resume = ctx.resume
-        try:
-            result = await connection.call_tool(
-                tool_name,
-                arguments,
-                timeout=call_timeout,
-                meta={IDEMPOTENCY_KEY_META: ctx.idempotency_key},
-                progress=progress,
-                input_responses=input_responses_of(server_name, resume) if resume else None,
-                request_state=resume.request_state if resume else None,
-            )
-        except McpStartError as exc:
-            # Nothing was sent: safe to retry for every tool.
-            raise ToolFailure(
-                "server_unavailable",
-                f"MCP server {server_name!r} could not be started: {exc}",
-                retryable=True,
-            ) from exc
-        except ConnectionLost as exc:
-            if idempotent:
+        responses = input_responses_of(server_name, resume) if resume else None
+        state = resume.request_state if resume else None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + call_timeout
+        result = await send(responses, state, call_timeout)
+        for retried in range(_STATE_ONLY_RETRIES + 1):
+            if not isinstance(result, types.InputRequiredResult) or result.input_requests:
+                break
+            # Only a `requestState`: the server asks to be called again with it
+            # (no person involved), after a short backoff, as the SDK's driver does.
+            if retried == _STATE_ONLY_RETRIES or loop.time() >= deadline:
                 raise ToolFailure(
-                    "interrupted", f"MCP server {server_name!r}: {exc}", retryable=True
-                ) from exc
-            raise ToolFailure(
-                "interrupted",
-                f"MCP server {server_name!r}: {exc}; the call may have reached the server and "
-                "is not retried because the tool is not idempotent: check before calling again",
-            ) from exc
-        except CallTimedOut as exc:
-            raise ToolFailure(
-                "timed_out", f"MCP server {server_name!r} did not answer within {call_timeout:g} s"
-            ) from exc
-        except MCPError as exc:
-            if resume is not None and state_rejected(exc):
-                # The loop restarts the call once (a fresh call), then reports this.
-                raise ToolFailure(
-                    STATE_REJECTED,
-                    f"MCP server {server_name!r} refused the call's requestState (expired or "
-                    f"invalid) when it was retried with the answers: {exc}",
-                ) from exc
-            raise ToolFailure(
-                "execution_error", f"MCP server {server_name!r} refused the call: {exc}"
-            ) from exc
-        except RuntimeError as exc:  # the SDK's own result checks (output schema)
-            raise ToolFailure("output_validation_error", str(exc)) from exc
+                    "invalid_input_request",
+                    f"MCP server {server_name!r} kept asking to be called again "
+                    f"({retried + 1} times) without asking for anything",
+                )
+            await asyncio.sleep(min(0.05 * 2**retried, 0.25))
+            responses, state = None, result.request_state
+            result = await send(responses, state, max(deadline - loop.time(), 0.001))
         if isinstance(result, types.InputRequiredResult):
             raise NeedsInput(input_required_of(server_name, result))
         if result.is_error:

@@ -17,7 +17,9 @@ key); `relabel` changes another tool's annotations at run time. `paint` asks
 for input in two rounds (MCP 2026-07-28 input-required results, by the
 SDK's `Resolve`/`Elicit`): the user's name, then a color; each round its
 resolver runs logs `{"event": "round", "tool": "paint", ...}` and the body,
-run once on the final retry, logs the `call` with both outcomes
+run once on the final retry, logs the `call` with both outcomes; `patience`
+answers input-required with only a `requestState` until it was called again
+`rounds` times
 (`accept` values, or `decline`/`cancel`). `--state-ttl` (seconds, default
 600) is how long a `requestState` it seals stays valid; `--state-key` seals
 it with a key shared by every server process (default: a key of its own).
@@ -281,6 +283,16 @@ async def paint(
         color=outcome(color),
     )
     return json.dumps({"thing": thing, "name": outcome(who), "color": outcome(color)})
+
+
+@server.tool(annotations=READ_ONLY)
+async def patience(rounds: int, ctx: Context) -> str | types.InputRequiredResult:
+    """Answers only when called again `rounds` times with its `requestState` (nothing asked)."""
+    seen = int(ctx.request_state or "0")
+    log(event="round", tool="patience", seen=seen)
+    if seen < rounds:
+        return types.InputRequiredResult(request_state=str(seen + 1))
+    return f"answered after {seen} retries"
 
 
 async def on_cancelled(ctx: Any, params: types.CancelledNotificationParams) -> None:
