@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp_support import http_test_server
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
@@ -366,3 +367,30 @@ async def test_a_new_message_supersedes_the_question_and_interrupts_the_call(
     finished = [e.outcome for e in events if e.kind == "tool_call_finished" and e.call_id == "p"]
     assert finished == ["interrupted"]
     assert _log_events(log, "call") == []
+
+
+async def test_two_rounds_over_streamable_http(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DT_TEST_MCP_TOKEN", "tok-input-rounds")
+    log = tmp_path / "http.jsonl"
+    with http_test_server(log, "DT_TEST_MCP_TOKEN") as url:
+        server = McpServerConfig(
+            name="notes", url=url, token_env="DT_TEST_MCP_TOKEN", trust_annotations=True
+        )
+        async with _harness(dev_env, task_queue, tmp_path, server) as h:
+            workflow_id = await h.start(_turns(("p", "notes__paint", {"thing": "kite"})))
+            first = await question(h, workflow_id, "p", 1)
+            await h.conversations.answer(
+                workflow_id, "p", {"name": "Flo"}, arguments_hash=first.arguments_hash, wait=True
+            )
+            second = await question(h, workflow_id, "p", 2)
+            await h.conversations.answer(
+                workflow_id, "p", None, arguments_hash=second.arguments_hash, action="cancel"
+            )
+            outputs = await h.wait_outputs(workflow_id, "p")
+    painted = _painted(outputs["p"].content)
+    assert painted == {"thing": "kite", "name": {"name": "Flo"}, "color": "cancel"}
+    calls = [r for r in _log_events(log, "request") if r.get("method") == "tools/call"]
+    assert len(calls) == 3  # the first call and two retries, one per round
+    assert len(_log_events(log, "call")) == 1
