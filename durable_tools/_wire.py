@@ -42,7 +42,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
-from durable_tools.input_requests import InputRequired, InputResume
+from durable_tools.input_requests import InputProgress, InputRequired, InputResume
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
@@ -438,6 +438,10 @@ class CarriedCall(BaseModel):
         answer: An answer already accepted for it.
         wake_at: When its `sleep` ends (a sleep signal tool).
         pause_until: When its `pause` ends without a `resume` (`None`: never).
+        input_progress: For a call that asked for input (an MCP server's
+            input-required result): its round, the answers so far and the
+            server's `requestState` (its question is `interaction`). Left
+            out otherwise.
     """
 
     plan: PlannedCall
@@ -447,6 +451,14 @@ class CarriedCall(BaseModel):
     answer: Answer | None = None
     wake_at: datetime | None = None
     pause_until: datetime | None = None
+    input_progress: InputProgress | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("input_progress") is None:
+            dumped.pop("input_progress", None)
+        return dumped
 
 
 class CarriedTurn(BaseModel):

@@ -38,6 +38,7 @@ __all__ = [
     "STATE_REJECTED",
     "ElicitAction",
     "InputAnswer",
+    "InputProgress",
     "InputQuestion",
     "InputRequest",
     "InputRequired",
@@ -122,6 +123,24 @@ class InputResume(BaseModel):
     responses: dict[str, InputAnswer]
     request_state: str | None = Field(default=None, repr=False)
     round: int = 1
+
+
+class InputProgress(BaseModel):
+    """Where a call that asked for input stands, carried when its wait moves to a new run.
+
+    Attributes:
+        asked: What the server asked this round (with its `requestState`).
+        round: The round (1-based).
+        index: The request being asked (0-based into `asked.requests`).
+        answers: The answers of the round so far, by request key.
+        restarted: The call was started again once after a refused `requestState`.
+    """
+
+    asked: InputRequired
+    round: int = 1
+    index: int = 0
+    answers: dict[str, InputAnswer] = Field(default_factory=dict[str, InputAnswer])
+    restarted: bool = False
 
 
 class InputQuestion(BaseModel):

@@ -26,6 +26,12 @@ passes ends the call `expired`; a new message that supersedes the turn's
 waits, or the conversation's cancellation (`TurnCalls.close`), ends it
 `interrupted` (the server ran until it asked; the retry that would have
 completed it was never sent).
+
+A question waits like any other: when the turn's waits move to a new worker
+version (`TurnCalls.move_now`), it returns `MOVED` and the call's
+`InputProgress` (round, answers so far, `requestState`) is carried with its
+pending question (`continuation.snapshot_turn`); the next run goes on from
+there (`resume`). No wait moves while one of the call's activities runs.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import Any, Protocol
 
 from temporalio import workflow
 
-from durable_tools.workflows.waits import Waits, seconds_text
+from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import PlannedCall
@@ -48,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_INPUT_ROUNDS,
         STATE_REJECTED,
         InputAnswer,
+        InputProgress,
         InputQuestion,
         InputRequired,
         InputResume,
@@ -69,19 +76,26 @@ class _Calls(Protocol):
     waits: Waits
     superseded: bool
     superseded_by: str
+    moving: bool
 
     def publish(self) -> None: ...
 
     def calls_state(self) -> str: ...
+
+    def move_now(self) -> bool: ...
 
 
 class InputRounds:
     """Questions and retries of the turn's calls that asked for input.
 
     Args:
-        calls: The turn's calls (their book, waits and supersession).
+        calls: The turn's calls (their book, waits, supersession and moves).
         event: Publishes a `ConversationEvent` (`kind`, then its fields).
         set_state: Sets the loop's visible state (`"waiting"` while a person decides).
+
+    Attributes:
+        progress: Where each call waiting for a person stands, by call id
+            (what `continuation.snapshot_turn` carries when the wait moves).
     """
 
     def __init__(
@@ -90,6 +104,7 @@ class InputRounds:
         self._calls = calls
         self._event = event
         self._set_state = set_state
+        self.progress: dict[str, InputProgress] = {}
 
     async def follow(
         self,
@@ -98,7 +113,7 @@ class InputRounds:
         asked: InputRequired,
         execute: Execute,
         limit: asyncio.Semaphore,
-    ) -> Ok | Failure:
+    ) -> Ok | Failure | Moved:
         """Ask, retry, and ask again until the call has its one result.
 
         Args:
@@ -112,42 +127,78 @@ class InputRounds:
         Returns:
             The call's result: the server's, or the `Failure` of a question
             that expired or was superseded, of a second refused
-            `requestState`, or of too many rounds.
+            `requestState`, or of too many rounds; `MOVED` when its wait
+            moved to the next run (`progress` holds where it stands).
         """
+        return await self._rounds(plan, toolkit, InputProgress(asked=asked), execute, limit)
+
+    def restore(self, call_id: str, progress: InputProgress) -> None:
+        """Take a call's progress carried from the previous run (`continuation.restore_turn`)."""
+        self.progress[call_id] = progress
+
+    async def resume(
+        self, plan: PlannedCall, toolkit: str, execute: Execute, limit: asyncio.Semaphore
+    ) -> Ok | Failure | Moved:
+        """Go on with a call whose wait moved from the previous run (`restore`), as `follow`."""
+        progress = self.progress[plan.call.call_id]
+        return await self._rounds(plan, toolkit, progress, execute, limit, restored=True)
+
+    async def _rounds(
+        self,
+        plan: PlannedCall,
+        toolkit: str,
+        progress: InputProgress,
+        execute: Execute,
+        limit: asyncio.Semaphore,
+        *,
+        restored: bool = False,
+    ) -> Ok | Failure | Moved:
         call = plan.call
-        restarted = False
-        round_ = 0
+        call_id = call.call_id
         while True:
-            round_ += 1
-            if round_ > MAX_INPUT_ROUNDS:
+            asked = progress.asked
+            if progress.round > MAX_INPUT_ROUNDS:
+                self.progress.pop(call_id, None)
                 return failed(
                     call,
                     "input_rounds_exceeded",
                     f"MCP server {asked.server!r} asked for input more than "
                     f"{MAX_INPUT_ROUNDS} times; the call was not completed",
                 )
-            answers: dict[str, InputAnswer] = {}
-            for index, request in enumerate(asked.requests, start=1):
+            for index in range(progress.index, len(asked.requests)):
+                request = asked.requests[index]
+                progress = progress.model_copy(update={"index": index})
+                self.progress[call_id] = progress
                 question = InputQuestion(
                     server=asked.server,
                     message=request.message,
                     key=request.key,
-                    round=round_,
-                    index=index,
+                    round=progress.round,
+                    index=index + 1,
                     count=len(asked.requests),
                 )
-                answered = await self._ask(plan, question, request.answer_schema)
+                answered = await self._ask(plan, question, request.answer_schema, restored)
+                restored = False
+                if isinstance(answered, Moved):
+                    return answered  # `progress` goes to the next run with the question
                 if isinstance(answered, Failure):
+                    self.progress.pop(call_id, None)
                     return answered
-                answers[request.key] = answered
-            resume = InputResume(responses=answers, request_state=asked.request_state, round=round_)
+                answers = {**progress.answers, request.key: answered}
+                progress = progress.model_copy(update={"answers": answers})
+            # No wait moves while an activity of the call runs: nothing to carry.
+            self.progress.pop(call_id, None)
+            resume = InputResume(
+                responses=progress.answers, request_state=asked.request_state, round=progress.round
+            )
             async with limit:
                 out = await execute(plan, toolkit, resume)
+            restarted, next_round = progress.restarted, progress.round + 1
             if isinstance(out, Failure) and out.kind == STATE_REJECTED and not restarted:
-                restarted, round_ = True, 0
+                restarted, next_round = True, 1
                 self._event(
                     "tool_attempt_failed",
-                    call_id=call.call_id,
+                    call_id=call_id,
                     tool=call.name,
                     reason=f"{out.reason} (the call is started again, once)",
                 )
@@ -155,45 +206,59 @@ class InputRounds:
                     out = await execute(plan, toolkit, None)
             if not isinstance(out, InputRequired):
                 return out
-            asked = out
+            progress = InputProgress(asked=out, round=next_round, restarted=restarted)
 
     async def _ask(
-        self, plan: PlannedCall, question: InputQuestion, schema: dict[str, Any]
-    ) -> InputAnswer | Failure:
-        """One question: pending until answered, superseded or past its deadline."""
+        self, plan: PlannedCall, question: InputQuestion, schema: dict[str, Any], restored: bool
+    ) -> InputAnswer | Failure | Moved:
+        """One question: pending until answered, superseded, past its deadline, or moved.
+
+        `restored`: the question was asked in the previous run, which
+        published it; its pending entry (and any answer) came with the call.
+        """
         call, calls = plan.call, self._calls
         book = calls.book
         call_id = call.call_id
-        now = workflow.now()
         seconds = book.deadline(plan)
-        pending = PendingInteraction(
-            call_id=call_id,
-            tool=call.name,
-            arguments=call.arguments,
-            arguments_hash=question_digest(plan.arguments_hash, question, schema),
-            answer_schema=schema,
-            requested_at=now,
-            deadline=now + timedelta(seconds=seconds),
-            input_request=question,
-        )
-        book.answers.pop(call_id, None)  # an earlier question's answer, already used
-        book.interactions[call_id] = pending
-        self._event(
-            "question_asked",
-            call_id=call_id,
-            tool=call.name,
-            text=question.message,
-            answer_schema=schema,
-        )
+        pending = book.interactions.get(call_id) if restored else None
+        if pending is None:
+            now = workflow.now()
+            pending = PendingInteraction(
+                call_id=call_id,
+                tool=call.name,
+                arguments=call.arguments,
+                arguments_hash=question_digest(plan.arguments_hash, question, schema),
+                answer_schema=schema,
+                requested_at=now,
+                deadline=now + timedelta(seconds=seconds),
+                input_request=question,
+            )
+            book.answers.pop(call_id, None)  # an earlier question's answer, already used
+            book.interactions[call_id] = pending
+            self._event(
+                "question_asked",
+                call_id=call_id,
+                tool=call.name,
+                text=question.message,
+                answer_schema=schema,
+            )
         self._set_state("waiting")
         calls.publish()
+        timed_out = False
         try:
             await calls.waits.wait(
-                lambda: call_id in book.answers or calls.superseded,
+                lambda: calls.move_now() or call_id in book.answers or calls.superseded,
                 pending.deadline,
                 f"answer deadline of {plan.summary}",
             )
         except builtins.TimeoutError:
+            timed_out = True
+        finally:
+            if not calls.moving:  # else the question (and any answer) goes to the next run
+                book.interactions.pop(call_id, None)
+            self._set_state(calls.calls_state())
+            calls.publish()
+        if timed_out:
             return self._finished(
                 plan,
                 expired(
@@ -203,10 +268,8 @@ class InputRounds:
                     "was not completed",
                 ),
             )
-        finally:
-            book.interactions.pop(call_id, None)
-            self._set_state(calls.calls_state())
-            calls.publish()
+        if calls.moving:
+            return MOVED
         answer = book.answers.get(call_id)
         if answer is None:
             return self._finished(

@@ -224,6 +224,12 @@ class TurnCalls:
             elif plan.kind != "local":
                 reason = f"{call.name!r} is a {plan.kind} tool; it is not executed locally"
                 self.record(failed(call, "non_local_tool", reason))
+            elif resumed and call.call_id in self.inputs.progress:
+                # It asked for input in the previous run, whose wait moved here.
+                result = await self.inputs.resume(plan, toolkit, self.execute, limit)
+                if isinstance(result, Moved):
+                    return result
+                self.record(result)
             else:
                 refusal = await self.traced_decision(plan, resumed) if plan.needs_approval else None
                 if isinstance(refusal, Moved):
@@ -237,6 +243,8 @@ class TurnCalls:
                         result = await self.inputs.follow(
                             plan, toolkit, result, self.execute, limit
                         )
+                        if isinstance(result, Moved):
+                            return result  # its question goes to the next run
                     self.record(result)
         except asyncio.CancelledError:
             self.close(call)
