@@ -376,9 +376,8 @@ class ToolActivityInput(BaseModel):
             arguments are recorded once, in the model turn's result, and the
             activity takes them from what its worker planned or from the
             `tool_call` query, checked against `reference.digest`.
-        resume: The answers to what the call's previous activity asked
-            (`InputRequired`), with its exact `requestState`: the call is
-            retried with them (`ToolContext.resume`). Left out otherwise.
+        resume: Answers to what the call's previous activity asked, with its
+            exact `requestState` (`ToolContext.resume`). Left out otherwise.
 
     Exactly one of `call` and `reference` is set. The call's `tool(arg=…)`
     summary is the activity's summary (user metadata), not part of its input
@@ -395,7 +394,6 @@ class ToolActivityInput(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_resume(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Inputs recorded before `resume` existed decode, and new ones stay as small.
         dumped: dict[str, Any] = handler(self)
         if dumped.get("resume") is None:
             dumped.pop("resume", None)
@@ -409,9 +407,8 @@ class ToolActivityResult(BaseModel):
         result: `Ok` or `Failure`; `None` exactly when `input_required` is set.
         attempt: The activity attempt that produced it (1-based; 1 in
             histories recorded before the field existed).
-        input_required: The call needs input first (an MCP server's
-            input-required result): the loop asks, then retries the call
-            with `ToolActivityInput.resume`. Left out otherwise.
+        input_required: What the call asks first (an MCP input-required
+            result); the loop asks, then retries. Left out otherwise.
     """
 
     result: ToolResult | None = None
@@ -438,10 +435,8 @@ class CarriedCall(BaseModel):
         answer: An answer already accepted for it.
         wake_at: When its `sleep` ends (a sleep signal tool).
         pause_until: When its `pause` ends without a `resume` (`None`: never).
-        input_progress: For a call that asked for input (an MCP server's
-            input-required result): its round, the answers so far and the
-            server's `requestState` (its question is `interaction`). Left
-            out otherwise.
+        input_progress: Where a call that asked for input stands (its
+            question is `interaction`). Left out otherwise.
     """
 
     plan: PlannedCall

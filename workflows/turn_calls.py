@@ -225,7 +225,9 @@ class TurnCalls:
                 reason = f"{call.name!r} is a {plan.kind} tool; it is not executed locally"
                 self.record(failed(call, "non_local_tool", reason))
             elif resumed and call.call_id in self.inputs.progress:
-                # It asked for input in the previous run, whose wait moved here.
+                # It asked for input in the previous run, whose wait moved here: it
+                # started there (a cancellation now makes it `interrupted`).
+                self.started.add(call.call_id)
                 result = await self.inputs.resume(plan, toolkit, self.execute, limit)
                 if isinstance(result, Moved):
                     return result
