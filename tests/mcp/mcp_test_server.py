@@ -17,7 +17,8 @@ key); `relabel` changes another tool's annotations at run time. `paint` asks
 for input in two rounds (MCP 2026-07-28 input-required results, by the
 SDK's `Resolve`/`Elicit`): the user's name, then a color; each round its
 resolver runs logs `{"event": "round", "tool": "paint", ...}` and the body,
-run once on the final retry, logs the `call` with both outcomes; `patience`
+run once on the final retry, logs the `call` with both outcomes; `order` asks two
+questions in one round; `patience`
 answers input-required with only a `requestState` until it was called again
 `rounds` times
 (`accept` values, or `decline`/`cancel`). `--state-ttl` (seconds, default
@@ -243,6 +244,10 @@ class Name(BaseModel):
     name: str
 
 
+class Size(BaseModel):
+    size: int
+
+
 class Color(BaseModel):
     color: str
     coats: int = 1
@@ -283,6 +288,22 @@ async def paint(
         color=outcome(color),
     )
     return json.dumps({"thing": thing, "name": outcome(who), "color": outcome(color)})
+
+
+def ask_size() -> Elicit[Size]:
+    return Elicit("Which size?", Size)
+
+
+@server.tool(annotations=WRITES)
+async def order(
+    item: str,
+    ctx: Context,
+    who: Annotated[ElicitationResult[Name], Resolve(ask_name)],
+    size: Annotated[ElicitationResult[Size], Resolve(ask_size)],
+) -> str:
+    """Order an item: asks the user's name and a size together (one round, two requests)."""
+    log(event="call", tool="order", key=key_of(ctx), name=outcome(who), size=outcome(size))
+    return json.dumps({"item": item, "name": outcome(who), "size": outcome(size)})
 
 
 @server.tool(annotations=READ_ONLY)

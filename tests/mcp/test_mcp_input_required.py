@@ -394,3 +394,37 @@ async def test_two_rounds_over_streamable_http(
     calls = [r for r in _log_events(log, "request") if r.get("method") == "tools/call"]
     assert len(calls) == 3  # the first call and two retries, one per round
     assert len(_log_events(log, "call")) == 1
+
+
+async def test_two_requests_of_one_round_are_asked_in_turn(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    async with _harness(dev_env, task_queue, tmp_path, _server(log)) as h:
+        workflow_id = await h.start(_turns(("o", "notes__order", {"item": "hat"})))
+        seen: list[tuple[int, int, str]] = []
+        for value in ({"name": "Hal"}, {"size": 7}):
+
+            async def probe(n: int = len(seen)) -> PendingInteraction | None:
+                pending = await h.conversations.pending(workflow_id)
+                for item in pending.interactions:
+                    if item.input_request is not None and item.input_request.index == n + 1:
+                        return item
+                return None
+
+            asked = await eventually(probe, what="the next request of the round")
+            assert asked.input_request is not None
+            request = asked.input_request
+            seen.append((request.round, request.index, request.message))
+            assert request.count == 2
+            await h.conversations.answer(
+                workflow_id, "o", value, arguments_hash=asked.arguments_hash, wait=True
+            )
+        outputs = await h.wait_outputs(workflow_id, "o")
+    assert seen == [(1, 1, "What is your name?"), (1, 2, "Which size?")]
+    assert _painted(outputs["o"].content) == {
+        "item": "hat",
+        "name": {"name": "Hal"},
+        "size": {"size": 7},
+    }
+    assert len(_log_events(log, "call")) == 1
