@@ -38,6 +38,7 @@ from durable_tools.activities.tool_run import AttemptTimedOut, run_attempt
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 from durable_tools.events import MAX_EVENT_TEXT, PROGRESS_INTERVAL, STARTED_DELAY
 from durable_tools.executor import encode_result, prepare_call
+from durable_tools.input_requests import NeedsInput
 from durable_tools.results import Failure, Ok, ToolCall, failed
 from durable_tools.tools import ToolContext, ToolFailure
 from durable_tools.transcript import to_tool_call_output
@@ -215,6 +216,11 @@ class ToolActivity(ActivitiesBase):
                     raise
                 events.drop()  # the call's output, published by the workflow, says more
             result = out.result
+            if result is None:  # the call asks for input: the loop asks, then retries
+                telemetry.finish_tool_span(
+                    span, call.name, "input_required", time.monotonic() - started, None
+                )
+                return out
             # The output the workflow appends: the next model turn on this
             # worker reads it from here (`TranscriptDelta`), not by query.
             self.produced.remember(
@@ -257,6 +263,7 @@ class ToolActivity(ActivitiesBase):
             idempotency_key=request.idempotency_key,
             attempt=attempt,
             deps=self.deps,
+            resume=request.resume,
         )
         tool, parsed = prepared.tool, prepared.input
         try:
@@ -271,6 +278,9 @@ class ToolActivity(ActivitiesBase):
             # Retried like Temporal's own start-to-close timeout, which has
             # usually been recorded already (then this failure is dropped).
             raise ApplicationError(str(exc), type="StartToCloseTimeout") from None
+        except NeedsInput as exc:
+            # Control flow as data: the loop records the requests and asks.
+            return ToolActivityResult(input_required=exc.required, attempt=attempt)
         except ToolFailure as exc:
             reason = self.redact(exc.reason)
             if exc.retryable:

@@ -42,6 +42,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
+from durable_tools.input_requests import InputProgress, InputRequired, InputResume
 from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
@@ -385,6 +386,8 @@ class ToolActivityInput(BaseModel):
             arguments are recorded once, in the model turn's result, and the
             activity takes them from what its worker planned or from the
             `tool_call` query, checked against `reference.digest`.
+        resume: Answers to what the call's previous activity asked, with its
+            exact `requestState` (`ToolContext.resume`). Left out otherwise.
 
     Exactly one of `call` and `reference` is set. The call's `tool(arg=…)`
     summary is the activity's summary (user metadata), not part of its input
@@ -397,19 +400,37 @@ class ToolActivityInput(BaseModel):
     idempotency_key: str
     max_result_bytes: int = PAYLOAD_BUDGET_BYTES
     reference: CallReference | None = None
+    resume: InputResume | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_resume(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("resume") is None:
+            dumped.pop("resume", None)
+        return dumped
 
 
 class ToolActivityResult(BaseModel):
-    """Result of a tool activity: exactly one tool result.
+    """Result of a tool activity: exactly one tool result, or what the call asks.
 
     Attributes:
-        result: `Ok` or `Failure`.
+        result: `Ok` or `Failure`; `None` exactly when `input_required` is set.
         attempt: The activity attempt that produced it (1-based; 1 in
             histories recorded before the field existed).
+        input_required: What the call asks first (an MCP input-required
+            result); the loop asks, then retries. Left out otherwise.
     """
 
-    result: ToolResult
+    result: ToolResult | None = None
     attempt: int = 1
+    input_required: InputRequired | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("input_required") is None:
+            dumped.pop("input_required", None)
+        return dumped
 
 
 class CarriedCall(BaseModel):
@@ -424,6 +445,8 @@ class CarriedCall(BaseModel):
         answer: An answer already accepted for it.
         wake_at: When its `sleep` ends (a sleep signal tool).
         pause_until: When its `pause` ends without a `resume` (`None`: never).
+        input_progress: Where a call that asked for input stands (its
+            question is `interaction`). Left out otherwise.
     """
 
     plan: PlannedCall
@@ -433,6 +456,14 @@ class CarriedCall(BaseModel):
     answer: Answer | None = None
     wake_at: datetime | None = None
     pause_until: datetime | None = None
+    input_progress: InputProgress | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("input_progress") is None:
+            dumped.pop("input_progress", None)
+        return dumped
 
 
 class CarriedTurn(BaseModel):

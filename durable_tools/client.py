@@ -58,6 +58,7 @@ from durable_tools.errors import (
     ResumeRejected,
     RetryRejected,
 )
+from durable_tools.input_requests import ElicitAction
 from durable_tools.teams import TEAM, check_team
 
 __all__ = ["WORKFLOW_TYPE", "Conversations"]
@@ -464,8 +465,9 @@ class Conversations(ConversationReads):
         arguments_hash: str,
         answered_by: str = "",
         wait: bool = False,
+        action: ElicitAction = "accept",
     ) -> DecisionReceipt | None:
-        """Answer an interaction tool call.
+        """Answer an interaction tool call, or a question a running tool asked.
 
         Args:
             workflow_id: The conversation.
@@ -475,6 +477,9 @@ class Conversations(ConversationReads):
                 (`PendingInteraction.arguments_hash`); required, as in `decide`.
             answered_by: Who answered.
             wait: Use the validated `answer_now` update.
+            action: `"accept"` (default), or `"decline"` / `"cancel"` a
+                question an MCP server asked (`PendingInteraction.input_request`
+                is set); `value` must then be `None`. The server is told which.
 
         Returns:
             The receipt with `wait=True`, else `None`.
@@ -495,6 +500,7 @@ class Conversations(ConversationReads):
             arguments_hash=arguments_hash,
             answered_by=answered_by,
             answered_at=datetime.now(UTC),
+            action=action,
         )
         handle = self._handle(workflow_id)
         if not wait:

@@ -22,9 +22,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
 )
 
 from durable_tools.context import ContextPolicy
+from durable_tools.input_requests import ElicitAction, InputQuestion
 from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.transcript import TranscriptItem, Usage
 
@@ -334,16 +337,21 @@ class PendingApproval(BaseModel):
 
 
 class PendingInteraction(BaseModel):
-    """A call of an interaction tool waiting for an answer.
+    """A call waiting for an answer: an interaction tool's, or a tool's that asked.
 
     Attributes:
         call_id: The call.
         tool: Its tool name.
         arguments: The raw argument text (the question).
-        arguments_hash: What an answer must carry.
+        arguments_hash: What an answer must carry (for `input_request`, the
+            digest of this very question: `input_requests.question_digest`).
         answer_schema: JSON Schema the answer must satisfy (`None`: any).
         requested_at: When the call started waiting.
         deadline: When it expires.
+        input_request: Set when a running tool asked (an MCP server's
+            input-required result): the server's message and which request
+            of which round this is. Such a question may also be declined or
+            cancelled (`Answer.action`).
     """
 
     call_id: str
@@ -353,6 +361,7 @@ class PendingInteraction(BaseModel):
     answer_schema: dict[str, Any] | None = None
     requested_at: datetime
     deadline: datetime
+    input_request: InputQuestion | None = None
 
 
 class RejectedDecision(BaseModel):
@@ -417,6 +426,10 @@ class Answer(BaseModel):
             (`PendingInteraction.arguments_hash`, see `call_digest`).
         answered_by: Who answered.
         answered_at: When, as the answerer's clock says.
+        action: `accept` (default: `value` is the answer), or `decline` /
+            `cancel` of a question a tool asked (`PendingInteraction.input_request`;
+            `value` must then be `null`). Left out when `accept`, so workers
+            that predate it read such answers.
     """
 
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
@@ -426,6 +439,14 @@ class Answer(BaseModel):
     arguments_hash: str
     answered_by: str = ""
     answered_at: datetime | None = None
+    action: ElicitAction = "accept"
+
+    @model_serializer(mode="wrap")
+    def _accept_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("action") == "accept":
+            dumped.pop("action")
+        return dumped
 
 
 class SendMessage(BaseModel):

@@ -151,7 +151,10 @@ class ConversationEvent(BaseModel):
         calls: Tool calls the model made in the turn.
         text: A user message, the model's text (bounded by `MAX_EVENT_TEXT`),
             a tool's progress as JSON (bounded the same), or the next piece of
-            the model's text (`model_text_delta`, up to `MAX_DELTA_TEXT`).
+            the model's text (`model_text_delta`, up to `MAX_DELTA_TEXT`),
+            or an MCP server's question (`question_asked`).
+        answer_schema: The schema an answer must satisfy (`question_asked`
+            of a question an MCP server asked).
         policy: The approval policy's verdict (policy version, rule,
             outcome) on `approval_requested` of a call a policy gated and on
             `tool_call_finished` of a call a policy denied.
@@ -178,6 +181,7 @@ class ConversationEvent(BaseModel):
     usage: Usage | None = None
     calls: int | None = None
     text: str | None = None
+    answer_schema: dict[str, Any] | None = None
     policy: PolicyVerdict | None = None
 
     @model_serializer(mode="wrap")

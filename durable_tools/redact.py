@@ -135,6 +135,18 @@ _PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
         ),
         r"\g<scheme>",
     ),
+    # An MCP `requestState` (opaque, may be secret) in JSON or protobuf text,
+    # its quotes escaped or not: `"request_state":"..."`, `\"requestState\":\"...\"`.
+    (
+        re.compile(
+            rf"""(?ix)
+            (?P<scheme>\brequest_?state\\*["']?\s*[=:]\s*\\*["']?)
+            {_NOT_DONE}(?!null\b)(?!None\b)
+            [^\s"'\\,;)}}\]]+
+            """
+        ),
+        r"\g<scheme>",
+    ),
     # ?key=... in a URL's query (Google-style API keys).
     (re.compile(rf"(?i)(?P<scheme>[?&]key=){_NOT_DONE}[^&\s\"'#]+"), r"\g<scheme>"),
     # Well-known key formats.

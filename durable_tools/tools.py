@@ -33,6 +33,7 @@ from typing_extensions import TypeVar
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES, parse_arguments
 from durable_tools.descriptor import ToolAnnotations, ToolDescriptor, ToolKind
 from durable_tools.errors import ConfigurationError, InvalidToolName, StrictModeError
+from durable_tools.input_requests import InputResume
 from durable_tools.schema import Schema, compile_schema
 from durable_tools.strict import strict_mode_violations
 
@@ -115,6 +116,10 @@ class ToolContext(Generic[DepsT]):
             `cancellation.wait(seconds)` as a sleep that ends early on
             cancellation. A new event by default (never set outside the
             durable loop).
+        resume: Set when the call is retried after it asked for input (an
+            MCP tool's input-required result, see `durable_tools.input_requests`):
+            the person's answers and the server's exact `requestState`.
+            `None` on a call's first activity (and outside the durable loop).
 
     Example:
         ```python
@@ -135,6 +140,7 @@ class ToolContext(Generic[DepsT]):
     cancellation: threading.Event = field(
         default_factory=threading.Event, repr=False, compare=False
     )
+    resume: InputResume | None = field(default=None, repr=False)
 
     @property
     def cancelled(self) -> bool:

@@ -421,6 +421,11 @@ MCP_LOG_ENV = "DT_TEST_MCP_LOG"
 """When set, worker subprocesses also serve tests/mcp/mcp_test_server.py as
 `notes` over stdio, logging to this file (heartbeat timeout 3 s)."""
 
+MCP_STATE_KEY_ENV = "DT_TEST_MCP_STATE_KEY"
+"""When set with `MCP_LOG_ENV`, the test server seals its `requestState` with
+this key (`--state-key`), so a server process started by another worker
+accepts the state an earlier one sealed."""
+
 
 def _mcp_servers_from_environment() -> list[Any]:
     log = os.environ.get(MCP_LOG_ENV)
@@ -435,7 +440,8 @@ def _mcp_servers_from_environment() -> list[Any]:
         McpServerConfig(
             name="notes",
             command=sys.executable,
-            args=[str(server), "stdio", "--log", log],
+            args=[str(server), "stdio", "--log", log]
+            + (["--state-key", key] if (key := os.environ.get(MCP_STATE_KEY_ENV)) else []),
             heartbeat_timeout=3,
             trust_annotations=True,  # no approval; its writing tools stay at-most-once
         )

@@ -22,6 +22,7 @@ from rich.text import Text
 from durable_tools.conversation import (
     ConversationStatus,
     PendingApproval,
+    PendingInteraction,
     PendingState,
     SendMessage,
 )
@@ -152,6 +153,7 @@ def render_pending(state: PendingState) -> Group:
                 i.arguments_hash,
             )
         parts.append(table)
+        parts += [_asked(i) for i in state.interactions if i.input_request is not None]
         parts += [render_answer_schema(i.call_id, i.answer_schema) for i in state.interactions]
     if state.paused is not None:
         parts.append(
@@ -179,6 +181,19 @@ def render_pending(state: PendingState) -> Group:
     if not (state.approvals or state.interactions or state.paused is not None or failure):
         parts.insert(0, Text("nothing pending"))
     return Group(*parts)
+
+
+def _asked(pending: PendingInteraction) -> Text:
+    """What a running tool's MCP server asks, and how to answer (`input_request` is set)."""
+    asked = pending.input_request
+    assert asked is not None
+    where = f"round {asked.round}"
+    if asked.count > 1:
+        where += f", {asked.index} of {asked.count}"
+    return Text(
+        f"{pending.call_id}: MCP server {asked.server!r} asks ({where}): {asked.message} "
+        "(answer with the form's values below, or --decline / --cancel)"
+    )
 
 
 def render_answer_schema(call_id: str, schema: Mapping[str, Any] | None) -> Table | Text:

@@ -88,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.events import MAX_EVENT_TEXT
     from durable_tools.handler_input import clean_text
+    from durable_tools.input_requests import InputRequired
     from durable_tools.live_runs import LIVE_RUNS
     from durable_tools.results import Failure, Ok, ToolCall
     from durable_tools.signals import Finish
@@ -320,7 +321,7 @@ class AgentWorkflow:
             self._agent = agent
         return outcome
 
-    async def _execute(self, plan: PlannedCall, toolkit: str) -> Ok | Failure:
+    async def _execute(self, plan: PlannedCall, toolkit: str) -> Ok | Failure | InputRequired:
         """Run a local call as its activity `tool.<name>` (`TurnCalls.execute`)."""
         return await self._calls.execute(plan, toolkit)
 

@@ -148,6 +148,7 @@ def snapshot_turn(calls: TurnCalls) -> CarriedTurn:
                 **calls.book.waits_of(call_id),
                 wake_at=waits.sleeps.get(call_id),
                 pause_until=waits.pause_until if call_id == waits.pause_call else None,
+                input_progress=calls.inputs.progress.get(call_id),
             )
         )
     return CarriedTurn(
@@ -177,3 +178,5 @@ def restore_turn(carried: CarriedTurn, calls: TurnCalls) -> None:
         calls.open[wait.plan.call.call_id] = wait.plan.call
         calls.book.restore(wait)
         waits.restore(wait)
+        if wait.input_progress is not None:
+            calls.inputs.restore(wait.plan.call.call_id, wait.input_progress)

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.formats import check_answer
     from durable_tools.handler_input import clean_text
+    from durable_tools.input_requests import sendable
 
 __all__ = [
     "BOUND_DECISIONS_PATCH",
@@ -442,6 +443,14 @@ class DecisionBook:
         mismatch = digest_problem(call_id, pending.arguments_hash, answer)
         if mismatch is not None:
             return mismatch
+        if pending.input_request is not None and not sendable(answer.value):
+            return "the answer cannot be sent to the server (text that is not UTF-8)"
+        if answer.action != "accept":
+            if pending.input_request is None:
+                return f"call {call_id!r} asks for an answer: it cannot be declined or cancelled"
+            if answer.value is not None:
+                return f"an answer that {answer.action}s the question carries no value"
+            return None
         if pending.answer_schema is not None:
             # Formats by a fixed stdlib checker: the verdict, and so the replay,
             # does not depend on the worker's installed packages.

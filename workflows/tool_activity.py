@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         ToolActivityInput,
         ToolActivityResult,
     )
+    from durable_tools.input_requests import InputResume
     from durable_tools.results import Failure, execution_error, failed, interrupted, timed_out
 
 __all__ = ["activity_failure", "run_tool_activity", "tool_retry_policy"]
@@ -53,7 +54,9 @@ def tool_retry_policy(plan: PlannedCall) -> RetryPolicy:
     )
 
 
-async def run_tool_activity(plan: PlannedCall, toolkit: str, *, inline: bool) -> ToolActivityResult:
+async def run_tool_activity(
+    plan: PlannedCall, toolkit: str, *, inline: bool, resume: InputResume | None = None
+) -> ToolActivityResult:
     """Run `plan`'s call as the activity `tool.<name>`, summarized `name(arg=…)`.
 
     The activity's summary (user metadata, shown by Temporal's Web UI and
@@ -73,6 +76,8 @@ async def run_tool_activity(plan: PlannedCall, toolkit: str, *, inline: bool) ->
         inline: The arguments go in the input (`transcript_in_activity_input`);
             else the activity reads them by reference (the `tool_call` query).
             Local plans always carry them.
+        resume: The answers to what the call's previous activity asked, and
+            the server's exact `requestState` (`InputRounds`): the retry.
 
     Raises:
         ActivityError: The activity failed for good (`activity_failure` maps it).
@@ -92,6 +97,7 @@ async def run_tool_activity(plan: PlannedCall, toolkit: str, *, inline: bool) ->
         else CallReference(call_id=call.call_id, name=call.name, digest=plan.arguments_hash),
         workflow_id=info.workflow_id,
         idempotency_key=f"{info.workflow_id}/{call.call_id}",
+        resume=resume,
     )
     start_to_close = timedelta(seconds=plan.timeout) if plan.timeout else _NO_TIMEOUT
     if plan.local:

@@ -24,6 +24,7 @@ from temporalio.exceptions import ActivityError, RetryState
 
 from durable_tools.workflows.decision_book import DecisionBook
 from durable_tools.workflows.handler_inputs import cancellation
+from durable_tools.workflows.input_rounds import InputRounds
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.signal_tools import SignalWaits, interpret
 from durable_tools.workflows.tool_activity import activity_failure, run_tool_activity
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.approvals import decision_outcome
     from durable_tools.conversation import ConversationOptions
     from durable_tools.handler_input import clean_sender
+    from durable_tools.input_requests import InputRequired, InputResume
     from durable_tools.policy_verdict import PolicyVerdict
     from durable_tools.results import Failure, Ok, ToolCall, cancelled, expired, failed, interrupted
     from durable_tools.signals import Finish, Handoff
@@ -116,6 +118,10 @@ class TurnCalls:
         # Set when the turn's waits hand over to the next run (a new version).
         self.moving = False
         self.finishing = False  # a `finish` call of this turn was interpreted
+        self.inputs = InputRounds(self, view.event, self._set_state)
+
+    def _set_state(self, state: str) -> None:
+        self.view.state = state
 
     def publish(self) -> None:
         """Publish what is pending (search attributes, current details)."""
@@ -219,6 +225,14 @@ class TurnCalls:
             elif plan.kind != "local":
                 reason = f"{call.name!r} is a {plan.kind} tool; it is not executed locally"
                 self.record(failed(call, "non_local_tool", reason))
+            elif resumed and call.call_id in self.inputs.progress:
+                # It asked for input in the previous run, whose wait moved here: it
+                # started there (a cancellation now makes it `interrupted`).
+                self.started.add(call.call_id)
+                result = await self.inputs.resume(plan, toolkit, self.execute, limit)
+                if isinstance(result, Moved):
+                    return result
+                self.record(result)
             else:
                 refusal = await self.traced_decision(plan, resumed) if plan.needs_approval else None
                 if isinstance(refusal, Moved):
@@ -227,7 +241,14 @@ class TurnCalls:
                     self.record(refusal, sent_by=self.refused_by(refusal))
                 else:
                     async with limit:
-                        self.record(await self._run_tool(plan, toolkit))
+                        result = await self._run_tool(plan, toolkit)
+                    if isinstance(result, InputRequired):  # asked: no slot held meanwhile
+                        result = await self.inputs.follow(
+                            plan, toolkit, result, self.execute, limit
+                        )
+                        if isinstance(result, Moved):
+                            return result  # its question goes to the next run
+                    self.record(result)
         except asyncio.CancelledError:
             self.close(call)
             raise
@@ -290,19 +311,30 @@ class TurnCalls:
         for call in list(self.open.values()):
             self.close(call)
 
-    async def execute(self, plan: PlannedCall, toolkit: str) -> Ok | Failure:
-        """Run a local call as its activity; its result, or the `Failure` its error maps to."""
+    async def execute(
+        self, plan: PlannedCall, toolkit: str, resume: InputResume | None = None
+    ) -> Ok | Failure | InputRequired:
+        """Run a local call as its activity; its result, or the `Failure` its error maps to.
+
+        `InputRequired` when the call asks for input first (`InputRounds`
+        asks, then calls this again with `resume`).
+        """
         call = plan.call
         self.started.add(call.call_id)
         self.running += 1
-        self.view.event(
-            "tool_call_scheduled", call_id=call.call_id, tool=call.name, turn=self._turn()
-        )
+        if resume is None:
+            self.view.event(
+                "tool_call_scheduled", call_id=call.call_id, tool=call.name, turn=self._turn()
+            )
         scheduled = workflow.now()
         try:
             out = await run_tool_activity(
-                plan, toolkit, inline=self.options.transcript_in_activity_input
+                plan, toolkit, inline=self.options.transcript_in_activity_input, resume=resume
             )
+            if out.result is None:
+                return out.input_required or failed(
+                    call, "execution_error", "the tool activity returned no result"
+                )
             self.produced.add(call.call_id)
             self._note_attempts(call, out.attempt, scheduled)
             return out.result

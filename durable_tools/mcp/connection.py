@@ -382,6 +382,9 @@ class McpConnection:
             async with Client(
                 cast(Any, self._transport(live)),
                 message_handler=self._on_message,
+                # Declares elicitation (MCP 2026-07-28 servers ask inside
+                # input-required results, which the loop answers durably).
+                elicitation_callback=_no_mid_call_elicitation,
                 client_info=types.Implementation(name="durable-tools", version="0"),
                 cache=None,
             ) as client:
@@ -483,8 +486,14 @@ class McpConnection:
         timeout: float,
         meta: Mapping[str, Any] | None = None,
         progress: Callable[[float, float | None, str | None], Any] | None = None,
-    ) -> types.CallToolResult:
+        input_responses: Mapping[str, Any] | None = None,
+        request_state: str | None = None,
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Call one tool on the pooled session.
+
+        An input-required result (MCP 2026-07-28) is returned, not answered
+        here: the caller records it and retries with `input_responses` and
+        the exact `request_state` (`allow_input_required=True`).
 
         Args:
             name: The server's own tool name (not the prefixed one).
@@ -493,9 +502,13 @@ class McpConnection:
             meta: The request's `_meta` (the idempotency key travels here).
             progress: `progress(progress, total, message)` for each progress
                 notification the server sends for this call.
+            input_responses: Answers to an earlier input-required result, by
+                request key (`ElicitResult`s).
+            request_state: That result's `requestState`, byte for byte.
 
         Returns:
-            The server's `CallToolResult` (`is_error` may be true).
+            The server's `CallToolResult` (`is_error` may be true), or its
+            `InputRequiredResult`.
 
         Raises:
             McpStartError: The server could not be (re)started: nothing was sent.
@@ -525,6 +538,9 @@ class McpConnection:
                 dict(arguments),
                 progress_callback=callback,
                 meta=cast(Any, dict(meta)) if meta else None,
+                input_responses=cast(Any, dict(input_responses)) if input_responses else None,
+                request_state=request_state,
+                allow_input_required=True,
             )
         )
         lost = asyncio.ensure_future(live.lost.wait())
@@ -560,6 +576,21 @@ class McpConnection:
                 self._live = None
                 self._note_failure()
         await live.close()
+
+
+async def _no_mid_call_elicitation(
+    context: Any, params: types.ElicitRequestParams
+) -> types.ElicitResult | types.ErrorData:
+    """A server at a protocol before 2026-07-28 asking mid-call: not answered.
+
+    Answering would hold the tool activity (and its worker slot) while a
+    person decides; only input-required results become durable questions.
+    """
+    return types.ErrorData(
+        code=types.INVALID_REQUEST,
+        message="durable-tools answers elicitation only in input-required results "
+        "(MCP 2026-07-28), not mid-call",
+    )
 
 
 async def _abandon(request: asyncio.Future[Any]) -> None:

@@ -25,6 +25,11 @@ lists their tools and exposes each as a dynamic tool named `prefix__tool`:
   under `IDEMPOTENCY_KEY_META`. With tracing on, the `mcp` SDK adds the W3C
   trace context (`traceparent`) of its client span, a child of the call's
   `execute_tool` span (MCP 2026-07-28).
+* **Input**: an input-required result (MCP 2026-07-28) is not answered in
+  the activity: the tool raises `NeedsInput` with the checked requests, the
+  loop asks a person, and a new activity retries the call with the answers
+  and the exact `requestState` (`ToolContext.resume`); a refused
+  `requestState` is Failure `request_state_rejected` (`STATE_REJECTED`).
 * **Connections** are pooled: one `McpConnection` per server per worker
   process (see `durable_tools.mcp.connection`).
 * **Changes**: a server's `tools/list_changed` marks it stale; `refresh()`
@@ -48,6 +53,7 @@ from mcp.shared.exceptions import MCPError
 from durable_tools.constructors import dynamic_tool
 from durable_tools.descriptor import ToolAnnotations
 from durable_tools.errors import ConfigurationError, DurableToolsError
+from durable_tools.input_requests import STATE_REJECTED, NeedsInput
 from durable_tools.mcp.config import McpServerConfig, check_unique_names
 from durable_tools.mcp.connection import (
     CallTimedOut,
@@ -56,6 +62,7 @@ from durable_tools.mcp.connection import (
     McpStartError,
     describe_error,
 )
+from durable_tools.mcp.input_required import input_required_of, input_responses_of
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import (
     ONE_ATTEMPT,
@@ -79,6 +86,8 @@ _IDEMPOTENT_RETRY: Final[RetryPolicy] = RetryPolicy(
     max_attempts=4, initial_interval=1.0, backoff_coefficient=2.0, maximum_interval=30.0
 )
 _ACTIVITY_MARGIN: Final[float] = 10.0
+_STATE_ONLY_RETRIES: Final[int] = 20
+"""Calls again, within one activity, of an input-required result with no requests."""
 
 
 def _annotations(spec: types.Tool) -> ToolAnnotations:
@@ -158,6 +167,16 @@ def _error_text(result: types.CallToolResult) -> str:
     return "\n".join(texts).strip() or "the server reported an error without a message"
 
 
+def state_rejected(exc: MCPError) -> bool:
+    """Whether a retried call's error says its `requestState` was refused.
+
+    The `mcp` SDK's servers answer `-32602 Invalid or expired requestState`
+    (`mcp.server.request_state`); any invalid-params error naming
+    `requestState` counts.
+    """
+    return exc.error.code == types.INVALID_PARAMS and "requeststate" in exc.error.message.lower()
+
+
 def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | None = None) -> Tool:
     """Build the durable tool for one of a server's tools.
 
@@ -190,41 +209,78 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
         def progress(value: float, total: float | None, message: str | None) -> None:
             emit({"progress": value, "total": total, "message": message})
 
-        try:
-            result = await connection.call_tool(
-                tool_name,
-                arguments,
-                timeout=call_timeout,
-                meta={IDEMPOTENCY_KEY_META: ctx.idempotency_key},
-                progress=progress,
-            )
-        except McpStartError as exc:
-            # Nothing was sent: safe to retry for every tool.
-            raise ToolFailure(
-                "server_unavailable",
-                f"MCP server {server_name!r} could not be started: {exc}",
-                retryable=True,
-            ) from exc
-        except ConnectionLost as exc:
-            if idempotent:
+        async def send(
+            responses: dict[str, Any] | None, state: str | None, timeout: float
+        ) -> types.CallToolResult | types.InputRequiredResult:
+            try:
+                return await connection.call_tool(
+                    tool_name,
+                    arguments,
+                    timeout=timeout,
+                    meta={IDEMPOTENCY_KEY_META: ctx.idempotency_key},
+                    progress=progress,
+                    input_responses=responses,
+                    request_state=state,
+                )
+            except McpStartError as exc:
+                # Nothing was sent: safe to retry for every tool.
                 raise ToolFailure(
-                    "interrupted", f"MCP server {server_name!r}: {exc}", retryable=True
+                    "server_unavailable",
+                    f"MCP server {server_name!r} could not be started: {exc}",
+                    retryable=True,
                 ) from exc
-            raise ToolFailure(
-                "interrupted",
-                f"MCP server {server_name!r}: {exc}; the call may have reached the server and "
-                "is not retried because the tool is not idempotent: check before calling again",
-            ) from exc
-        except CallTimedOut as exc:
-            raise ToolFailure(
-                "timed_out", f"MCP server {server_name!r} did not answer within {call_timeout:g} s"
-            ) from exc
-        except MCPError as exc:
-            raise ToolFailure(
-                "execution_error", f"MCP server {server_name!r} refused the call: {exc}"
-            ) from exc
-        except RuntimeError as exc:  # the SDK's own result checks (output schema)
-            raise ToolFailure("output_validation_error", str(exc)) from exc
+            except ConnectionLost as exc:
+                if idempotent:
+                    raise ToolFailure(
+                        "interrupted", f"MCP server {server_name!r}: {exc}", retryable=True
+                    ) from exc
+                raise ToolFailure(
+                    "interrupted",
+                    f"MCP server {server_name!r}: {exc}; the call may have reached the server "
+                    "and is not retried because the tool is not idempotent: check before "
+                    "calling again",
+                ) from exc
+            except CallTimedOut as exc:
+                raise ToolFailure(
+                    "timed_out",
+                    f"MCP server {server_name!r} did not answer within {call_timeout:g} s",
+                ) from exc
+            except MCPError as exc:
+                if state is not None and state_rejected(exc):
+                    # The loop restarts the call once (a fresh call), then reports this.
+                    raise ToolFailure(
+                        STATE_REJECTED,
+                        f"MCP server {server_name!r} refused the call's requestState (expired "
+                        f"or invalid) when it was retried: {exc}",
+                    ) from exc
+                raise ToolFailure(
+                    "execution_error", f"MCP server {server_name!r} refused the call: {exc}"
+                ) from exc
+            except RuntimeError as exc:  # the SDK's own result checks (output schema)
+                raise ToolFailure("output_validation_error", str(exc)) from exc
+
+        resume = ctx.resume
+        responses = input_responses_of(server_name, resume) if resume else None
+        state = resume.request_state if resume else None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + call_timeout
+        result = await send(responses, state, call_timeout)
+        for retried in range(_STATE_ONLY_RETRIES + 1):
+            if not isinstance(result, types.InputRequiredResult) or result.input_requests:
+                break
+            # Only a `requestState`: the server asks to be called again with it
+            # (no person involved), after a short backoff, as the SDK's driver does.
+            if retried == _STATE_ONLY_RETRIES or loop.time() >= deadline:
+                raise ToolFailure(
+                    "invalid_input_request",
+                    f"MCP server {server_name!r} kept asking to be called again "
+                    f"({retried + 1} times) without asking for anything",
+                )
+            await asyncio.sleep(min(0.05 * 2**retried, 0.25))
+            responses, state = None, result.request_state
+            result = await send(responses, state, max(deadline - loop.time(), 0.001))
+        if isinstance(result, types.InputRequiredResult):
+            raise NeedsInput(input_required_of(server_name, result))
         if result.is_error:
             raise ToolFailure("execution_error", _error_text(result))
         return _content_value(result)

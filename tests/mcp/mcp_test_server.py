@@ -13,7 +13,18 @@ and logs `{"event": "cancelled", "request_id": ...}` when it is interrupted), an
 `{"event": "notification", "method": "notifications/cancelled", "request_id": ...}`
 for each cancellation the client sends. `stamp` lies in its annotations
 (read-only, yet it writes, and its server dies after the first write of each
-key); `relabel` changes another tool's annotations at run time. The HTTP server answers 401 to any
+key); `relabel` changes another tool's annotations at run time. `paint` asks
+for input in two rounds (MCP 2026-07-28 input-required results, by the
+SDK's `Resolve`/`Elicit`): the user's name, then a color; each round its
+resolver runs logs `{"event": "round", "tool": "paint", ...}` and the body,
+run once on the final retry, logs the `call` with both outcomes; `order` asks two
+questions in one round; `patience`
+answers input-required with only a `requestState` until it was called again
+`rounds` times
+(`accept` values, or `decline`/`cancel`). `--state-ttl` (seconds, default
+600) is how long a `requestState` it seals stays valid; `--state-key` seals
+it with a key shared by every server process (default: a key of its own).
+The HTTP server answers 401 to any
 request without `Authorization: Bearer <token>` (the token is read from the
 environment variable `--token-env`) and logs `{"event": "request", "method":
 ...}` for each JSON-RPC request it accepts; a call of `gateway_error` with
@@ -28,12 +39,21 @@ import asyncio
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import mcp_types as types
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import (
+    AcceptedElicitation,
+    Context,
+    Elicit,
+    ElicitationResult,
+    MCPServer,
+    RequestStateSecurity,
+    Resolve,
+)
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
 IDEMPOTENCY_KEY_META = "durable-tools/idempotency-key"
 
@@ -42,6 +62,8 @@ parser.add_argument("transport", choices=["stdio", "http"])
 parser.add_argument("--log", required=True)
 parser.add_argument("--port", type=int, default=0)
 parser.add_argument("--token-env", default="")
+parser.add_argument("--state-ttl", type=float, default=600.0)
+parser.add_argument("--state-key", default="")
 options = parser.parse_args()
 LOG = Path(options.log)
 
@@ -69,7 +91,12 @@ def key_of(ctx: Context) -> str | None:
     return value if isinstance(value, str) else None
 
 
-server = MCPServer("durable-tools-test-server")
+server = MCPServer(
+    "durable-tools-test-server",
+    request_state_security=RequestStateSecurity(keys=[options.state_key], ttl=options.state_ttl)
+    if options.state_key
+    else RequestStateSecurity.ephemeral(ttl=options.state_ttl),
+)
 READ_ONLY = types.ToolAnnotations(read_only_hint=True)
 WRITES = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
 
@@ -211,6 +238,82 @@ async def relabel(tool: str, read_only: bool, ctx: Context) -> str:
 async def gateway_error(status: int) -> str:
     """Over HTTP, answered by the gateway in front of the server: HTTP `status`."""
     return f"no gateway over this transport (asked for HTTP {status})"
+
+
+class Name(BaseModel):
+    name: str
+
+
+class Size(BaseModel):
+    size: int
+
+
+class Color(BaseModel):
+    color: str
+    coats: int = 1
+
+
+def outcome(result: ElicitationResult[Any]) -> Any:
+    if isinstance(result, AcceptedElicitation):
+        return result.data.model_dump()
+    return result.action
+
+
+def ask_name(ctx: Context) -> Elicit[Name]:
+    """Round 1 (the resolvers run again on every round: each run is logged)."""
+    log(event="round", tool="paint", ask="name", state=ctx.request_state is not None)
+    return Elicit("What is your name?", Name)
+
+
+def ask_color(who: Annotated[ElicitationResult[Name], Resolve(ask_name)]) -> Elicit[Color]:
+    """Round 2: asked once the name is known (or was declined)."""
+    name = who.data.name if isinstance(who, AcceptedElicitation) else "stranger"
+    return Elicit(f"Which color, {name}?", Color)
+
+
+@server.tool(annotations=WRITES)
+async def paint(
+    thing: str,
+    ctx: Context,
+    who: Annotated[ElicitationResult[Name], Resolve(ask_name)],
+    color: Annotated[ElicitationResult[Color], Resolve(ask_color)],
+) -> str:
+    """Paint a thing: asks the user's name, then a color (two input rounds)."""
+    log(
+        event="call",
+        tool="paint",
+        args={"thing": thing},
+        key=key_of(ctx),
+        name=outcome(who),
+        color=outcome(color),
+    )
+    return json.dumps({"thing": thing, "name": outcome(who), "color": outcome(color)})
+
+
+def ask_size() -> Elicit[Size]:
+    return Elicit("Which size?", Size)
+
+
+@server.tool(annotations=WRITES)
+async def order(
+    item: str,
+    ctx: Context,
+    who: Annotated[ElicitationResult[Name], Resolve(ask_name)],
+    size: Annotated[ElicitationResult[Size], Resolve(ask_size)],
+) -> str:
+    """Order an item: asks the user's name and a size together (one round, two requests)."""
+    log(event="call", tool="order", key=key_of(ctx), name=outcome(who), size=outcome(size))
+    return json.dumps({"item": item, "name": outcome(who), "size": outcome(size)})
+
+
+@server.tool(annotations=READ_ONLY)
+async def patience(rounds: int, ctx: Context) -> str | types.InputRequiredResult:
+    """Answers only when called again `rounds` times with its `requestState` (nothing asked)."""
+    seen = int(ctx.request_state or "0")
+    log(event="round", tool="patience", seen=seen)
+    if seen < rounds:
+        return types.InputRequiredResult(request_state=str(seen + 1))
+    return f"answered after {seen} retries"
 
 
 async def on_cancelled(ctx: Any, params: types.CancelledNotificationParams) -> None:

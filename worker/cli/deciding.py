@@ -6,7 +6,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.decision_keys import SigningKey, parse_signing_key
 from durable_tools.errors import ConfigurationError, DecisionRejected
+from durable_tools.input_requests import ElicitAction
 from durable_tools.worker.cli.shared import (
     DEFAULT_ADDRESS,
     DEFAULT_NAMESPACE,
@@ -240,6 +241,10 @@ def _digest_to_send(
     approvers = (
         ", ".join(call.approvers) if isinstance(call, PendingApproval) and call.approvers else ""
     )
+    asked = call.input_request if isinstance(call, PendingInteraction) else None
+    if asked is not None:
+        summary = f"MCP server {asked.server!r} asks (round {asked.round}): {asked.message}"
+
     out.print(
         f"call:      {escape(call_id)} in {escape(workflow_id)}\n"
         f"tool:      {escape(call.tool)}\n"
@@ -382,7 +387,18 @@ def deny_command(
 def answer_command(
     workflow_id: WorkflowId,
     call_id: CallId,
-    value: Annotated[str, typer.Argument(metavar="JSON", help="The answer, as JSON.")],
+    value: Annotated[
+        str | None,
+        typer.Argument(metavar="JSON", help="The answer, as JSON (none with --decline/--cancel)."),
+    ] = None,
+    decline: Annotated[
+        bool,
+        typer.Option("--decline", help="Decline a question an MCP server asked (no JSON)."),
+    ] = False,
+    cancel: Annotated[
+        bool,
+        typer.Option("--cancel", help="Cancel (dismiss) a question an MCP server asked."),
+    ] = False,
     by: Annotated[
         str, typer.Option("--as", "--by", help="Who answers (default: your login).")
     ] = "",
@@ -395,12 +411,24 @@ def answer_command(
 ) -> None:
     """Answer a pending question (interaction tool call) with a JSON value.
 
+    A question an MCP server asked (its form) may instead be declined
+    (`--decline`) or cancelled (`--cancel`); the server is told which.
     Shows the question and asks to confirm, unless `--hash` or `--yes` is given.
     """
-    try:
-        answer = json.loads(value)
-    except json.JSONDecodeError as exc:
-        fail(f"the answer is not valid JSON: {exc}", EXIT_BAD_INPUT)
+    action: ElicitAction = "decline" if decline else "cancel" if cancel else "accept"
+    if decline and cancel:
+        fail("give --decline or --cancel, not both", EXIT_BAD_INPUT)
+    answer: Any = None
+    if action != "accept":
+        if value is not None:
+            fail(f"--{action} takes no JSON answer", EXIT_BAD_INPUT)
+    elif value is None:
+        fail("give the answer as JSON (or --decline / --cancel)", EXIT_BAD_INPUT)
+    else:
+        try:
+            answer = json.loads(value)
+        except json.JSONDecodeError as exc:
+            fail(f"the answer is not valid JSON: {exc}", EXIT_BAD_INPUT)
     connection = Connection(address, namespace, timeout)
     digest, _ = _digest_to_send(
         workflow_id,
@@ -420,7 +448,9 @@ def answer_command(
             arguments_hash=digest,
             answered_by=by or whoami(),
             wait=not signal,
+            action=action,
         ),
     )
     how = _SIGNAL_SENT if signal else "accepted"
-    out.print(f"answered {escape(call_id)} in {escape(workflow_id)} ({how})")
+    done = {"accept": "answered", "decline": "declined", "cancel": "cancelled"}[action]
+    out.print(f"{done} {escape(call_id)} in {escape(workflow_id)} ({how})")

@@ -155,6 +155,9 @@ def _question_item(interaction: PendingInteraction) -> InboxItem:
             question = str(parsed.get("question", "") or "")  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
     except ValueError:
         pass
+    asked = interaction.input_request
+    if asked is not None:  # a running MCP tool's server asks
+        question = f"MCP server {asked.server!r} asks (round {asked.round}): {asked.message}"
     return InboxItem(
         kind="question",
         call_id=interaction.call_id,

@@ -1,0 +1,226 @@
+"""Input a tool asks for mid-call: MCP input-required results as durable questions.
+
+An MCP server at protocol 2026-07-28 may answer `tools/call` with an
+*input-required* result: input requests (a form to fill, a URL to visit, a
+sampling request) and an opaque `requestState`; the client retries the call
+with `inputResponses` and that exact `requestState` (multi-round-trip
+requests, MRTR). Here the tool activity does not answer them itself: its
+tool raises `NeedsInput` with what the server asked (`InputRequired`), the
+activity returns that to the loop, the loop asks a person (one question per
+request, `InputQuestion`, shown in `pending`, the inbox and the events) and
+retries the call in a new activity with the answers (`InputResume`). No
+worker slot is held while a person decides.
+
+`requestState` is opaque and may be secret: it travels only in the tool
+activity's result and the next activity's input (workflow history, which a
+codec encrypts when configured), never in `pending`, events, spans or logs.
+
+The types here cross the activity boundary or the public protocol:
+
+```
+InputRequired ── tool activity result ──▶ loop: a question per request
+InputQuestion ── PendingInteraction.input_request ──▶ clients, CLI, inbox
+InputResume   ── next tool activity's input ──▶ ToolContext.resume
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ELICIT_ACTIONS",
+    "MAX_INPUT_ROUNDS",
+    "STATE_REJECTED",
+    "ElicitAction",
+    "InputAnswer",
+    "InputProgress",
+    "InputQuestion",
+    "InputRequest",
+    "InputRequired",
+    "InputResume",
+    "NeedsInput",
+    "question_digest",
+    "sendable",
+]
+
+ElicitAction = Literal["accept", "decline", "cancel"]
+"""What a person did with a form (MCP `ElicitResult.action`)."""
+
+ELICIT_ACTIONS: Final[tuple[ElicitAction, ...]] = ("accept", "decline", "cancel")
+
+MAX_INPUT_ROUNDS: Final[int] = 10
+"""Input-required rounds one call may take before it becomes Failure `input_rounds_exceeded`."""
+
+STATE_REJECTED: Final[str] = "request_state_rejected"
+"""Failure kind of a retry whose `requestState` the server refused (expired or invalid).
+
+The loop restarts the call once (a fresh call, without responses); a second
+refusal reaches the model as this `Failure`."""
+
+
+class InputRequest(BaseModel):
+    """One input request of an input-required result, as the worker checked it.
+
+    Attributes:
+        key: The server's key for the request (echoed in `inputResponses`).
+        kind: `"form"` (MCP form elicitation; the only kind answered so far).
+        message: What the server asks, cleaned and at most 2,000 characters.
+        answer_schema: The requested schema (a flat JSON Schema object) the
+            answer must satisfy.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    kind: Literal["form"] = "form"
+    message: str
+    answer_schema: dict[str, Any]
+
+
+class InputRequired(BaseModel):
+    """A tool call's input-required result, returned by its activity to the loop.
+
+    Attributes:
+        server: The MCP server that asked.
+        requests: Its input requests, in the server's order (at least one).
+        request_state: The opaque state to echo byte for byte (`None`: none
+            was sent). Never shown, logged or published.
+    """
+
+    server: str
+    requests: list[InputRequest] = Field(min_length=1)
+    request_state: str | None = Field(default=None, repr=False)
+
+
+class InputAnswer(BaseModel):
+    """A person's answer to one input request.
+
+    Attributes:
+        action: `accept` (with `content`), `decline` or `cancel`.
+        content: The form's values (`accept` only), as the person sent them
+            and the requested schema accepted them; the activity checks that
+            MCP can carry them.
+    """
+
+    action: ElicitAction = "accept"
+    content: Any = None
+
+
+class InputResume(BaseModel):
+    """What a retried call sends: the answers and the exact `requestState`.
+
+    Attributes:
+        responses: The answers, by input request key.
+        request_state: The state the server sent with the requests, unchanged.
+        round: The round these answer (1-based).
+    """
+
+    responses: dict[str, InputAnswer]
+    request_state: str | None = Field(default=None, repr=False)
+    round: int = 1
+
+
+class InputProgress(BaseModel):
+    """Where a call that asked for input stands, carried when its wait moves to a new run.
+
+    Attributes:
+        asked: What the server asked this round (with its `requestState`).
+        round: The round (1-based).
+        index: The request being asked (0-based into `asked.requests`).
+        answers: The answers of the round so far, by request key.
+        restarted: The call was started again once after a refused `requestState`.
+    """
+
+    asked: InputRequired
+    round: int = 1
+    index: int = 0
+    answers: dict[str, InputAnswer] = Field(default_factory=dict[str, InputAnswer])
+    restarted: bool = False
+
+
+class InputQuestion(BaseModel):
+    """What a question of an input-required call asks (`PendingInteraction.input_request`).
+
+    Attributes:
+        server: The MCP server that asked.
+        kind: `"form"`: answer with the form's values (the `answer_schema`),
+            or decline or cancel it (`Conversations.answer(..., action=...)`).
+        message: The server's message to the person.
+        key: The server's key for the request.
+        round: The input round of the call (1-based).
+        index: The request's position in its round (1-based), of `count`.
+        count: The requests of the round, asked one after another.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    server: str
+    kind: Literal["form"] = "form"
+    message: str
+    key: str
+    round: int = 1
+    index: int = 1
+    count: int = 1
+
+
+class NeedsInput(Exception):  # noqa: N818 (control flow, not an error)
+    """Raised by a tool's run: the call needs input before it can finish.
+
+    The tool activity returns `required` to the loop instead of a result.
+
+    Args:
+        required: What the server asked.
+    """
+
+    def __init__(self, required: InputRequired) -> None:
+        super().__init__(f"{required.server} asks for input ({len(required.requests)} requests)")
+        self.required = required
+
+
+def question_digest(arguments_hash: str, question: InputQuestion, schema: Any) -> str:
+    """The digest an answer to one input question must carry.
+
+    Binds the answer to the call (its `arguments_hash`) and to this very
+    question: its round, key, position and what it showed (message and
+    schema), so an answer to an earlier round or request never applies to a
+    later one. SHA-256 over canonical JSON, hex.
+
+    Args:
+        arguments_hash: The call's digest (`PlannedCall.arguments_hash`).
+        question: The question.
+        schema: The answer schema shown with it.
+
+    Returns:
+        64 hex characters.
+    """
+    shown = {
+        "call": arguments_hash,
+        "question": question.model_dump(mode="json"),
+        "schema": schema,
+    }
+    text = json.dumps(shown, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def sendable(value: Any) -> bool:
+    """Whether an answer can travel to a server: JSON, encodable as UTF-8.
+
+    A lone surrogate (which JSON text may carry escaped) would fail the
+    serialization of the retry's activity input, so such an answer is refused.
+
+    Args:
+        value: The answer's value (any JSON a client sent).
+
+    Returns:
+        True when `value` serializes to UTF-8 JSON.
+    """
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return False
+    return True

@@ -1,0 +1,166 @@
+"""A call waiting for an MCP server's answer moves to a new worker version, and goes on there.
+
+Like every durable wait (tests/workflows/test_follow_versions.py), the
+question of a call that asked for input notices a new current version at
+its version-check timer and continues as new onto it, carrying the call's
+progress (its round, its `requestState`) with its pending question: the same
+digest and deadline. The answer is given on the new version, which retries
+the call there; the server asks its second round and runs its tool body
+once. No workflow task fails, and every run's history replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from agent_support import AGENT, MODELS, TOOLKITS, turns
+from mcp_support import started
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.common import WorkerDeploymentVersion
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+from workflow_helpers import eventually, outputs_by_id, set_current_version
+
+from durable_tools.activities.agent_activities import AgentActivities
+from durable_tools.client import Conversations
+from durable_tools.conversation import ConversationOptions, PendingInteraction
+from durable_tools.mcp import McpServerConfig
+from durable_tools.toolkit import compose
+from durable_tools.worker.plugin import sandbox_runner
+from durable_tools.worker.runner import deployment_config
+from durable_tools.workflows.agent_workflow import AgentWorkflow
+
+SERVER = Path(__file__).with_name("mcp_test_server.py")
+KEY = "a-key-both-versions-servers-share-0123456789"
+
+
+@asynccontextmanager
+async def _worker(
+    client: Client, task_queue: str, version: WorkerDeploymentVersion, log: Path
+) -> AsyncIterator[None]:
+    """A versioned worker whose `tests` toolkit has the test server's tools (its own process)."""
+    server = McpServerConfig(
+        name="notes",
+        command=sys.executable,
+        args=[str(SERVER), "stdio", "--log", str(log), "--state-key", KEY],
+        trust_annotations=True,
+    )
+    async with started(server) as toolsets:
+        toolkits = {**TOOLKITS, "tests": compose(TOOLKITS["tests"], toolsets.toolkit())}
+        acts = AgentActivities(toolkits, dict(MODELS))
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[AgentWorkflow],
+            activities=[acts.model_turn, acts.tool_call],
+            workflow_runner=sandbox_runner(),
+            deployment_config=deployment_config(version),
+            max_cached_workflows=0,
+        ):
+            yield
+
+
+async def _histories(client: Client, workflow_id: str) -> list[tuple[set[str], WorkflowHistory]]:
+    """Each run's build ids and history, first run first."""
+    runs: list[tuple[set[str], WorkflowHistory]] = []
+    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        builds = {
+            e.workflow_task_completed_event_attributes.deployment_version.build_id
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        }
+        runs.append((builds, history))
+        started_ = history.events[0].workflow_execution_started_event_attributes
+        if not started_.continued_execution_run_id:
+            return runs[::-1]
+        run_id = started_.continued_execution_run_id
+
+
+async def test_a_question_of_an_mcp_call_moves_to_the_new_version(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    client = dev_env.client
+    deployment = f"agents-{uuid.uuid4().hex[:8]}"
+    v1, v2 = (WorkerDeploymentVersion(deployment_name=deployment, build_id=b) for b in ("v1", "v2"))
+    log = tmp_path / "server.jsonl"
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"follow-mcp-question-{uuid.uuid4()}"
+    options = ConversationOptions(version_check_interval=1, approval_deadline=3600)
+
+    async def asked(round_: int) -> PendingInteraction:
+        async def probe() -> PendingInteraction | None:
+            pending = await conversations.pending(workflow_id)
+            return next(
+                (
+                    i
+                    for i in pending.interactions
+                    if i.input_request is not None and i.input_request.round == round_
+                ),
+                None,
+            )
+
+        return await eventually(probe, what=f"the question of round {round_}", timeout=30)
+
+    async with _worker(client, task_queue, v1, log):
+        await set_current_version(dev_env, deployment, "v1")
+        handle = await conversations.start(
+            workflow_id,
+            agent=AGENT,
+            message=turns(
+                [("p", "notes__paint", {"thing": "fence"})],
+                [("f1", "finish", {"output": "painted"})],
+            ),
+            options=options,
+        )
+        first = await asked(1)
+        async with _worker(client, task_queue, v2, log):
+            await set_current_version(dev_env, deployment, "v2")
+
+            async def moved() -> bool:
+                return "v2" in (await _histories(client, workflow_id))[-1][0]
+
+            await eventually(moved, what="the run on v2", timeout=30)
+            still = await asked(1)
+            assert still == first  # same digest, requested_at, deadline and schema
+            await conversations.answer(
+                workflow_id, "p", {"name": "Gil"}, arguments_hash=first.arguments_hash
+            )
+            second = await asked(2)
+            assert second.input_request is not None
+            assert second.input_request.message == "Which color, Gil?"
+            await conversations.answer(
+                workflow_id, "p", {"color": "teal"}, arguments_hash=second.arguments_hash
+            )
+            result = await asyncio.wait_for(handle.result(), 30)
+            items = await conversations.history(workflow_id)
+            runs = await _histories(client, workflow_id)
+    assert result.status == "finished"
+    painted: Any = json.loads(json.loads(outputs_by_id(items)["p"].content)["result"])
+    assert painted["name"] == {"name": "Gil"} and painted["color"]["color"] == "teal"
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    assert len([r for r in rows if r["event"] == "call" and r["tool"] == "paint"]) == 1
+    assert [r["state"] for r in rows if r["event"] == "round"].count(False) == 1  # no restart
+    assert [builds for builds, _ in runs][:2] == [{"v1"}, {"v2"}]
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+    for builds, history in runs:
+        failed = [
+            e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]
+        assert not failed, (builds, failed)
+        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert replayed.replay_failure is None, (builds, replayed.replay_failure)
