@@ -116,6 +116,8 @@ class WorkerProcess:
         command += ["--task-queue", queue, "--side", side, "--turns", str(args.turns)]
         command += ["--size", str(args.size), "--fanout", str(fanout), "--ready-file", str(ready)]
         command += ["--max-cached", str(args.max_cached)]
+        if getattr(args, "tracemalloc", False):
+            command.append("--tracemalloc")
         # Everything the worker writes goes to a file: the Temporal core logs
         # to stdout, and a pipe nobody reads blocks the worker once it is full
         # (it did under overload at N = 2,000, and the bench waited forever).
@@ -470,7 +472,10 @@ async def main(args: Any) -> None:
     results: list[tuple[Phase, Phase | None]] = []
     fan: tuple[list[Phase], list[Phase]] | None = None  # (ours, bare) by round
     replayed: tuple[float, float | None] | None = None
-    async with DevServer(headless=True, dynamic_config=DEFAULT_DYNAMIC_CONFIG) as server:
+    dynamic = dict(DEFAULT_DYNAMIC_CONFIG)
+    if args.eager_activities:  # the server hands a worker the activities its task scheduled
+        dynamic["system.enableActivityEagerExecution"] = True
+    async with DevServer(headless=True, dynamic_config=dynamic) as server:
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
         for index, n in enumerate(sizes):
             bare_first = index % 2 == 1 and not args.skip_bare
@@ -479,7 +484,7 @@ async def main(args: Any) -> None:
             if not bare_first and not args.skip_bare:
                 bare = await run_phase(client, server, "bare", n, args)
             results.append((ours, bare))
-            if index == 0:
+            if index == 0 and args.replay > 0:
                 ours_rate = await replay_rate(ours.checked.sample, [AgentWorkflow])
                 bare_rate = (
                     await replay_rate(bare.checked.sample, [BareConversation]) if bare else None
@@ -487,6 +492,9 @@ async def main(args: Any) -> None:
                 replayed = (ours_rate, bare_rate)
             print(f"N={n} measured (the table again at the end):", flush=True)
             _print_rows(_rows(ours, bare, args.turns))
+            for phase in (ours, bare):
+                if phase is not None:
+                    _details(phase)
             sys.stdout.flush()
         if args.fanout:
             fan = ([], [])
@@ -588,6 +596,11 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=32, help="starts in flight at most")
     parser.add_argument(
         "--max-cached", type=int, default=1000, help="each worker's cached runs (SDK default)"
+    )
+    parser.add_argument(
+        "--eager-activities",
+        action="store_true",
+        help="the dev server with system.enableActivityEagerExecution",
     )
     parser.add_argument("--skip-bare", action="store_true", help="ours only")
     asyncio.run(main(parser.parse_args()))

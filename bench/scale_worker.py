@@ -14,7 +14,8 @@ Both use the SDK's default worker limits and the same interceptor, which
 counts activity attempts that raised, by type. Once polling, it writes to
 `--ready-file` the port of a TCP server on 127.0.0.1 that answers one JSON line per
 command line, `stats` (the counters) or `gc` (`gc.collect()`, then the
-counters). SIGTERM or SIGINT stops it.
+counters); with `--tracemalloc`, `mark` (a snapshot) and `top` (the sites
+that grew most since). SIGTERM or SIGINT stops it.
 
 Usage (by `scale.py`):
     python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
@@ -32,6 +33,7 @@ import json
 import logging
 import signal
 import time
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -152,6 +154,12 @@ class _WarningCount(logging.Handler):
         WARNINGS[f"{record.name}: {record.getMessage()[:60]}"] += 1
 
 
+def _grown(since: tracemalloc.Snapshot, limit: int = 15) -> list[str]:
+    """The allocation sites that grew most since `since` (`--tracemalloc`), as lines."""
+    diff = tracemalloc.take_snapshot().compare_to(since, "lineno")
+    return [str(stat) for stat in diff[:limit]]
+
+
 def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
     """The counters, as JSON-ready values."""
     cache = held = None
@@ -220,13 +228,21 @@ async def main(args: argparse.Namespace) -> None:
     async def control(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError):
             while line := (await reader.readline()).strip():
-                if line == b"gc":
+                if line in (b"gc", b"mark", b"top"):
                     gc.collect()
-                answer = stats(plugin) if line in (b"gc", b"stats") else {"error": "?"}
+                if line == b"mark" and tracemalloc.is_tracing():
+                    marked[:] = [tracemalloc.take_snapshot()]
+                if line == b"top" and marked:
+                    answer = {"top": _grown(marked[0])}
+                elif line in (b"gc", b"stats", b"mark"):
+                    answer = stats(plugin)
+                else:
+                    answer = {"error": "?"}
                 writer.write(json.dumps(answer).encode() + b"\n")
                 await writer.drain()
         writer.close()
 
+    marked: list[tracemalloc.Snapshot] = []
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -251,5 +267,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--max-cached", type=int, default=1000, help="runs in the sticky cache (the SDK's default)"
     )
+    parser.add_argument(
+        "--tracemalloc", action="store_true", help="trace allocations (`mark`, then `top`)"
+    )
     parser.add_argument("--ready-file", type=Path, required=True, help="gets the control port")
-    asyncio.run(main(parser.parse_args()))
+    parsed = parser.parse_args()
+    if parsed.tracemalloc:
+        tracemalloc.start()
+    asyncio.run(main(parsed))

@@ -42,7 +42,7 @@ from typing import Any, cast
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from durable_tools.errors import ConfigurationError
+from durable_tools.errors import ConfigurationError, MissingExtra
 from durable_tools.handler_input import clean_text
 from durable_tools.policy_verdict import PolicyOutcome, PolicyVerdict
 
@@ -196,7 +196,7 @@ class Policy:
             try:
                 self._programs[rule.id] = _compile(rule.when)
             except BaseException as exc:
-                if isinstance(exc, _FATAL):
+                if isinstance(exc, (*_FATAL, MissingExtra)):  # not the rule's fault
                     raise
                 problem = _error(f"rule {rule.id!r} does not compile", exc)
                 if check:
@@ -309,8 +309,10 @@ def canonical_text(policy: _PolicyText) -> str:
 
 
 def _compile(expression: str) -> Any:
-    import cel  # the Rust bindings: imported where policies are evaluated (the worker)
-
+    try:
+        import cel  # the Rust bindings: imported where policies are evaluated (the worker)
+    except ModuleNotFoundError:
+        raise MissingExtra("approval policies", "policy") from None
     return cel.compile(expression)
 
 

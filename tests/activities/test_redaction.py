@@ -95,6 +95,33 @@ def test_known_secrets_longest_first_and_truncation() -> None:
     assert long.startswith("e" * 40) and "60 more characters" in long
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    cut=st.integers(min_value=-40, max_value=40),
+    shape=st.sampled_from(["token={v}", "Bearer {v}", "{v}", '"client_secret": "{v}"']),
+    tail=st.integers(min_value=0, max_value=20_000),
+)
+def test_a_secret_across_the_cut_of_a_long_text_is_redacted(
+    cut: int, shape: str, tail: int
+) -> None:
+    """Only the kept text (and a margin) is scrubbed: nothing of a secret at the cut survives."""
+    value = "s3cr3tValue-0123456789abcdef"
+    secret = shape.format(v=value)
+    text = "x " * ((400 + cut) // 2) + secret + " and more" + "y" * tail
+    out = Redactor([value] if shape == "{v}" else [], max_chars=400)(text)
+    assert len(out) <= 400 + 60
+    for k in range(6, len(value) + 1):  # no piece of 6 or more of its characters
+        assert value[:k] not in out
+
+
+def test_text_without_a_secret_name_skips_the_name_patterns_and_keeps_the_rest() -> None:
+    redact = Redactor(max_chars=10_000)
+    plain = "field 'messages.0.content' must be a string; " * 50
+    assert redact(plain) == plain
+    assert redact(plain + "sk-abcdefghijklmnopqrstu") == plain + REDACTED
+    assert redact(plain + "auth=xyz123") == plain + "auth=" + REDACTED
+
+
 def test_secret_env_values_by_name() -> None:
     env = {
         "OPENAI_API_KEY": "sk-123456",

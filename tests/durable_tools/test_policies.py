@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from durable_tools._wire import CarriedCall, PlannedCall
 from durable_tools.approvals import Decision, call_digest
 from durable_tools.conversation import ConversationOptions
-from durable_tools.errors import ConfigurationError
+from durable_tools.errors import ConfigurationError, MissingExtra
 from durable_tools.policies import Policy, PolicyInput, Rule, decide
 from durable_tools.policy_verdict import PolicyVerdict, explain_verdict
 from durable_tools.results import ToolCall
@@ -203,3 +204,11 @@ def test_a_partial_quorum_is_carried_across_continue_as_new() -> None:
     assert problem is not None and "already approved" in problem
     after.take(_decision(plan, "bob"))
     assert after.decisions["c1"].decided_by == "bob"
+
+
+def test_without_the_policy_extra_a_policy_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CEL bindings are the `policy` extra: building a policy without them says so."""
+    monkeypatch.setitem(sys.modules, "cel", None)  # `import cel` raises ModuleNotFoundError
+    with pytest.raises(MissingExtra) as raised:
+        Policy("p", [Rule(id="a", when="true", outcome="run")])
+    assert raised.value.extra == "policy"
