@@ -35,6 +35,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
+from durable_tools.workflows.budget_check import BudgetCheck
 from durable_tools.workflows.continuation import (
     NO_DESCRIPTOR_CARRY_PATCH,
     continue_as_new,
@@ -56,7 +57,7 @@ from durable_tools.workflows.model_turns import ModelTurns, add_usage
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
 from durable_tools.workflows.visibility import SENDER_EVENTS_PATCH, Visibility, settled
-from durable_tools.workflows.waits import Moved, Waits
+from durable_tools.workflows.waits import MOVED, Moved, Waits
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools import telemetry
@@ -72,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         PlannedCall,
     )
     from durable_tools.approvals import Decision
+    from durable_tools.budgets import BudgetRaise
     from durable_tools.carry import MAX_EARLIER_RUNS
     from durable_tools.conversation import (
         AgentConfig,
@@ -166,6 +168,7 @@ class AgentWorkflow:
         self._view = view = Visibility(self, options, state.stream, self.embedded)
         self._waits = waits = Waits(options.version_check_interval, self.embedded)
         self._model = ModelTurns(options, state, view=view, waits=waits, publish=self._publish)
+        self._budget = BudgetCheck(options, state, view=view, waits=waits, publish=self._publish)
         self._calls = calls = TurnCalls(
             options,
             state,
@@ -385,6 +388,7 @@ class AgentWorkflow:
             **self._log.carried(),
             **self._book.carried(),
             **self._model.carried(),
+            **self._budget.carried(),
         )
         if bounded:
             state = self._bounded(state, workflow.info().run_id)
@@ -411,6 +415,7 @@ class AgentWorkflow:
             turns=self._turns,
             transcript_items=self._log.length(),
             usage=self._usage,
+            cost_usd=self._budget.state.spent.cost_usd,
             unanswered_messages=list(self._inbox),
         )
 
@@ -419,16 +424,22 @@ class AgentWorkflow:
 
     def _publish(self) -> None:
         book = self._book
+        waits, budget = self._signal_waits, self._budget
         self._view.publish(
-            book.approvals, book.interactions, self._signal_waits.paused, self._model.failed
+            book.approvals, book.interactions, waits.paused, self._model.failed, budget.exceeded
         )
 
     async def _model_turn(self) -> ModelTurn | Moved:
         """Run the model turn until it succeeds (`ModelTurns.next_turn`), and count it.
 
         Returns `MOVED` when the run continues as new while it waits after a
-        failure (a new worker version: the next run waits on, or retries).
+        failure (a new worker version: the next run waits on, or retries), or
+        while a budget stops the call (`BudgetCheck.before_call`).
         """
+        if self._model.carried_failure is None and not await self._budget.before_call(
+            self._agent, self._turns + 1
+        ):
+            return MOVED
         turn = await self._model.next_turn(
             self._request_model_turn,
             lambda: self._input.agents[self._agent],
@@ -442,6 +453,7 @@ class AgentWorkflow:
         self._turns_this_run += 1
         model = turn.model or self._input.agents[self._agent].model
         add_usage(self._usage, model, turn.message.usage)
+        self._budget.record(self._agent, turn)
         if turn.descriptors is not None:
             self._descriptors = turn.descriptors
             self._digest = turn.digest
@@ -516,7 +528,7 @@ class AgentWorkflow:
 
     @workflow.signal(dynamic=True)
     async def _signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """Route the `decide`, `answer`, `send` and `resume` signals.
+        """Route the `decide`, `answer`, `send`, `resume` and `raise_budget` signals.
 
         `decide` and `answer` go to the book (`DecisionBook.decide`,
         `DecisionBook.answer`), `resume` to the pause
@@ -531,6 +543,8 @@ class AgentWorkflow:
             self._book.answer(decoded)
         elif isinstance(decoded, SendMessage):
             self.send(decoded)
+        elif isinstance(decoded, BudgetRaise):
+            self._budget.raise_budget(decoded, self._agent)
         elif decoded is not None:
             self._signal_waits.take_resume(decoded)
 
@@ -655,7 +669,10 @@ class AgentWorkflow:
     @workflow.query(name="pending")
     def pending(self, *_ignored: object) -> PendingState:
         """Approvals and interactions waiting, the pause reason, rejected inputs."""
-        return self._book.pending_state(self._signal_waits.paused, self._model.failed)
+        pending = self._book.pending_state(self._signal_waits.paused, self._model.failed)
+        if self._budget.exceeded is None:
+            return pending
+        return pending.model_copy(update={"budget_exceeded": self._budget.exceeded})
 
     @workflow.query(name="status")
     def status(self, *_ignored: object) -> ConversationStatus:
@@ -673,6 +690,9 @@ class AgentWorkflow:
             reconciled=is_reconciled(self._transcript),
             model_failed=self._model.failed,
             usage=self._usage,
+            cost_usd=self._budget.state.spent.cost_usd,
+            budget=self._budget.carried()["budget"],
+            budget_exceeded=self._budget.exceeded,
             unanswered_messages=list(self._inbox) if state == "finished" else [],
         )
 
