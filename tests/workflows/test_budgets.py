@@ -184,6 +184,34 @@ async def test_cancel_ends_a_conversation_that_waits_on_its_budget(
     await eventually(cancelled, what="cancelled")
 
 
+async def test_the_cli_shows_the_stop_and_raises_the_budget(
+    metered_harness: Harness, dev_env: WorkflowEnvironment
+) -> None:
+    from typer.testing import CliRunner
+
+    from durable_tools.worker.cli import app
+
+    h = metered_harness
+    options = ConversationOptions(budget=Budget(max_tokens=1000, max_cost_usd=1.0))
+    wf = await h.start(TWO_TOOL_TURNS, agent=METERED, options=options)
+    await _exceeded(h, wf)
+    address = ["--address", dev_env.client.service_client.config.target_host, "--timeout", "20"]
+
+    def cli(*args: str) -> Any:
+        return CliRunner().invoke(app, [*args, *address], env={"COLUMNS": "300"})
+
+    shown = await asyncio.to_thread(cli, "status", wf)
+    assert shown.exit_code == 0, shown.output
+    assert "800 of 1,000 tokens; 0.0009 of 1.0000 USD" in shown.output
+    assert "800 tokens spent + ~400 for the next call > limit 1,000 tokens" in shown.output
+    refused = await asyncio.to_thread(cli, "budget", "raise", wf, "--tokens", "-5")
+    assert refused.exit_code == 1 and "not a budget: max_tokens" in refused.output
+    raised = await asyncio.to_thread(cli, "budget", "raise", wf, "--tokens", "5000", "--by", "ops")
+    assert raised.exit_code == 0, raised.output
+    assert "set the conversation budget of" in raised.output
+    await h.wait_assistant_text(wf, "done (metered)")
+
+
 # ------------------------------------------------------------------ hostile raises
 
 
