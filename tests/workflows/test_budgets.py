@@ -168,6 +168,25 @@ async def test_an_agent_budget_stops_its_calls_and_carries_across_continue_as_ne
     }
 
 
+async def test_the_follower_stops_at_the_budget(metered_harness: Harness) -> None:
+    from durable_tools.worker.follow import Commands, Follower
+
+    h = metered_harness
+    options = ConversationOptions(budget=Budget(max_tokens=1000))
+    wf = await h.start(TWO_TOOL_TURNS, agent=METERED, options=options)
+    lines: list[str] = []
+    follower = Follower(
+        h.conversations,
+        wf,
+        emit=lines.append,
+        commands=Commands(address="localhost:7233", namespace="default"),
+    )
+    async with asyncio.timeout(30):
+        followed = await follower.follow(asyncio.Event())
+    assert followed.outcome == "budget_exceeded"
+    assert any("model turn 3 waits" in line and "limit 1,000 tokens" in line for line in lines)
+
+
 async def test_cancel_ends_a_conversation_that_waits_on_its_budget(
     metered_harness: Harness,
 ) -> None:
