@@ -57,7 +57,7 @@ from durable_tools.workflows.model_turns import ModelTurns, add_usage
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
 from durable_tools.workflows.visibility import SENDER_EVENTS_PATCH, Visibility, settled
-from durable_tools.workflows.waits import MOVED, Moved, Waits
+from durable_tools.workflows.waits import Moved, Waits
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools import telemetry
@@ -261,6 +261,12 @@ class AgentWorkflow:
             self._take_inbox()
             if self._turns >= self._options.max_model_turns:
                 return self._result("turn_limit", self._last_text())
+            if self._model.carried_failure is None and not await self._budget.before_call(
+                self._agent, self._turns + 1
+            ):  # a new worker version while the budget stops the call: the next run checks
+                await self._continue_as_new()
+                continue
+            self._take_inbox()  # messages that arrived while a budget stopped the call
             agent = self._input.agents[self._agent]
             with telemetry.turn_span(agent.name, agent.model, self._turns + 1):
                 if self._model.carried_failure is None:
@@ -433,13 +439,8 @@ class AgentWorkflow:
         """Run the model turn until it succeeds (`ModelTurns.next_turn`), and count it.
 
         Returns `MOVED` when the run continues as new while it waits after a
-        failure (a new worker version: the next run waits on, or retries), or
-        while a budget stops the call (`BudgetCheck.before_call`).
+        failure (a new worker version: the next run waits on, or retries).
         """
-        if self._model.carried_failure is None and not await self._budget.before_call(
-            self._agent, self._turns + 1
-        ):
-            return MOVED
         turn = await self._model.next_turn(
             self._request_model_turn,
             lambda: self._input.agents[self._agent],

@@ -187,6 +187,25 @@ async def test_the_follower_stops_at_the_budget(metered_harness: Harness) -> Non
     assert any("model turn 3 waits" in line and "limit 1,000 tokens" in line for line in lines)
 
 
+async def test_a_message_sent_while_stopped_waits_for_the_raise_and_joins_the_call(
+    metered_harness: Harness,
+) -> None:
+    h = metered_harness
+    model = h.models["metered"]
+    options = ConversationOptions(budget=Budget(max_tokens=0))
+    wf = await h.start("hello", agent=METERED, options=options)
+    await _exceeded(h, wf)
+    await h.conversations.send(wf, "and another thing")
+    await asyncio.sleep(0.5)
+    assert model.requests == []  # a message does not end the wait
+    assert (await h.conversations.status(wf)).state == "budget_exceeded"
+    await h.conversations.raise_budget(wf, max_tokens=10_000)
+    await h.wait_assistant_text(wf, "echo: and another thing")
+    [request] = model.requests  # one call, with both messages
+    texts = [getattr(item, "text", "") for item in request.transcript]
+    assert texts == ["hello", "and another thing"]
+
+
 async def test_cancel_ends_a_conversation_that_waits_on_its_budget(
     metered_harness: Harness,
 ) -> None:
