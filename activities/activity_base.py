@@ -44,6 +44,7 @@ from durable_tools.activities.transcript_cache import (
     TranscriptCache,
 )
 from durable_tools.agents import Agent, check_agents
+from durable_tools.budgets import ModelPrice
 from durable_tools.context import ContextStrategyFunction
 from durable_tools.conversation import AgentConfig
 from durable_tools.descriptor import ToolDescriptor
@@ -157,6 +158,7 @@ class ActivitiesBase:
         context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
         tool_threads: int | None = None,
         policies: Mapping[str, Policy] | None = None,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
         # An expected model failure: one line on the console (`failure_log.py`).
         install_expected_failure_filter()
@@ -167,6 +169,7 @@ class ActivitiesBase:
         self.models = dict(models)
         self.agents = dict(agents or {})
         self.policies = dict(policies or {})
+        self.prices = dict(prices or {})
         self.context = ContextWindow(context_strategies)
         check_agents(
             self.agents,

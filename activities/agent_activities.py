@@ -66,6 +66,8 @@ class AgentActivities(ModelActivity, ToolActivity):
             sets it when the worker is built), else 100.
         policies: Default approval policies by toolkit name and by
             `mcp:SERVER` (`App.policies`; default none).
+        prices: The price table by model (`App.prices`; default none): each
+            model turn's cost is computed here and recorded in its result.
 
     Raises:
         ConfigurationError: A declared agent is one the worker cannot serve

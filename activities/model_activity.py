@@ -38,6 +38,7 @@ from durable_tools.activities.model_output import safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.agents import ResolvedAgent, is_offline_model, resolve_agent
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
+from durable_tools.budgets import turn_cost
 from durable_tools.context import Summarize
 from durable_tools.conversation import (
     AGENT_REFUSED,
@@ -85,6 +86,19 @@ class ModelActivity(ActivitiesBase):
             view = Toolkit(*(t for t in base if t.name != finish.name), finish, label=base.label)
             cached = self._with_output[key] = (base, view)
         return cached[1]
+
+    def _cost(
+        self, model: str, message: AssistantMessage, summary: ContextSummary | None
+    ) -> float | None:
+        """The turn's cost by the price table (`None`: no price applies), recorded with it."""
+        costs = [turn_cost(message.usage, self.prices.get(model))]
+        if summary is not None:
+            costs.append(turn_cost(summary.usage, self.prices.get(summary.model or model)))
+        priced = [c for c in costs if c is not None]
+        if not priced:
+            return None
+        telemetry.record_cost(model, sum(priced))
+        return sum(priced)
 
     def _call_policies(
         self, agent: ResolvedAgent, request: ModelTurnRequest, transcript: list[TranscriptItem]
@@ -426,6 +440,8 @@ class ModelActivity(ActivitiesBase):
             toolkit=agent.toolkit,
             summary=window.summary,
             messages_supersede=agent.messages_supersede,
+            cost_usd=self._cost(agent.model, message, window.summary),
+            budget=agent.budget,
         )
         try:
             to_json(turn)

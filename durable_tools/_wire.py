@@ -27,6 +27,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 
 from durable_tools.approvals import Decision
 from durable_tools.arguments import summarize_call
+from durable_tools.budgets import Budget, BudgetState
 from durable_tools.conversation import (
     AgentConfig,
     Answer,
@@ -278,6 +279,9 @@ class ModelTurn(BaseModel):
             the workflow records it right before `message`. `None`: none made.
         messages_supersede: The resolved agent's `messages_supersede` (`None`:
             the agent sets none, or a history recorded before agents could).
+        cost_usd: The turn's cost (its summary's too), priced by the worker's
+            price table (`durable_tools.budgets`); `None`: not priced.
+        budget: The resolved agent's `Agent.budget` (`None`: none).
     """
 
     message: AssistantMessage
@@ -288,6 +292,8 @@ class ModelTurn(BaseModel):
     toolkit: str = ""
     summary: ContextSummary | None = None
     messages_supersede: MessagesSupersede | None = None
+    cost_usd: float | None = None
+    budget: Budget | None = None
 
     # Each call's arguments are recorded once (issue 12, "slim per-turn
     # records"): a plan whose call is the message's call of the same id is
@@ -298,6 +304,9 @@ class ModelTurn(BaseModel):
     @model_serializer(mode="wrap")
     def _calls_once(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
+        for name in ("cost_usd", "budget"):  # absent from turns without budgets
+            if data.get(name) is None:
+                data.pop(name, None)
         calls = {call.call_id: call for call in self.message.tool_calls}
         plans = cast(list[dict[str, Any]], data.get("plans") or [])
         for plan, planned in zip(plans, self.plans, strict=True):
@@ -531,6 +540,8 @@ class CarriedState(BaseModel):
             (the idle timeout counts from the wait's start, not the run's).
         messages_supersede: The agent's `messages_supersede` its last model
             turn reported (`None`: none).
+        budget: Budgets and spend (`durable_tools.budgets`); `None` in runs
+            recorded before budgets, and when nothing was spent or limited.
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -557,6 +568,7 @@ class CarriedState(BaseModel):
     retry_requested: bool = False
     idle_until: datetime | None = None
     messages_supersede: MessagesSupersede | None = None
+    budget: BudgetState | None = None
 
 
 class ConversationInput(BaseModel):

@@ -68,6 +68,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
+from durable_tools.budgets import Budget
 from durable_tools.context import ContextPolicy, check_policy
 from durable_tools.conversation import AgentConfig, MessagesSupersede
 from durable_tools.errors import ConfigurationError
@@ -156,6 +157,10 @@ class Agent:
             tool calls, before the toolkit's and MCP servers' defaults
             (`App.policies`). Default `None`: those defaults, then each
             tool's own `needs_approval`.
+        budget: What this agent may spend in each conversation (tokens,
+            USD; `durable_tools.budgets.Budget`), beside the conversation's
+            own `ConversationOptions.budget`. Reported to the workflow with
+            each model turn. Default `None`: no limit of its own.
 
     Raises:
         ConfigurationError: The instructions are not a valid template, or
@@ -172,6 +177,7 @@ class Agent:
     allow: AgentOverrides = field(default_factory=AgentOverrides)
     messages_supersede: MessagesSupersede | None = None
     policy: Policy | None = None
+    budget: Budget | None = None
 
     def __post_init__(self) -> None:
         """Check the instructions template against the declared variables."""
@@ -202,6 +208,7 @@ class ResolvedAgent:
         context: The context policy.
         messages_supersede: The agent's `messages_supersede`, or `None`.
         policy: The agent's approval policy, or `None`.
+        budget: The agent's budget, or `None`.
     """
 
     name: str
@@ -213,6 +220,7 @@ class ResolvedAgent:
     context: ContextPolicy = field(default_factory=ContextPolicy)
     messages_supersede: MessagesSupersede | None = None
     policy: Policy | None = None
+    budget: Budget | None = None
 
 
 def template_variables(template: str) -> list[str]:
@@ -331,6 +339,7 @@ def resolve_agent(
         context=context,
         messages_supersede=agent.messages_supersede,
         policy=agent.policy,
+        budget=agent.budget,
     )
 
 

@@ -26,6 +26,7 @@ from pydantic import (
     model_serializer,
 )
 
+from durable_tools.budgets import Budget, BudgetExceeded, BudgetState
 from durable_tools.context import ContextPolicy
 from durable_tools.input_requests import ElicitAction, InputQuestion
 from durable_tools.policy_verdict import PolicyVerdict
@@ -273,6 +274,10 @@ class ConversationOptions(BaseModel):
             The workflow reports it (`PendingState.messages_supersede`) and
             the inbox enforces it with its identities (`may_decide`); the
             workflow itself cannot, as a message's sender is not signed.
+        budget: What the conversation may spend (tokens, USD) before the
+            loop stops ahead of a model call and waits in state
+            `budget_exceeded` (docs/policies.md, "Budgets"). Default `None`:
+            no limit (an agent's own `Agent.budget` still applies).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -291,6 +296,7 @@ class ConversationOptions(BaseModel):
     carry_transcript_bytes: int = Field(default=32 * 1024, ge=0, le=384 * 1024)
     version_check_interval: float | None = Field(default=3600.0, ge=1.0)
     messages_supersede: MessagesSupersede = "deciders"
+    budget: Budget | None = None
 
 
 class PendingApproval(BaseModel):
@@ -400,6 +406,8 @@ class PendingState(BaseModel):
         rejected: Decisions and answers that failed their checks (latest 100).
         model_failed: Why the model turn failed, while the conversation waits
             for `retry`, a new message or `cancel`.
+        budget_exceeded: Why the next model call waits (state
+            `budget_exceeded`) for `raise_budget` or `cancel`.
         messages_supersede: Who may supersede the pending approvals by
             sending a message (`ConversationOptions.messages_supersede`);
             `"deciders"` from workers before it.
@@ -409,6 +417,7 @@ class PendingState(BaseModel):
     interactions: list[PendingInteraction] = Field(default_factory=list[PendingInteraction])
     paused: str | None = None
     model_failed: ModelFailure | None = None
+    budget_exceeded: BudgetExceeded | None = None
     rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
     messages_supersede: MessagesSupersede = "deciders"
 
@@ -575,7 +584,8 @@ class ConversationStatus(BaseModel):
         state: What the loop is doing: `starting` (a run's first workflow
             task, before its loop ran), `idle`, `model`, `tools`, `waiting`,
             `sleeping`, `paused`, `model_failed` (waiting for `retry`, a new
-            message or `cancel`), `finished`, `cancelled`.
+            message or `cancel`), `budget_exceeded` (waiting for
+            `raise_budget` or `cancel`), `finished`, `cancelled`.
         agent: Current agent configuration name.
         turns: Model turns so far.
         runs: Workflow runs so far (continue-as-new + 1).
@@ -588,6 +598,12 @@ class ConversationStatus(BaseModel):
         model_failed: Why the model turn failed, in state `model_failed`.
         usage: Tokens in and out per model name, over the whole conversation
             (every run; turns whose provider reports no usage count 0).
+        cost_usd: USD spent over the whole conversation, priced by the
+            workers' price tables when each turn ran (`App.prices`).
+        budget: Limits and spend, per conversation and per agent
+            (`None`: nothing limited or spent yet).
+        budget_exceeded: Why the next model call waits, in state
+            `budget_exceeded`.
         unanswered_messages: Once the conversation has ended (`state`
             `finished`), the user messages that arrived after the model's last
             turn; they were never given to the model. Empty before.
@@ -604,6 +620,9 @@ class ConversationStatus(BaseModel):
     reconciled: bool
     model_failed: ModelFailure | None = None
     usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
+    cost_usd: float = 0.0
+    budget: BudgetState | None = None
+    budget_exceeded: BudgetExceeded | None = None
     unanswered_messages: list[SendMessage] = Field(default_factory=list[SendMessage])
 
 
@@ -618,6 +637,7 @@ class ConversationResult(BaseModel):
         transcript_items: Length of the final transcript over every run (read
             it with `Conversations.history`).
         usage: Tokens in and out per model name over the whole conversation.
+        cost_usd: USD spent over the whole conversation (`App.prices`).
         unanswered_messages: User messages that arrived after the model's
             last turn (e.g. while it called `finish`); the model never saw
             them. Kept here so they are not lost; a message sent after the
@@ -630,6 +650,7 @@ class ConversationResult(BaseModel):
     turns: int
     transcript_items: int
     usage: dict[str, Usage] = Field(default_factory=dict[str, Usage])
+    cost_usd: float = 0.0
     unanswered_messages: list[SendMessage] = Field(default_factory=list[SendMessage])
 
 

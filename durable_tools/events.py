@@ -95,6 +95,8 @@ EventKind = Literal[
     "model_text_delta",
     "model_attempt_failed",
     "model_retry_requested",
+    "budget_exceeded",
+    "budget_raised",
     "conversation_paused",
     "conversation_resumed",
     "tool_call_scheduled",

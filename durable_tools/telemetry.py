@@ -67,6 +67,8 @@ __all__ = [
     "finish_tool_span",
     "model_attributes",
     "record_approval_wait",
+    "record_budget_exceeded",
+    "record_cost",
     "record_failure",
     "record_model_duration",
     "record_model_failure",
@@ -135,6 +137,16 @@ class _Instruments:
             "durable_tools.model.failures",
             unit="{failure}",
             description="Model requests that raised, by model and error type.",
+        )
+        self.cost = meter.create_counter(
+            "durable_tools.model.cost",
+            unit="USD",
+            description="Cost of model requests by the worker's price table, by model.",
+        )
+        self.budget_exceeded = meter.create_counter(
+            "durable_tools.budget.exceeded",
+            unit="{wait}",
+            description="Model calls stopped by a budget (state budget_exceeded), by scope.",
         )
         self.tokens = meter.create_histogram(
             "gen_ai.client.token.usage",
@@ -297,6 +309,14 @@ def record_approval_wait(tool: str, decision: str, seconds: float) -> None:
         )
 
 
+def record_budget_exceeded(scope: str, agent: str) -> None:
+    """Count a model call a budget stopped (workflow code; skipped during replay)."""
+    if not _replaying():
+        _metrics().budget_exceeded.add(
+            1, {"durable_tools.budget.scope": scope, "gen_ai.agent.name": agent}
+        )
+
+
 # --------------------------------------------------------------- activities
 
 
@@ -341,6 +361,11 @@ def record_model_duration(model: str, seconds: float, error: str | None) -> None
     if error is not None:
         attributes["error.type"] = error
     _metrics().operation_duration.record(seconds, attributes)
+
+
+def record_cost(model: str, usd: float) -> None:
+    """Add a model request's cost (USD, by the price table) to `durable_tools.model.cost`."""
+    _metrics().cost.add(usd, model_attributes(model))
 
 
 def record_model_failure(model: str, error: str) -> None:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
     from temporalio.testing import WorkflowEnvironment
 
+    from durable_tools.budgets import ModelPrice
     from durable_tools.client import Conversations
     from durable_tools.context import ContextStrategyFunction
     from durable_tools.conversation import (
@@ -257,6 +258,7 @@ class AgentTestEnvironment:
         env: WorkflowEnvironment | None = None,
         storage: PayloadStorage | None = None,
         context_strategies: Mapping[str, ContextStrategyFunction] | None = None,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> AsyncGenerator[AgentTestEnvironment]:
         """Start a server (unless `env` is given) and a worker for the block.
 
@@ -277,6 +279,8 @@ class AgentTestEnvironment:
                 tested; default none (Temporal's 2 MiB payload limit).
             context_strategies: Custom context strategies by name, as
                 `App(context_strategies=...)` (default none).
+            prices: The price table by model, as `App(prices=...)`; the
+                model is served as `"model"` (default none).
 
         Yields:
             The environment. Conversations still running when the block ends
@@ -310,6 +314,7 @@ class AgentTestEnvironment:
                 deps=deps,
                 storage=storage,
                 context_strategies=context_strategies,
+                prices=prices,
             )
             config = env.client.config()
             config["plugins"] = [plugin]

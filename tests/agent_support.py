@@ -35,6 +35,7 @@ from durable_tools.conversation import AgentConfig
 from durable_tools.models.base import ModelRequest
 from durable_tools.models.streaming import text_delta
 from durable_tools.testing import ScriptedModel
+from durable_tools.transcript import Usage
 
 LEDGER_ENV = "DT_TEST_LEDGER"
 
@@ -394,8 +395,18 @@ async def streamed_directed(request: ModelRequest) -> AssistantMessage:
     return message
 
 
+METERED_USAGE = Usage(input_tokens=300, output_tokens=100, cached_input_tokens=100)
+"""What every call of the `metered` model reports: 400 tokens."""
+
+
+def metered(request: ModelRequest) -> AssistantMessage:
+    """`directed`, each call reporting `METERED_USAGE` (for budgets)."""
+    return directed(request).model_copy(update={"usage": METERED_USAGE})
+
+
 MODELS = {
     "directed": ScriptedModel(directed),
+    "metered": ScriptedModel(metered),
     "streamed-directed": ScriptedModel(streamed_directed),
     "fails-once": ScriptedModel(fails_once),
     "specialist-model": ScriptedModel(directed),

@@ -32,6 +32,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from durable_tools.agents import Agent
+from durable_tools.budgets import ModelPrice
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
     AgentConfig,
@@ -226,6 +227,7 @@ async def running(
     storage: PayloadStorage | None = None,
     tool_threads: int | None = None,
     policies: Mapping[str, Policy] | None = None,
+    prices: Mapping[str, ModelPrice] | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
@@ -251,6 +253,7 @@ async def running(
         storage=storage,
         tool_threads=tool_threads,
         policies=policies,
+        prices=prices,
     )
     client = Client(**{**env.client.config(), "plugins": [plugin]})
     harness = Harness(

@@ -24,6 +24,7 @@ from typing import Any, TypedDict, cast
 from temporalio.converter import PayloadCodec
 
 from durable_tools.agents import Agent, check_agents
+from durable_tools.budgets import ModelPrice
 from durable_tools.context import ContextStrategyFunction
 from durable_tools.decision_keys import VerifyingKey, check_verifying_keys
 from durable_tools.errors import ConfigurationError
@@ -119,6 +120,12 @@ class App:
             by toolkit name, and by `mcp:SERVER` for an MCP server's tools;
             an agent's own `Agent.policy` comes first (docs/policies.md).
             Default none.
+        prices: The price table (`durable_tools.budgets.ModelPrice`) by
+            model, as turns name it (`"openai:gpt-4o"`, or a registered
+            model's name): the model activity prices each turn with it and
+            records the cost in history, for budgets and `status`
+            (docs/policies.md, "Budgets"). Default none: costs are 0 and
+            only token limits apply.
 
     Example:
         ```python
@@ -160,6 +167,7 @@ class App:
     )
     tool_threads: int | None = None
     policies: Mapping[str, Policy] = field(default_factory=dict[str, Policy])
+    prices: Mapping[str, ModelPrice] = field(default_factory=dict[str, ModelPrice])
 
     def __post_init__(self) -> None:
         """Check the agents against the toolkits, models and strategies (`check_agents`)."""
@@ -193,9 +201,12 @@ class AppOptions(TypedDict, total=False):
     context_strategies: Mapping[str, ContextStrategyFunction] | None
     tool_threads: int | None
     policies: Mapping[str, Policy] | None
+    prices: Mapping[str, ModelPrice] | None
 
 
-_NONE_IS_EMPTY = frozenset({"toolkits", "models", "agents", "context_strategies", "policies"})
+_NONE_IS_EMPTY = frozenset(
+    {"toolkits", "models", "agents", "context_strategies", "policies", "prices"}
+)
 """Fields whose keyword argument `None` means none (`run_worker` and the plugin
 took `None` for `agents` and `context_strategies` before they took an `App`)."""
 

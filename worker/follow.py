@@ -24,7 +24,8 @@ It returns when the conversation ends (`ended`), when the model answered in
 text and the conversation waits for the next user message (`idle`), when a
 model turn failed for good and the conversation waits for an operator
 (`model_failed`: its one-line message and the commands that go on are
-shown), or when `stop` is set (`detached`; the conversation goes on).
+shown), when a budget stops the next model call (`budget_exceeded`), or
+when `stop` is set (`detached`; the conversation goes on).
 """
 
 from __future__ import annotations
@@ -105,14 +106,15 @@ class Followed:
         outcome: `ended` (the workflow closed; `result` is set), `idle` (the
             model answered in text; the conversation waits for the next
             message), `model_failed` (a model turn failed for good; the
-            conversation waits for `retry`, a message or `cancel`) or
-            `detached` (`stop` was set; it goes on).
+            conversation waits for `retry`, a message or `cancel`),
+            `budget_exceeded` (the next model call waits for `raise_budget`
+            or `cancel`) or `detached` (`stop` was set; it goes on).
         result: The conversation's result when `ended`.
         answer: The last assistant text when `idle`.
         failure: Why the model turn failed, when `model_failed`.
     """
 
-    outcome: Literal["ended", "idle", "model_failed", "detached"]
+    outcome: Literal["ended", "idle", "model_failed", "budget_exceeded", "detached"]
     result: ConversationResult | None = None
     answer: str = ""
     failure: ModelFailure | None = None
@@ -265,6 +267,12 @@ class Follower:
                     f"{escape(failure.message)}"
                 )
                 return Followed(outcome="model_failed", failure=failure)
+        elif kind == "budget_exceeded":
+            status = await self._status_retrying()
+            if status.state == "budget_exceeded" and status.budget_exceeded:
+                stop = status.budget_exceeded
+                self._emit(f"[bold red]✗ model turn {stop.turn} waits[/]: {escape(stop.message)}")
+                return Followed(outcome="budget_exceeded")
         elif kind == "turn_finished" and not event.calls:
             status = await self._status_retrying()
             if self._is_idle(status):

@@ -256,6 +256,7 @@ class DurableToolsPlugin(SimplePlugin):
             context_strategies=app.context_strategies,
             tool_threads=app.tool_threads,
             policies=app.policies,
+            prices=app.prices,
         )
         self.verifier = DecisionVerifier(decision_keys)
         self.heap_return = HeapReturn(self.agent_activities.let_go)

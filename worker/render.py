@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from durable_tools.budgets import Spend
 from durable_tools.conversation import (
     ConversationStatus,
     PendingApproval,
@@ -297,7 +298,7 @@ def render_status(workflow_id: str, status: ConversationStatus) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for name, value in status.model_dump(
-        exclude={"model_failed", "usage", "unanswered_messages"}
+        exclude={"model_failed", "usage", "unanswered_messages", "budget", "budget_exceeded"}
     ).items():
         table.add_row(name.replace("_", " "), escape(str(value)))
     for model, usage in status.usage.items():
@@ -311,9 +312,44 @@ def render_status(workflow_id: str, status: ConversationStatus) -> Table:
         table.add_row(
             "model failed", escape(f"turn {failure.turn} ({failure.type}): {failure.message}")
         )
+    for name, value in render_budget(status).items():
+        table.add_row(name, escape(value))
     if status.unanswered_messages:
         table.add_row("unanswered messages", escape(render_unanswered(status.unanswered_messages)))
     return table
+
+
+def render_budget(status: ConversationStatus) -> dict[str, str]:
+    """Rows for a conversation's budgets: each limit with its spend, and a stop.
+
+    Returns:
+        E.g. `{"budget": "1,200 of 2,000 tokens; 0.0014 USD", "budget agent
+        'frugal'": "0.0005 of 0.0008 USD"}`; empty when nothing is limited.
+    """
+    rows: dict[str, str] = {}
+    budget = status.budget
+    if budget is not None:
+        scopes = [("budget", budget.conversation, budget.spent)]
+        scopes += [
+            (f"budget agent {name!r}", limit, budget.spent_by_agent.get(name, Spend()))
+            for name, limit in sorted(budget.agents.items())
+        ]
+        for name, limit, spent in scopes:
+            if limit is None:
+                continue
+            parts: list[str] = []
+            if limit.max_tokens is not None:
+                parts.append(f"{spent.tokens:,} of {limit.max_tokens:,} tokens")
+            if limit.max_cost_usd is not None:
+                parts.append(f"{spent.cost_usd:.4f} of {limit.max_cost_usd:.4f} USD")
+            rows[name] = "; ".join(parts) or "no limit"
+    stop = status.budget_exceeded
+    if stop is not None:
+        rows["budget exceeded"] = (
+            f"turn {stop.turn}: {stop.message}; raise it with "
+            "`durable-tools budget raise ID --tokens N --cost USD`, or cancel"
+        )
+    return rows
 
 
 def render_unanswered(messages: Sequence[SendMessage]) -> str:

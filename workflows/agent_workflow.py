@@ -35,6 +35,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
+from durable_tools.workflows.budget_check import BudgetCheck
 from durable_tools.workflows.continuation import (
     NO_DESCRIPTOR_CARRY_PATCH,
     continue_as_new,
@@ -72,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         PlannedCall,
     )
     from durable_tools.approvals import Decision
+    from durable_tools.budgets import BudgetRaise
     from durable_tools.carry import MAX_EARLIER_RUNS
     from durable_tools.conversation import (
         AgentConfig,
@@ -166,6 +168,7 @@ class AgentWorkflow:
         self._view = view = Visibility(self, options, state.stream, self.embedded)
         self._waits = waits = Waits(options.version_check_interval, self.embedded)
         self._model = ModelTurns(options, state, view=view, waits=waits, publish=self._publish)
+        self._budget = BudgetCheck(options, state, view=view, waits=waits, publish=self._publish)
         self._calls = calls = TurnCalls(
             options,
             state,
@@ -258,6 +261,12 @@ class AgentWorkflow:
             self._take_inbox()
             if self._turns >= self._options.max_model_turns:
                 return self._result("turn_limit", self._last_text())
+            if self._model.carried_failure is None and not await self._budget.before_call(
+                self._agent, self._turns + 1
+            ):  # a new worker version while the budget stops the call: the next run checks
+                await self._continue_as_new()
+                continue
+            self._take_inbox()  # messages that arrived while a budget stopped the call
             agent = self._input.agents[self._agent]
             with telemetry.turn_span(agent.name, agent.model, self._turns + 1):
                 if self._model.carried_failure is None:
@@ -385,6 +394,7 @@ class AgentWorkflow:
             **self._log.carried(),
             **self._book.carried(),
             **self._model.carried(),
+            **self._budget.carried(),
         )
         if bounded:
             state = self._bounded(state, workflow.info().run_id)
@@ -411,6 +421,7 @@ class AgentWorkflow:
             turns=self._turns,
             transcript_items=self._log.length(),
             usage=self._usage,
+            cost_usd=self._budget.state.spent.cost_usd,
             unanswered_messages=list(self._inbox),
         )
 
@@ -419,8 +430,9 @@ class AgentWorkflow:
 
     def _publish(self) -> None:
         book = self._book
+        waits, budget = self._signal_waits, self._budget
         self._view.publish(
-            book.approvals, book.interactions, self._signal_waits.paused, self._model.failed
+            book.approvals, book.interactions, waits.paused, self._model.failed, budget.exceeded
         )
 
     async def _model_turn(self) -> ModelTurn | Moved:
@@ -442,6 +454,7 @@ class AgentWorkflow:
         self._turns_this_run += 1
         model = turn.model or self._input.agents[self._agent].model
         add_usage(self._usage, model, turn.message.usage)
+        self._budget.record(self._agent, turn)
         if turn.descriptors is not None:
             self._descriptors = turn.descriptors
             self._digest = turn.digest
@@ -516,7 +529,7 @@ class AgentWorkflow:
 
     @workflow.signal(dynamic=True)
     async def _signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """Route the `decide`, `answer`, `send` and `resume` signals.
+        """Route the `decide`, `answer`, `send`, `resume` and `raise_budget` signals.
 
         `decide` and `answer` go to the book (`DecisionBook.decide`,
         `DecisionBook.answer`), `resume` to the pause
@@ -531,6 +544,8 @@ class AgentWorkflow:
             self._book.answer(decoded)
         elif isinstance(decoded, SendMessage):
             self.send(decoded)
+        elif isinstance(decoded, BudgetRaise):
+            self._budget.raise_budget(decoded, self._agent)
         elif decoded is not None:
             self._signal_waits.take_resume(decoded)
 
@@ -655,7 +670,10 @@ class AgentWorkflow:
     @workflow.query(name="pending")
     def pending(self, *_ignored: object) -> PendingState:
         """Approvals and interactions waiting, the pause reason, rejected inputs."""
-        return self._book.pending_state(self._signal_waits.paused, self._model.failed)
+        pending = self._book.pending_state(self._signal_waits.paused, self._model.failed)
+        if self._budget.exceeded is None:
+            return pending
+        return pending.model_copy(update={"budget_exceeded": self._budget.exceeded})
 
     @workflow.query(name="status")
     def status(self, *_ignored: object) -> ConversationStatus:
@@ -673,6 +691,9 @@ class AgentWorkflow:
             reconciled=is_reconciled(self._transcript),
             model_failed=self._model.failed,
             usage=self._usage,
+            cost_usd=self._budget.state.spent.cost_usd,
+            budget=self._budget.carried()["budget"],
+            budget_exceeded=self._budget.exceeded,
             unanswered_messages=list(self._inbox) if state == "finished" else [],
         )
 

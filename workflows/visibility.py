@@ -21,6 +21,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStream
 
 with workflow.unsafe.imports_passed_through():
+    from durable_tools.budgets import BudgetExceeded
     from durable_tools.conversation import (
         ConversationOptions,
         ModelFailure,
@@ -73,7 +74,7 @@ _JSON_PLAIN = {"encoding": b"json/plain"}
 
 _STREAM_POLL = "__temporal_workflow_stream_poll"  # Workflow Streams' poll update
 
-_SETTLED_STATES = ("idle", "paused", "model_failed", "finished", "cancelled")
+_SETTLED_STATES = ("idle", "paused", "model_failed", "budget_exceeded", "finished", "cancelled")
 
 
 def pending_kinds(
@@ -81,6 +82,7 @@ def pending_kinds(
     interactions: Mapping[str, PendingInteraction],
     paused: str | None,
     model_failed: ModelFailure | None,
+    budget: BudgetExceeded | None = None,
 ) -> tuple[str, ...]:
     """What is pending, in the order of the `DurableToolsPendingKinds` search attribute."""
     return tuple(
@@ -90,6 +92,7 @@ def pending_kinds(
             ("interaction", bool(interactions)),
             ("pause", paused is not None),
             ("model_failed", model_failed is not None),
+            ("budget_exceeded", budget is not None),
         )
         if present
     )
@@ -101,6 +104,7 @@ def pending_details(
     paused: str | None,
     model_failed: ModelFailure | None,
     workflow_id: str,
+    budget: BudgetExceeded | None = None,
 ) -> str:
     """The current details (Markdown) listing what is pending; `""` when nothing is."""
     lines = [
@@ -115,6 +119,11 @@ def pending_details(
             f"- model_failed (turn {model_failed.turn}, {model_failed.type}): "
             f"{model_failed.message}\n"
             f"  run it again: `durable-tools retry {workflow_id}`"
+        )
+    if budget is not None:
+        lines.append(
+            f"- budget_exceeded (turn {budget.turn}): {budget.message}\n"
+            f"  raise it: `durable-tools budget raise {workflow_id} --tokens N --cost USD`"
         )
     return "**Pending**\n" + "\n".join(lines) if lines else ""
 
@@ -254,6 +263,7 @@ class Visibility:
         interactions: Mapping[str, PendingInteraction],
         paused: str | None,
         model_failed: ModelFailure | None,
+        budget: BudgetExceeded | None = None,
     ) -> None:
         """Update search attributes and current details when what is pending changes."""
         if not self._current():
@@ -262,9 +272,11 @@ class Visibility:
             # this run outside this workflow's event loop (e.g. after a worker
             # shutdown without eviction): touch no workflow API then.
             return
-        kinds = pending_kinds(approvals, interactions, paused, model_failed)
+        kinds = pending_kinds(approvals, interactions, paused, model_failed, budget)
         count = len(approvals) + len(interactions) + (model_failed is not None)
-        published = (count, kinds, model_failed.message if model_failed is not None else "")
+        count += budget is not None
+        failed = model_failed.message if model_failed is not None else ""
+        published = (count, kinds, failed + (budget.message if budget is not None else ""))
         if self._published == published:
             return
         self._published = published
@@ -274,6 +286,6 @@ class Visibility:
             )
         workflow.set_current_details(
             pending_details(
-                approvals, interactions, paused, model_failed, workflow.info().workflow_id
+                approvals, interactions, paused, model_failed, workflow.info().workflow_id, budget
             )
         )

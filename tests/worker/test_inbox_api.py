@@ -331,7 +331,10 @@ def test_build_auth_refuses_dev_mode_off_localhost_and_no_auth(tmp_path: Path) -
 PAGES = [
     ("GET", "/"),
     ("GET", "/conversations/c1"),
-    *(("POST", f"/conversations/c1/{a}") for a in ("decide", "answer", "send", "resume", "retry")),
+    *(
+        ("POST", f"/conversations/c1/{a}")
+        for a in ("decide", "answer", "send", "resume", "retry", "budget")
+    ),
 ]
 
 
@@ -347,7 +350,7 @@ async def test_every_page_and_form_answers_401_without_credentials(
             assert response.headers["www-authenticate"].startswith("Basic ")
 
 
-@pytest.mark.parametrize("action", ["decide", "answer", "send", "resume", "retry"])
+@pytest.mark.parametrize("action", ["decide", "answer", "send", "resume", "retry", "budget"])
 async def test_page_forms_refuse_a_missing_or_foreign_csrf_token(
     harness: Harness, action: str
 ) -> None:

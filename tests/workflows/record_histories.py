@@ -35,6 +35,7 @@ from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client, WorkflowFailureError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
+from durable_tools.budgets import Budget, ModelPrice  # noqa: E402
 from durable_tools.client import Conversations  # noqa: E402
 from durable_tools.context import ContextPolicy, Summarize  # noqa: E402
 from durable_tools.conversation import ConversationOptions  # noqa: E402
@@ -49,6 +50,11 @@ from durable_tools.worker.dev_server import DevServer  # noqa: E402
 from durable_tools.worker.plugin import DurableToolsPlugin  # noqa: E402
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
+BUDGET_PRICES = {
+    "metered": ModelPrice(
+        input_per_million=1.0, cached_input_per_million=0.5, output_per_million=2.0
+    )
+}
 OPTIONS = ConversationOptions(idle_timeout=1.0)
 
 Scenario = Callable[[Conversations, str], Awaitable[None]]
@@ -353,6 +359,23 @@ async def model_failed_retry(c: Conversations, wid: str) -> None:
     await c.retry(wid, requested_by="ops")
 
 
+async def budget_raised(c: Conversations, wid: str) -> None:
+    """Issue 28, item 6: a budget of 1,000 tokens stops the third model call (400 tokens
+    each, priced by `BUDGET_PRICES`) in state `budget_exceeded`; `raise_budget` resumes it."""
+    agent = AGENT.model_copy(update={"model": "metered"})
+    script = turns(
+        [("w1", "get_weather", {"city": "Oslo"})], [("w2", "get_weather", {"city": "Bergen"})]
+    )
+    options = OPTIONS.model_copy(update={"budget": Budget(max_tokens=1000)})
+    await c.start(wid, agent=agent, message=script, options=options)
+
+    async def exceeded() -> bool:
+        return (await c.status(wid)).state == "budget_exceeded"
+
+    await _until(exceeded, "the budget stop")
+    await c.raise_budget(wid, max_tokens=2000, requested_by="ops")
+
+
 async def start_and_wait(c: Conversations, wid: str) -> None:
     """Update-with-start: `await_turn` answers with the first pending approval, then approved."""
     script = turns([("r1", "refund", {"order": "o9", "amount": 3})])
@@ -492,6 +515,7 @@ SCENARIOS: dict[str, Scenario] = {
         bounded_carry,
         cancelled,
         model_failed_retry,
+        budget_raised,
         start_and_wait,
         events_followed,
         context_summarized,
@@ -562,6 +586,7 @@ async def main(names: list[str]) -> None:
         models=MODELS,
         decision_keys={"k1": DECISION_KEY},
         policies={"tests": RECORDED_POLICY},
+        prices=BUDGET_PRICES,
     )
     async with DevServer(headless=True) as server:
         client = await Client.connect(server.address, plugins=[plugin])

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from durable_tools.worker.cli import conversing, deciding, operating, policies, serving
+from durable_tools.worker.cli import budgets, conversing, deciding, operating, policies, serving
 from durable_tools.worker.cli.conversing import print_followed
 from durable_tools.worker.cli.serving import dev_command as dev_command
 from durable_tools.worker.cli.shared import CliError, app
@@ -72,6 +72,7 @@ _COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
 for _name, _command in _COMMANDS:
     app.command(_name)(_command)
 app.add_typer(policies.policy_app, name="policy")
+app.add_typer(budgets.budget_app, name="budget")
 
 
 # Reached from outside by this name (tests replace `_out` to read what it prints).

@@ -243,6 +243,13 @@ def print_followed(
             soft_wrap=True,
         )
         raise typer.Exit(EXIT_FAILURE)
+    if followed.outcome == "budget_exceeded":
+        raise_it = commands("budget", "raise", workflow_id, "--tokens", "N", "--cost", "USD")
+        console.print(
+            f"the conversation waits: raise its budget with `{escape(raise_it)}`, or cancel it",
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_FAILURE)
     if followed.outcome == "idle":
         console.print(f"[bold]answer[/]: {escape(followed.answer)}", soft_wrap=True)
         console.print(

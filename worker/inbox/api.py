@@ -89,6 +89,14 @@ class ResumeBody(BaseModel):
     message: str = "resumed"
 
 
+class BudgetBody(BaseModel):
+    """New limits for a conversation's budget (`None`: unchanged; at least one)."""
+
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    scope: Literal["conversation", "agent"] = "conversation"
+
+
 class Accepted(BaseModel):
     """An accepted operation.
 
@@ -366,6 +374,22 @@ def add_api_routes(app: FastAPI, state: State) -> None:
     async def api_retry(workflow_id: str, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
         """Run a failed model turn again."""
         await state.service.retry(workflow_id, who)
+        return Accepted()
+
+    @_action("/api/conversations/{workflow_id:segment}/budget", tag="conversations")
+    async def api_budget(workflow_id: str, body: BudgetBody, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
+        """Raise (or set) the conversation's budget; one in `budget_exceeded` goes on.
+
+        Refused (422 `invalid_budget`) without a limit, or with a negative or
+        non-finite one.
+        """
+        await state.service.raise_budget(
+            workflow_id,
+            who,
+            max_tokens=body.max_tokens,
+            max_cost_usd=body.max_cost_usd,
+            scope=body.scope,
+        )
         return Accepted()
 
 

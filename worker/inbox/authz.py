@@ -1,4 +1,6 @@
-"""What an identity may do with a conversation: view, send, decide, answer, resume, retry, cancel.
+"""What an identity may do with a conversation: view, send, decide, answer, resume, retry, ...
+
+The actions: view, send, decide, answer, resume, retry, raise_budget, cancel.
 
 Every route of the inbox (pages, API, SSE streams, the list) asks one
 `Authorizer`. Authentication (auth.py) says who is asking; this says what
@@ -29,10 +31,19 @@ from durable_tools.worker.inbox.auth import Identity
 
 __all__ = ["ACTIONS", "Action", "Authorizer", "TeamAuthorizer", "parse_team_map"]
 
-Action = Literal["view", "send", "decide", "answer", "resume", "retry", "cancel"]
+Action = Literal["view", "send", "decide", "answer", "resume", "retry", "raise_budget", "cancel"]
 """What an identity asks to do with a conversation."""
 
-ACTIONS: tuple[Action, ...] = ("view", "send", "decide", "answer", "resume", "retry", "cancel")
+ACTIONS: tuple[Action, ...] = (
+    "view",
+    "send",
+    "decide",
+    "answer",
+    "resume",
+    "retry",
+    "raise_budget",
+    "cancel",
+)
 
 
 class Authorizer(Protocol):
@@ -93,7 +104,9 @@ class TeamAuthorizer:
         """Any action on a conversation of one of its teams; untagged ones unless required.
 
         `decide` and `answer` are further checked against the call's
-        approvers (`may_decide`) by the inbox.
+        approvers (`may_decide`) by the inbox. `raise_budget` is allowed as
+        `retry` is: an authorizer that keeps spending to some people
+        refuses it for the others.
         """
         del action  # every action follows the conversation's visibility
         if self._admin(identity):

@@ -22,6 +22,7 @@ ConflictKind = Literal[
     "not_waiting",
     "unknown_call",
     "invalid_answer",
+    "invalid_budget",
     "not_failed",
     "not_allowed",
     "signature_required",
@@ -69,7 +70,7 @@ class Conflict(Exception):
             return 404
         if self.kind in ("no_worker", "unavailable"):
             return 503
-        if self.kind == "invalid_answer":
+        if self.kind in ("invalid_answer", "invalid_budget"):
             return 422
         if self.kind == "too_many_streams":
             return 429

@@ -285,6 +285,25 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         resume = state.service.resume(workflow_id, who, message.strip())
         return await _act(request, who, workflow_id, resume, "Resumed.")
 
+    @app.post("/conversations/{workflow_id:segment}/budget", include_in_schema=False)
+    async def budget_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        max_tokens: Annotated[str, Form()] = "",
+        max_cost_usd: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        try:
+            tokens = int(max_tokens) if max_tokens.strip() else None
+            cost = float(max_cost_usd) if max_cost_usd.strip() else None
+        except ValueError:
+            problem = Conflict("invalid_budget", "limits are numbers: tokens whole, USD decimal")
+            return await _conversation_page(request, who, workflow_id, conflict=problem)
+        raised = state.service.raise_budget(workflow_id, who, max_tokens=tokens, max_cost_usd=cost)
+        return await _act(request, who, workflow_id, raised, "Budget raised.")
+
     @app.post("/conversations/{workflow_id:segment}/retry", include_in_schema=False)
     async def retry_form(  # pyright: ignore[reportUnusedFunction]
         request: Request, workflow_id: str, who: Who, csrf: CsrfToken = ""

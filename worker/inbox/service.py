@@ -30,8 +30,9 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
+from pydantic import ValidationError
 from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
@@ -40,6 +41,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_tools.budgets import BudgetRaise
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
     DecisionReceipt,
@@ -344,6 +346,41 @@ class InboxService(InboxListing, InboxReading):
         except RetryRejected as exc:
             raise Conflict("not_failed", str(exc)) from exc
         return before.model_failed
+
+    async def raise_budget(
+        self,
+        workflow_id: str,
+        identity: Identity,
+        *,
+        max_tokens: int | None,
+        max_cost_usd: float | None,
+        scope: Literal["conversation", "agent"] = "conversation",
+    ) -> None:
+        """Set new limits (the durable `raise_budget` signal), in `identity`'s name.
+
+        Raises:
+            Conflict: `invalid_budget` for no limit, a negative or a
+                non-finite one; `not_found` when `identity` may not raise it
+                (action `raise_budget`).
+        """
+        await self.authorize(workflow_id, identity, "raise_budget")
+        if max_tokens is None and max_cost_usd is None:
+            raise Conflict("invalid_budget", "give a token limit, a cost limit or both")
+        try:
+            BudgetRaise(scope=scope, max_tokens=max_tokens, max_cost_usd=max_cost_usd)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(map(str, error["loc"]))
+            raise Conflict("invalid_budget", f"not a budget: {where}: {error['msg']}") from None
+        await self._bounded(
+            self.conversations.raise_budget(
+                workflow_id,
+                max_tokens=max_tokens,
+                max_cost_usd=max_cost_usd,
+                scope=scope,
+                requested_by=identity.name,
+            )
+        )
 
     async def _update_or_signal(
         self, send: Callable[[bool], Awaitable[DecisionReceipt | None]]

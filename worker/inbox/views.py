@@ -37,7 +37,8 @@ class InboxItem(BaseModel):
     """One thing a conversation waits for a person to do.
 
     Attributes:
-        kind: `approval`, `question`, `pause` or `model_failed`.
+        kind: `approval`, `question`, `pause`, `model_failed` or
+            `budget_exceeded` (raise the budget, or cancel).
         call_id: The call (`""` for a pause or a model failure).
         tool: The tool name (`""` for a model failure).
         summary: A one-line summary.
@@ -55,7 +56,7 @@ class InboxItem(BaseModel):
         approved_by: Who approved so far, while fewer than `quorum` did.
     """
 
-    kind: Literal["approval", "question", "pause", "model_failed"]
+    kind: Literal["approval", "question", "pause", "model_failed", "budget_exceeded"]
     call_id: str = ""
     tool: str = ""
     summary: str = ""
@@ -126,6 +127,10 @@ def items_of(pending: PendingState) -> list[InboxItem]:
         items.append(InboxItem(kind="pause", tool="pause", summary=pending.paused or "paused"))
     if pending.model_failed is not None:
         items.append(_model_failed_item(pending.model_failed))
+    stop = pending.budget_exceeded
+    if stop is not None:
+        summary = f"model turn {stop.turn} waits: {stop.message}"
+        items.append(InboxItem(kind="budget_exceeded", summary=summary, requested_at=stop.since))
     return items
 
 

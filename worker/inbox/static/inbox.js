@@ -228,7 +228,7 @@ function setupAnswerForm(form) {
 
 // Event kinds that change what the page shows; other kinds (new ones included) are ignored.
 const KNOWN = new Set([
-  "message_received", "turn_started", "turn_finished", "model_failed",
+  "message_received", "turn_started", "turn_finished", "model_failed", "budget_exceeded", "budget_raised",
   "tool_call_scheduled", "tool_attempt_failed", "tool_call_finished",
   "approval_requested", "approval_decided", "approval_expired", "approval_rejected",
   "question_asked", "question_answered", "conversation_finished",
