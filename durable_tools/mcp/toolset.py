@@ -280,7 +280,7 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
             responses, state = None, result.request_state
             result = await send(responses, state, max(deadline - loop.time(), 0.001))
         if isinstance(result, types.InputRequiredResult):
-            raise NeedsInput(input_required_of(server_name, result))
+            raise NeedsInput(input_required_of(server_name, result, config))
         if result.is_error:
             raise ToolFailure("execution_error", _error_text(result))
         return _content_value(result)
