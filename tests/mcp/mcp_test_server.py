@@ -346,7 +346,7 @@ async def poem(
 
 @server.tool(annotations=READ_ONLY)
 async def connect(url: str, ctx: Context) -> str | types.InputRequiredResult:
-    """Asks the user to open `url` (URL elicitation), then answers with what they did."""
+    """Asks the user to open `url` plus a token (URL elicitation); then says what they did."""
     responses = ctx.input_responses or {}
     answer = responses.get("link")
     log(event="round", tool="connect", answered=answer is not None)
@@ -355,7 +355,8 @@ async def connect(url: str, ctx: Context) -> str | types.InputRequiredResult:
             input_requests={
                 "link": types.ElicitRequest(
                     params=types.ElicitRequestURLParams(
-                        message="Sign in to the service, then come back.", url=url
+                        message="Sign in to the service, then come back.",
+                        url=f"{url}?token=one-time-7f3a",
                     )
                 )
             },
