@@ -81,6 +81,7 @@ class _Calls(Protocol):
     superseded: bool
     superseded_by: str
     moving: bool
+    running: int
 
     def publish(self) -> None: ...
 
@@ -246,7 +247,12 @@ class InputRounds:
                 f"MCP server {question.server!r} asked for {question.kind}, which this "
                 "conversation cannot answer; the call was not completed",
             )
-        reply = await self.sampler.sample(plan, question.server, ask)
+        # Counted as running: no wait of the turn moves to a new run meanwhile.
+        self._calls.running += 1
+        try:
+            reply = await self.sampler.sample(plan, question.server, ask)
+        finally:
+            self._calls.running -= 1
         if isinstance(reply, Failure):
             return reply
         return InputAnswer(kind="sampling", sampled=reply)

@@ -32,7 +32,6 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, cast
 
 import anyio
@@ -45,24 +44,17 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from durable_tools.handler_input import clean_text
+from durable_tools.mcp.client_side import (
+    log_server_message,
+    no_mid_call_elicitation,
+    no_mid_call_sampling,
+    roots_of,
+)
 from durable_tools.mcp.config import McpServerConfig
 
 __all__ = ["CallTimedOut", "ConnectionLost", "McpConnection", "McpStartError"]
 
 _log = logging.getLogger("durable_tools.mcp")
-_server_log = logging.getLogger("durable_tools.mcp.server")
-_MAX_LOG_CHARS: Final[int] = 2000
-_LOG_LEVELS: Final[dict[str, int]] = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "notice": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "alert": logging.CRITICAL,
-    "emergency": logging.CRITICAL,
-}
 
 _HANDSHAKE_METHODS: Final[frozenset[str]] = frozenset({"initialize", "server/discover"})
 _BACKOFF_FIRST: Final[float] = 0.5
@@ -392,17 +384,7 @@ class McpConnection:
         return roots_of(self.config)
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        """A server's log message, into the worker's log (`durable_tools.mcp.server`)."""
-        level = _LOG_LEVELS.get(params.level, logging.INFO)
-        data: Any = params.data
-        text = data if isinstance(data, str) else repr(data)
-        _server_log.log(
-            level,
-            "MCP server %r%s: %s",
-            self.config.name,
-            f" ({clean_text(params.logger, 200)})" if params.logger else "",
-            clean_text(text, _MAX_LOG_CHARS),
-        )
+        log_server_message(self.config.name, params)
 
     def _tools_changed(self) -> None:
         if self._on_tools_changed is not None:
@@ -417,8 +399,8 @@ class McpConnection:
                 # 2026-07-28 servers ask inside input-required results, which
                 # the loop answers durably. Mid-call requests (older
                 # protocols) are refused; roots are answered from the config.
-                elicitation_callback=_no_mid_call_elicitation,
-                sampling_callback=_no_mid_call_sampling,
+                elicitation_callback=no_mid_call_elicitation,
+                sampling_callback=no_mid_call_sampling,
                 list_roots_callback=self._roots if self.config.roots else None,
                 logging_callback=self._on_log,
                 log_level="info",
@@ -613,49 +595,6 @@ class McpConnection:
                 self._live = None
                 self._note_failure()
         await live.close()
-
-
-async def _no_mid_call_elicitation(
-    context: Any, params: types.ElicitRequestParams
-) -> types.ElicitResult | types.ErrorData:
-    """A server at a protocol before 2026-07-28 asking mid-call: not answered.
-
-    Answering would hold the tool activity (and its worker slot) while a
-    person decides; only input-required results become durable questions.
-    """
-    return types.ErrorData(
-        code=types.INVALID_REQUEST,
-        message="durable-tools answers elicitation only in input-required results "
-        "(MCP 2026-07-28), not mid-call",
-    )
-
-
-async def _no_mid_call_sampling(
-    context: Any, params: types.CreateMessageRequestParams
-) -> types.CreateMessageResult | types.ErrorData:
-    """A server at a protocol before 2026-07-28 sampling mid-call: not answered (as elicitation)."""
-    return types.ErrorData(
-        code=types.INVALID_REQUEST,
-        message="durable-tools answers sampling only in input-required results "
-        "(MCP 2026-07-28), not mid-call",
-    )
-
-
-def roots_of(config: McpServerConfig) -> types.ListRootsResult:
-    """A server's configured roots as MCP roots (a path becomes a `file://` URI).
-
-    Args:
-        config: The server's configuration.
-
-    Returns:
-        One root per entry of `config.roots`, named after its last part.
-    """
-    roots: list[types.Root] = []
-    for entry in config.roots:
-        uri = entry if "://" in entry else Path(entry).absolute().as_uri()
-        name = uri.rstrip("/").rsplit("/", 1)[-1] or uri
-        roots.append(types.Root.model_validate({"uri": uri, "name": name}))
-    return types.ListRootsResult(roots=roots)
 
 
 async def _abandon(request: asyncio.Future[Any]) -> None:

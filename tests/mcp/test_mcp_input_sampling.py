@@ -29,7 +29,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 from workflow_helpers import Harness, eventually, running
 
-from durable_tools.conversation import AgentConfig, PendingApproval
+from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
 from durable_tools.mcp import McpServerConfig
 from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
@@ -181,4 +181,26 @@ async def test_allowed_sampling_is_answered_at_once_and_refused_sampling_fails_t
     assert outputs["s"].failure_kind == "input_request_refused"
     assert "configuration refuses (sampling" in outputs["s"].content
     assert [r for r in refused.requests if r.purpose == "sampling"] == []
+    assert _log_events(log, "call") == []
+
+
+async def test_a_sampling_request_not_approved_in_time_expires_the_call(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    model = ScriptedModel(_poet)
+    async with _harness(dev_env, task_queue, tmp_path, "approve", model) as (h, log):
+        workflow_id = await h.start(
+            _turns(("s", "notes__poem", {"topic": "fog"})),
+            agent=POET,
+            options=ConversationOptions(approval_deadline=2, search_attributes=True),
+        )
+        await _sampling_approval(h, workflow_id, "s")
+        outputs = await h.wait_outputs(workflow_id, "s")
+        assert (await h.conversations.pending(workflow_id)).approvals == []
+        events, _ = await h.conversations.retained_events(workflow_id)
+    assert outputs["s"].failure_kind == "expired"
+    assert "sampling request" in outputs["s"].content
+    assert [r for r in model.requests if r.purpose == "sampling"] == []
+    finished = [e for e in events if e.kind == "tool_call_finished" and e.call_id == "s"]
+    assert [e.outcome for e in finished] == ["expired"]
     assert _log_events(log, "call") == []
