@@ -367,6 +367,16 @@ async def connect(url: str, ctx: Context) -> str | types.InputRequiredResult:
     return f"connect: {action}"
 
 
+@server.tool(annotations=READ_ONLY)
+async def raw_ask(requests: dict[str, Any], ctx: Context) -> str | types.InputRequiredResult:
+    """Answers input-required with `requests` as sent, unchecked (hostile-server tests)."""
+    if ctx.request_state is not None:
+        return "answered"
+    return types.InputRequiredResult.model_construct(
+        result_type="input_required", input_requests=requests, request_state="raw-1"
+    )
+
+
 async def on_cancelled(ctx: Any, params: types.CancelledNotificationParams) -> None:
     log(event="notification", method="notifications/cancelled", request_id=str(params.request_id))
 
