@@ -15,17 +15,19 @@
   The attempt heartbeats, delivers progress and is stopped on cancellation
   or timeout as `tool_run.py` describes; sync tools run in the worker's
   bounded `ToolThreads`.
+* `model.sample-v1` answers an MCP server's sampling request with the
+  conversation's model (`sampling_activity.py`).
 """
 
 from __future__ import annotations
 
-from durable_tools.activities.model_activity import ModelActivity
+from durable_tools.activities.sampling_activity import SamplingActivity
 from durable_tools.activities.tool_activity import ToolActivity
 
 __all__ = ["AgentActivities"]
 
 
-class AgentActivities(ModelActivity, ToolActivity):
+class AgentActivities(SamplingActivity, ToolActivity):
     """Activities bound to the toolkits and model adapters of one worker.
 
     Args:

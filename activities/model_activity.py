@@ -336,7 +336,7 @@ class ModelActivity(ActivitiesBase):
         async def summarize(strategy: Summarize, text: str) -> AssistantMessage:
             name = strategy.model or agent.model
             settings = agent.settings if name == agent.model else {}
-            return await _traced_model_call(
+            return await traced_model_call(
                 self._model(name),
                 ModelRequest(
                     model=name,
@@ -374,7 +374,7 @@ class ModelActivity(ActivitiesBase):
         checkpoint(window.summary)
 
         async def call_model(items: list[TranscriptItem]) -> AssistantMessage:
-            return await _traced_model_call(
+            return await traced_model_call(
                 model,
                 ModelRequest(
                     model=agent.model,
@@ -454,7 +454,7 @@ class ModelActivity(ActivitiesBase):
         return turn
 
 
-async def _traced_model_call(model: Model, request: ModelRequest) -> AssistantMessage:
+async def traced_model_call(model: Model, request: ModelRequest) -> AssistantMessage:
     """Call the model inside its `chat {model}` span; record tokens, duration, failures."""
     started = time.monotonic()
     with telemetry.chat_span(request.model, request.workflow_id) as span:

@@ -325,6 +325,9 @@ class PendingApproval(BaseModel):
             `None` when the tool's own `needs_approval` did.
         quorum: Distinct approvers needed before the call runs (default 1).
         approved_by: Who approved so far, each once, while fewer than `quorum` did.
+        input_request: Set when a running call's MCP server asks to sample
+            the conversation's model (`kind="sampling"`): what it asks;
+            `arguments_hash` is then this request's digest.
     """
 
     call_id: str
@@ -340,6 +343,7 @@ class PendingApproval(BaseModel):
     policy: PolicyVerdict | None = None
     quorum: int = 1
     approved_by: list[str] = Field(default_factory=list[str])
+    input_request: InputQuestion | None = None
 
 
 class PendingInteraction(BaseModel):

@@ -32,24 +32,38 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from durable_tools.transcript import Usage
+
 __all__ = [
     "ELICIT_ACTIONS",
     "MAX_INPUT_ROUNDS",
+    "SAMPLE_ACTIVITY",
     "STATE_REJECTED",
     "ElicitAction",
     "InputAnswer",
+    "InputKind",
     "InputProgress",
     "InputQuestion",
     "InputRequest",
     "InputRequired",
     "InputResume",
     "NeedsInput",
+    "SampleRequest",
+    "SampledMessage",
+    "SampledReply",
+    "SamplingAsk",
     "question_digest",
     "sendable",
 ]
 
 ElicitAction = Literal["accept", "decline", "cancel"]
 """What a person did with a form (MCP `ElicitResult.action`)."""
+
+InputKind = Literal["form", "url", "sampling"]
+"""What an input request asks: a form to fill, a link to visit, a model completion."""
+
+SAMPLE_ACTIVITY: Final[str] = "model.sample-v1"
+"""The activity that answers an MCP sampling request with the conversation's model."""
 
 ELICIT_ACTIONS: Final[tuple[ElicitAction, ...]] = ("accept", "decline", "cancel")
 
@@ -63,23 +77,71 @@ The loop restarts the call once (a fresh call, without responses); a second
 refusal reaches the model as this `Failure`."""
 
 
+class SampledMessage(BaseModel):
+    """One message of a sampling request (text only).
+
+    Attributes:
+        role: `user` or `assistant`.
+        text: The message's text (cleaned; the request's texts are bounded together).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["user", "assistant"]
+    text: str
+
+
+class SamplingAsk(BaseModel):
+    """An MCP sampling request (`sampling/createMessage`), as the worker checked it.
+
+    Attributes:
+        messages: The conversation to sample from (at least one; at most 64,
+            their texts at most 64 Ki characters together).
+        system_prompt: The server's system prompt (at most 8,000 characters),
+            used instead of the agent's instructions, which stay private.
+        max_tokens: Tokens the server asks for at most (1 to 32,768).
+        temperature: The server's temperature, if any (0 to 2).
+        stop_sequences: The server's stop sequences (at most 8 of 200 characters).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    messages: list[SampledMessage] = Field(min_length=1)
+    system_prompt: str | None = None
+    max_tokens: int = Field(default=1024, ge=1)
+    temperature: float | None = None
+    stop_sequences: list[str] = Field(default_factory=list[str])
+
+
 class InputRequest(BaseModel):
     """One input request of an input-required result, as the worker checked it.
 
     Attributes:
         key: The server's key for the request (echoed in `inputResponses`).
-        kind: `"form"` (MCP form elicitation; the only kind answered so far).
-        message: What the server asks, cleaned and at most 2,000 characters.
-        answer_schema: The requested schema (a flat JSON Schema object) the
-            answer must satisfy.
+        kind: `"form"` (form elicitation), `"url"` (URL elicitation: a link
+            to visit) or `"sampling"` (a model completion).
+        message: What the server asks, cleaned and at most 2,000 characters
+            (for sampling, a preview of its last message).
+        answer_schema: The requested schema (a flat JSON Schema object) a
+            form's answer must satisfy (`{}` for other kinds).
+        url: The link of a URL elicitation (`http`/`https`, checked).
+        host: The link's host, shown beside it.
+        sampling: The sampling request.
+        approval: `"approve"`: a person approves the sampling request first,
+            or (URL) only an approver of the tool may answer; `""`: none
+            (the server's configuration, `McpServerConfig.sampling` / `.url_elicitation`).
     """
 
     model_config = ConfigDict(frozen=True)
 
     key: str
-    kind: Literal["form"] = "form"
+    kind: InputKind = "form"
     message: str
-    answer_schema: dict[str, Any]
+    answer_schema: dict[str, Any] = Field(default_factory=dict[str, Any])
+    url: str | None = None
+    host: str | None = None
+    sampling: SamplingAsk | None = None
+    approval: Literal["", "approve"] = ""
 
 
 class InputRequired(BaseModel):
@@ -98,17 +160,62 @@ class InputRequired(BaseModel):
 
 
 class InputAnswer(BaseModel):
-    """A person's answer to one input request.
+    """A person's answer to one input request, or the model's to a sampling request.
 
     Attributes:
         action: `accept` (with `content`), `decline` or `cancel`.
         content: The form's values (`accept` only), as the person sent them
             and the requested schema accepted them; the activity checks that
-            MCP can carry them.
+            MCP can carry them. `None` for a URL elicitation.
+        kind: What it answers (default `"form"`).
+        sampled: The model's completion (`kind="sampling"`).
     """
 
     action: ElicitAction = "accept"
     content: Any = None
+    kind: InputKind = "form"
+    sampled: SampledReply | None = None
+
+
+class SampledReply(BaseModel):
+    """The conversation's model's completion of a sampling request (`SAMPLE_ACTIVITY`'s result).
+
+    Attributes:
+        text: The completion's text (at most 64 Ki characters).
+        model: The model's name (`AgentConfig.model`), reported to the server.
+        stop_reason: `endTurn` or `maxTokens`.
+        usage: Tokens the completion took, counted in the conversation's usage.
+    """
+
+    text: str
+    model: str
+    stop_reason: str = "endTurn"
+    usage: Usage | None = None
+
+
+class SampleRequest(BaseModel):
+    """The input of `SAMPLE_ACTIVITY`: which conversation's model answers what.
+
+    Attributes:
+        workflow_id: The conversation.
+        run_id: Its run (the agent's configuration is read from it by name).
+        agent_name: The agent whose model and settings answer.
+        agent: Its configuration whole, when the run cannot be queried
+            (`transcript_in_activity_input`); `None` otherwise.
+        turn: The turn the call belongs to.
+        call_id: The call whose server asked.
+        server: The MCP server that asked.
+        ask: The sampling request.
+    """
+
+    workflow_id: str
+    run_id: str
+    agent_name: str
+    agent: Any = None
+    turn: int = 0
+    call_id: str
+    server: str
+    ask: SamplingAsk
 
 
 class InputResume(BaseModel):
@@ -150,7 +257,13 @@ class InputQuestion(BaseModel):
         server: The MCP server that asked.
         kind: `"form"`: answer with the form's values (the `answer_schema`),
             or decline or cancel it (`Conversations.answer(..., action=...)`).
-        message: The server's message to the person.
+            `"url"`: open `url`, then answer with no value once done (or
+            decline / cancel). `"sampling"` (`PendingApproval.input_request`):
+            approve or deny the server's use of the conversation's model.
+        message: The server's message to the person (sampling: the request's
+            messages, as `role: text` lines).
+        url: The link to open (`"url"`).
+        host: The link's host, to show beside it (`"url"`).
         key: The server's key for the request.
         round: The input round of the call (1-based).
         index: The request's position in its round (1-based), of `count`.
@@ -160,8 +273,10 @@ class InputQuestion(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     server: str
-    kind: Literal["form"] = "form"
+    kind: InputKind = "form"
     message: str
+    url: str | None = None
+    host: str | None = None
     key: str
     round: int = 1
     index: int = 1
@@ -200,7 +315,8 @@ def question_digest(arguments_hash: str, question: InputQuestion, schema: Any) -
     """
     shown = {
         "call": arguments_hash,
-        "question": question.model_dump(mode="json"),
+        # None fields left out: a form's digest is what it was before URL questions.
+        "question": question.model_dump(mode="json", exclude_none=True),
         "schema": schema,
     }
     text = json.dumps(shown, sort_keys=True, ensure_ascii=True, separators=(",", ":"))

@@ -271,6 +271,7 @@ class DurableToolsPlugin(SimplePlugin):
             activities=[
                 self.agent_activities.model_turn,
                 self.agent_activities.tool_call,
+                self.agent_activities.model_sample,
                 self.verifier.verify_decision,
             ],
             workflows=[StrictAgentWorkflow if strict_sandbox() else AgentWorkflow],

@@ -27,6 +27,7 @@ from durable_tools.conversation import (
     PendingState,
     SendMessage,
 )
+from durable_tools.input_requests import InputQuestion
 from durable_tools.policy_verdict import explain_verdict
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, UserMessage
 from durable_tools.worker.answer_fields import MAX_FIELDS, answer_fields
@@ -141,6 +142,7 @@ def render_pending(state: PendingState) -> Group:
         parts += [
             Text(f"{a.call_id}: {approval_policy_line(a)}") for a in state.approvals if a.policy
         ]
+        parts += [_asked(a) for a in state.approvals if a.input_request is not None]
     if state.interactions:
         table = Table(title="Questions", title_justify="left")
         for column in ("call id", "tool", "arguments", "deadline", "digest"):
@@ -155,7 +157,11 @@ def render_pending(state: PendingState) -> Group:
             )
         parts.append(table)
         parts += [_asked(i) for i in state.interactions if i.input_request is not None]
-        parts += [render_answer_schema(i.call_id, i.answer_schema) for i in state.interactions]
+        parts += [
+            render_answer_schema(i.call_id, i.answer_schema)
+            for i in state.interactions
+            if i.input_request is None or i.input_request.kind == "form"
+        ]
     if state.paused is not None:
         parts.append(
             Text(
@@ -184,17 +190,43 @@ def render_pending(state: PendingState) -> Group:
     return Group(*parts)
 
 
-def _asked(pending: PendingInteraction) -> Text:
-    """What a running tool's MCP server asks, and how to answer (`input_request` is set)."""
-    asked = pending.input_request
-    assert asked is not None
+def asked_text(asked: InputQuestion) -> str:
+    """What a running tool's MCP server asks, in one line (form, link or sampling request).
+
+    A link is shown with its host first, so a person sees where it leads
+    before opening it.
+    """
     where = f"round {asked.round}"
     if asked.count > 1:
         where += f", {asked.index} of {asked.count}"
-    return Text(
-        f"{pending.call_id}: MCP server {asked.server!r} asks ({where}): {asked.message} "
-        "(answer with the form's values below, or --decline / --cancel)"
-    )
+    if asked.kind == "url":
+        return (
+            f"MCP server {asked.server!r} asks you to open a link to {asked.host} ({where}): "
+            f"{asked.message} — {asked.url}"
+        )
+    if asked.kind == "sampling":
+        return (
+            f"MCP server {asked.server!r} asks to use the conversation's model ({where}); "
+            f"its last message: {asked.message}"
+        )
+    return f"MCP server {asked.server!r} asks ({where}): {asked.message}"
+
+
+_HOW = {
+    "form": "answer with the form's values below, or --decline / --cancel",
+    "url": "open it, then `answer --done`; or --decline / --cancel",
+    "sampling": "`approve` to let the model answer it, `deny` to refuse",
+}
+
+
+def _asked(pending: PendingInteraction | PendingApproval) -> Text:
+    """What a running tool's MCP server asks, and how to answer (`input_request` is set)."""
+    asked = pending.input_request
+    assert asked is not None
+    how = _HOW[asked.kind]
+    if asked.kind == "url" and isinstance(pending, PendingApproval):
+        how = "open it, then `approve` once done (an approver of the tool); `deny` to decline"
+    return Text(f"{pending.call_id}: {asked_text(asked)} ({how})")
 
 
 def render_answer_schema(call_id: str, schema: Mapping[str, Any] | None) -> Table | Text:

@@ -53,6 +53,7 @@ from durable_tools.workflows.handler_inputs import (
     text_argument,
     unknown_query,
 )
+from durable_tools.workflows.input_approvals import Sampler
 from durable_tools.workflows.model_turns import ModelTurns, add_usage
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
@@ -180,6 +181,12 @@ class AgentWorkflow:
             turn=lambda: self._turns,
         )
         self._book, self._signal_waits = calls.book, calls.signal_waits
+        calls.inputs.sampler = Sampler(
+            options,
+            lambda: (self._agent, self._input.agents[self._agent]),
+            lambda model, usage: add_usage(self._usage, model, usage),
+            lambda: self._turns,
+        )
         if state.turn is not None:
             restore_turn(state.turn, self._calls)
 

@@ -48,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.formats import check_answer
     from durable_tools.handler_input import clean_text
-    from durable_tools.input_requests import sendable
+    from durable_tools.input_requests import InputQuestion, sendable
 
 __all__ = [
     "BOUND_DECISIONS_PATCH",
@@ -209,6 +209,31 @@ class DecisionBook:
             quorum=verdict.quorum if verdict is not None and verdict.outcome == "approve" else 1,
         )
         return self.early_decisions.pop(call_id, None)
+
+    def register_input_approval(
+        self, plan: PlannedCall, digest: str, summary: str, question: InputQuestion
+    ) -> PendingApproval:
+        """Make a running call wait for approval of what its MCP server asked.
+
+        A sampling request (`sampling = "approve"`) or a link only an
+        approver may consent to (`url_elicitation = "approver"`): a
+        decision must carry `digest` (`question_digest`), and the tool's
+        approvers, signatures and deadline apply as to the call's own
+        approval. A decision left from the call's own approval is dropped.
+        """
+        call_id = plan.call.call_id
+        self.decisions.pop(call_id, None)
+        request: dict[str, Any] = {**self._request(plan), "arguments_hash": digest}
+        pending = PendingApproval(
+            **request,
+            summary=summary,
+            approvers=plan.approvers,
+            signed=bool(plan.approvers) or self.options.require_signed_decisions,
+            instance=self._instance_of(request["requested_at"]),
+            input_request=question,
+        )
+        self.approvals[call_id] = pending
+        return pending
 
     def take_early_decision(self, decision: Decision) -> None:
         """Apply a decision that arrived before its call was pending (`register_approval`).
@@ -445,6 +470,9 @@ class DecisionBook:
             return mismatch
         if pending.input_request is not None and not sendable(answer.value):
             return "the answer cannot be sent to the server (text that is not UTF-8)"
+        asked = pending.input_request
+        if asked is not None and asked.kind == "url" and answer.value is not None:
+            return "a link's question is answered with no value (accept once done, or decline)"
         if answer.action != "accept":
             if pending.input_request is None:
                 return f"call {call_id!r} asks for an answer: it cannot be declined or cancelled"

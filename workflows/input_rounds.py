@@ -44,10 +44,12 @@ from typing import Any, Protocol
 
 from temporalio import workflow
 
+from durable_tools.workflows.input_approvals import InputApprovals, Sampler
 from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import PlannedCall
+    from durable_tools.approvals import Decision
     from durable_tools.conversation import PendingInteraction
     from durable_tools.handler_input import clean_sender
     from durable_tools.input_requests import (
@@ -56,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         InputAnswer,
         InputProgress,
         InputQuestion,
+        InputRequest,
         InputRequired,
         InputResume,
         question_digest,
@@ -64,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.workflows.decision_book import DecisionBook
 
 __all__ = ["InputRounds"]
+
 
 Execute = Callable[[PlannedCall, str, InputResume | None], Awaitable[Ok | Failure | InputRequired]]
 """Runs one activity of a call (`TurnCalls.execute`)."""
@@ -77,6 +81,7 @@ class _Calls(Protocol):
     superseded: bool
     superseded_by: str
     moving: bool
+    running: int
 
     def publish(self) -> None: ...
 
@@ -105,6 +110,9 @@ class InputRounds:
         self._event = event
         self._set_state = set_state
         self.progress: dict[str, InputProgress] = {}
+        self.approvals = InputApprovals(calls, event, set_state)
+        # Set by the loop (`AgentWorkflow`): answers sampling requests with its model.
+        self.sampler: Sampler | None = None
 
     async def follow(
         self,
@@ -171,13 +179,16 @@ class InputRounds:
                 self.progress[call_id] = progress
                 question = InputQuestion(
                     server=asked.server,
+                    kind=request.kind,
                     message=request.message,
+                    url=request.url,
+                    host=request.host,
                     key=request.key,
                     round=progress.round,
                     index=index + 1,
                     count=len(asked.requests),
                 )
-                answered = await self._ask(plan, question, request.answer_schema, restored)
+                answered = await self._answer(plan, question, request, restored)
                 restored = False
                 if isinstance(answered, Moved):
                     return answered  # `progress` goes to the next run with the question
@@ -208,8 +219,50 @@ class InputRounds:
                 return out
             progress = InputProgress(asked=out, round=next_round, restarted=restarted)
 
+    async def _answer(
+        self, plan: PlannedCall, question: InputQuestion, request: InputRequest, restored: bool
+    ) -> InputAnswer | Failure | Moved:
+        """One request's answer: a person's (form, link) or the model's (sampling)."""
+        if request.kind == "form":
+            return await self._ask(plan, question, request.answer_schema, restored)
+        if request.kind == "url" and not request.approval:
+            answer = await self._ask(plan, question, None, restored)
+            return (
+                answer.model_copy(update={"kind": "url"})
+                if isinstance(answer, InputAnswer)
+                else answer
+            )
+        ask = request.sampling
+        if request.approval:
+            shown = ask.model_dump(mode="json") if ask is not None else None
+            approved = await self.approvals.approve(plan, question, shown, restored)
+            if not isinstance(approved, Decision):
+                return approved
+            if request.kind == "url":
+                return InputAnswer(kind="url", action="accept")
+        if ask is None or self.sampler is None:
+            return failed(
+                plan.call,
+                "unsupported_input_request",
+                f"MCP server {question.server!r} asked for {question.kind}, which this "
+                "conversation cannot answer; the call was not completed",
+            )
+        # Counted as running: no wait of the turn moves to a new run meanwhile.
+        self._calls.running += 1
+        try:
+            reply = await self.sampler.sample(plan, question.server, ask)
+        finally:
+            self._calls.running -= 1
+        if isinstance(reply, Failure):
+            return reply
+        return InputAnswer(kind="sampling", sampled=reply)
+
     async def _ask(
-        self, plan: PlannedCall, question: InputQuestion, schema: dict[str, Any], restored: bool
+        self,
+        plan: PlannedCall,
+        question: InputQuestion,
+        schema: dict[str, Any] | None,
+        restored: bool,
     ) -> InputAnswer | Failure | Moved:
         """One question: pending until answered, superseded, past its deadline, or moved.
 
@@ -239,7 +292,10 @@ class InputRounds:
                 "question_asked",
                 call_id=call_id,
                 tool=call.name,
-                text=question.message,
+                # A link may carry a one-time token: events name its host only.
+                text=question.message
+                if question.kind == "form"
+                else f"{question.message} (a link to {question.host})",
                 answer_schema=schema,
             )
         self._set_state("waiting")

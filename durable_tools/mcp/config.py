@@ -40,7 +40,7 @@ import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
@@ -118,6 +118,19 @@ class McpServerConfig(BaseModel):
         needs_approval: Server-wide approval override (see `McpToolPolicy`).
         idempotent: Server-wide idempotency override (see `McpToolPolicy`).
         tool_policy: Per-tool overrides, by the server's tool name.
+        sampling: What a sampling request inside an input-required result
+            gets: `"approve"` (default: a person approves each request, as
+            a tool call is approved, then the conversation's model answers
+            it), `"allow"` (the model answers at once), `"refuse"` (the
+            call ends with Failure `input_request_refused`).
+        url_elicitation: What a URL elicitation gets: `"allow"` (default:
+            anyone who may answer the conversation's questions consents),
+            `"approver"` (only an approver of the tool may answer: a signed
+            answer is not required, the answerer's identity must be one of
+            the tool's approvers), `"refuse"` (Failure `input_request_refused`).
+        roots: Roots (`file://` URIs or absolute paths) the client declares
+            and answers `roots/list` requests with (default none: the
+            roots capability is not declared).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -140,6 +153,9 @@ class McpServerConfig(BaseModel):
     needs_approval: bool | None = None
     idempotent: bool | None = None
     tool_policy: dict[str, McpToolPolicy] = Field(default_factory=dict[str, McpToolPolicy])
+    sampling: Literal["allow", "approve", "refuse"] = "approve"
+    url_elicitation: Literal["allow", "approver", "refuse"] = "allow"
+    roots: list[str] = Field(default_factory=list[str])
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
@@ -151,6 +167,9 @@ class McpServerConfig(BaseModel):
             raise ValueError("`args`, `env` and `cwd` apply to `command` servers only")
         if self.token is not None and self.token_env is not None:
             raise ValueError("give `token` or `token_env`, not both")
+        for root in self.roots:
+            if not (root.startswith("file:///") or Path(root).is_absolute()):
+                raise ValueError(f"root {root!r} must be an absolute path or a file:/// URI")
         return self
 
     @property

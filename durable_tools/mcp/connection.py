@@ -44,6 +44,12 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from durable_tools.mcp.client_side import (
+    log_server_message,
+    no_mid_call_elicitation,
+    no_mid_call_sampling,
+    roots_of,
+)
 from durable_tools.mcp.config import McpServerConfig
 
 __all__ = ["CallTimedOut", "ConnectionLost", "McpConnection", "McpStartError"]
@@ -373,6 +379,13 @@ class McpConnection:
         elif isinstance(message, Exception):
             _log.debug("MCP server %r transport error: %s", self.config.name, message)
 
+    async def _roots(self, context: Any) -> types.ListRootsResult:
+        """The roots the worker's configuration gives this server (`McpServerConfig.roots`)."""
+        return roots_of(self.config)
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        log_server_message(self.config.name, params)
+
     def _tools_changed(self) -> None:
         if self._on_tools_changed is not None:
             self._on_tools_changed(self.config.name)
@@ -382,9 +395,15 @@ class McpConnection:
             async with Client(
                 cast(Any, self._transport(live)),
                 message_handler=self._on_message,
-                # Declares elicitation (MCP 2026-07-28 servers ask inside
-                # input-required results, which the loop answers durably).
-                elicitation_callback=_no_mid_call_elicitation,
+                # Declares elicitation (form and URL) and sampling: MCP
+                # 2026-07-28 servers ask inside input-required results, which
+                # the loop answers durably. Mid-call requests (older
+                # protocols) are refused; roots are answered from the config.
+                elicitation_callback=no_mid_call_elicitation,
+                sampling_callback=no_mid_call_sampling,
+                list_roots_callback=self._roots if self.config.roots else None,
+                logging_callback=self._on_log,
+                log_level="info",
                 client_info=types.Implementation(name="durable-tools", version="0"),
                 cache=None,
             ) as client:
@@ -576,21 +595,6 @@ class McpConnection:
                 self._live = None
                 self._note_failure()
         await live.close()
-
-
-async def _no_mid_call_elicitation(
-    context: Any, params: types.ElicitRequestParams
-) -> types.ElicitResult | types.ErrorData:
-    """A server at a protocol before 2026-07-28 asking mid-call: not answered.
-
-    Answering would hold the tool activity (and its worker slot) while a
-    person decides; only input-required results become durable questions.
-    """
-    return types.ErrorData(
-        code=types.INVALID_REQUEST,
-        message="durable-tools answers elicitation only in input-required results "
-        "(MCP 2026-07-28), not mid-call",
-    )
 
 
 async def _abandon(request: asyncio.Future[Any]) -> None:

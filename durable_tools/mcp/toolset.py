@@ -74,7 +74,14 @@ from durable_tools.tools import (
     check_tool_name,
 )
 
-__all__ = ["IDEMPOTENCY_KEY_META", "McpPolicy", "McpToolsets", "mcp_policy", "mcp_tool"]
+__all__ = [
+    "IDEMPOTENCY_KEY_META",
+    "McpPolicy",
+    "McpToolsets",
+    "mcp_policy",
+    "mcp_tool",
+    "needs_tasks",
+]
 
 _log = logging.getLogger("durable_tools.mcp")
 
@@ -175,6 +182,12 @@ def state_rejected(exc: MCPError) -> bool:
     `requestState` counts.
     """
     return exc.error.code == types.INVALID_PARAMS and "requeststate" in exc.error.message.lower()
+
+
+def needs_tasks(spec: types.Tool) -> bool:
+    """Whether a listed tool can only be called as a task (`execution.taskSupport: required`)."""
+    execution = spec.execution
+    return execution is not None and execution.task_support == "required"
 
 
 def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | None = None) -> Tool:
@@ -280,7 +293,7 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
             responses, state = None, result.request_state
             result = await send(responses, state, max(deadline - loop.time(), 0.001))
         if isinstance(result, types.InputRequiredResult):
-            raise NeedsInput(input_required_of(server_name, result))
+            raise NeedsInput(input_required_of(server_name, result, config))
         if result.is_error:
             raise ToolFailure("execution_error", _error_text(result))
         return _content_value(result)
@@ -402,6 +415,22 @@ class McpToolsets:
             wanted = list(specs)
         tools: list[Tool] = []
         for spec in wanted:
+            if needs_tasks(spec):
+                # Offered to clients that call it as a task (MCP Tasks), which this
+                # worker does not do yet: a call without one always fails.
+                if config.tools is not None:
+                    raise ConfigurationError(
+                        f"MCP server {config.name!r}, tool {spec.name!r}: it requires task "
+                        "augmentation (MCP Tasks), which this worker does not support yet; "
+                        "remove it from `tools`"
+                    )
+                _log.info(
+                    "MCP server %r: tool %r left out: it requires task augmentation "
+                    "(MCP Tasks), which this worker does not support yet",
+                    config.name,
+                    spec.name,
+                )
+                continue
             try:
                 check_tool_name(config.exposed_name(spec.name))
                 tools.append(mcp_tool(connection, spec, self._policy(config, spec)))

@@ -37,7 +37,9 @@ class ModelRequest(BaseModel):
         purpose: `"turn"` (default): the conversation's model turn;
             `"summary"`: the context policy's summarizing call (its
             transcript is one user message holding the text to summarize,
-            and no tools are offered).
+            and no tools are offered); `"sampling"`: an MCP server's sampling
+            request (its messages as the transcript, its system prompt as the
+            instructions, no tools; `activities/sampling_activity.py`).
     """
 
     model: str
@@ -47,7 +49,7 @@ class ModelRequest(BaseModel):
     turn: int = 1
     workflow_id: str = ""
     settings: dict[str, Any] = Field(default_factory=dict[str, Any])
-    purpose: Literal["turn", "summary"] = "turn"
+    purpose: Literal["turn", "summary", "sampling"] = "turn"
 
     @field_validator("transcript", mode="wrap")
     @classmethod

@@ -50,6 +50,7 @@ from mcp.server.mcpserver import (
     MCPServer,
     RequestStateSecurity,
     Resolve,
+    Sample,
 )
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -314,6 +315,66 @@ async def patience(rounds: int, ctx: Context) -> str | types.InputRequiredResult
     if seen < rounds:
         return types.InputRequiredResult(request_state=str(seen + 1))
     return f"answered after {seen} retries"
+
+
+def ask_poem(topic: str) -> Sample:
+    """A sampling request: the client's model writes the poem (rendered alike every round)."""
+    log(event="round", tool="poem", ask="sample")
+    return Sample(
+        [
+            types.SamplingMessage(
+                role="user", content=types.TextContent(type="text", text=f"A haiku about {topic}.")
+            )
+        ],
+        max_tokens=60,
+        system_prompt="You write haiku.",
+    )
+
+
+@server.tool(annotations=READ_ONLY)
+async def poem(
+    topic: str,
+    ctx: Context,
+    sampled: Annotated[types.CreateMessageResult, Resolve(ask_poem)],
+) -> str:
+    """Write a poem with the client's model (one sampling request)."""
+    content = sampled.content
+    text = content.text if isinstance(content, types.TextContent) else ""
+    log(event="call", tool="poem", key=key_of(ctx), text=text, model=sampled.model)
+    return json.dumps({"topic": topic, "poem": text, "model": sampled.model})
+
+
+@server.tool(annotations=READ_ONLY)
+async def connect(url: str, ctx: Context) -> str | types.InputRequiredResult:
+    """Asks the user to open `url` plus a token (URL elicitation); then says what they did."""
+    responses = ctx.input_responses or {}
+    answer = responses.get("link")
+    log(event="round", tool="connect", answered=answer is not None)
+    if answer is None:
+        return types.InputRequiredResult(
+            input_requests={
+                "link": types.ElicitRequest(
+                    params=types.ElicitRequestURLParams(
+                        message="Sign in to the service, then come back.",
+                        url=f"{url}?token=one-time-7f3a",
+                    )
+                )
+            },
+            request_state="connect-1",
+        )
+    action = getattr(answer, "action", "?")
+    log(event="call", tool="connect", key=key_of(ctx), action=action, state=ctx.request_state)
+    return f"connect: {action}"
+
+
+@server.tool(annotations=READ_ONLY)
+async def raw_ask(requests: dict[str, Any], ctx: Context) -> str | types.InputRequiredResult:
+    """Answers input-required with `requests` as sent, unchecked (hostile-server tests)."""
+    if ctx.request_state is not None:
+        return "answered"
+    return types.InputRequiredResult.model_construct(
+        result_type="input_required", input_requests=requests, request_state="raw-1"
+    )
 
 
 async def on_cancelled(ctx: Any, params: types.CancelledNotificationParams) -> None:

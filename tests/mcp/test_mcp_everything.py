@@ -29,6 +29,7 @@ from mcp_support import started
 from durable_tools.errors import ConfigurationError, DuplicateToolName
 from durable_tools.executor import ApprovalRequested, Output, Progress, ToolEvent
 from durable_tools.mcp import McpConnection, McpServerConfig, McpToolPolicy, McpToolsets
+from durable_tools.mcp.toolset import needs_tasks
 from durable_tools.results import Failure, Ok, ToolCall
 from durable_tools.toolkit import Toolkit
 from durable_tools.tools import Tool
@@ -114,8 +115,14 @@ def kit(servers: McpToolsets) -> Toolkit:
 # ------------------------------------------------------------------ policy
 
 
+async def _offered_specs(servers: McpToolsets) -> dict[str, Any]:
+    """The server's tools a client without Tasks support is offered (`needs_tasks` left out)."""
+    listed = await servers.connections["every"].list_tools()
+    return {s.name: s for s in listed if not needs_tasks(s)}
+
+
 async def test_annotations_become_policy(servers: McpToolsets, kit: Toolkit) -> None:
-    specs = {s.name: s for s in await servers.connections["every"].list_tools()}
+    specs = await _offered_specs(servers)
     assert {f"every__{name}" for name in specs} == {
         t.name for t in kit if t.name.startswith("every__")
     }
@@ -216,7 +223,7 @@ async def test_overrides_flip_the_policy(tmp_path: Path) -> None:
 
 
 async def test_descriptors_keep_the_servers_schemas(servers: McpToolsets, kit: Toolkit) -> None:
-    specs = {s.name: s for s in await servers.connections["every"].list_tools()}
+    specs = await _offered_specs(servers)
     for name, spec in specs.items():
         tool = _tool(kit, f"every__{name}")
         descriptor = tool.descriptor()
@@ -429,3 +436,45 @@ def test_everything_is_installed() -> None:
     """Fails (never skips) when `make install`/`npm ci` has not been run."""
     _everything()
     assert os.access(EVERYTHING, os.X_OK)
+
+
+# ------------------------------------------------------ client capabilities
+
+
+async def test_every_tool_offered_works_or_fails_clearly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client declares elicitation, sampling and roots: server-everything 2026.8.31
+    offers its conditional tools. Its task-only tool is left out with a log line; its
+    mid-call sampling and elicitation (a 2025-11-25 server) fail with the reason;
+    roots come from the configuration; its log messages reach the worker log."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    config = _everything(roots=["/tmp"], needs_approval=False)
+    async with started(config) as toolsets:
+        offered = {name.removeprefix("every__") for name in toolsets.toolkit().tools}
+        assert {
+            "get-roots-list",
+            "trigger-elicitation-request",
+            "trigger-url-elicitation",
+            "trigger-sampling-request",
+        } <= offered
+        assert "simulate-research-query" not in offered
+
+        async def call(tool: str, args: dict[str, Any]) -> Ok | Failure:
+            return await _one(toolsets.toolkit(), f"every__{tool}", args)
+
+        roots = await call("get-roots-list", {})
+        assert isinstance(roots, Ok) and "file:///tmp" in json.dumps(roots.value)
+        for tool, args in (
+            ("trigger-sampling-request", {"prompt": "hi", "maxTokens": 20}),
+            ("trigger-elicitation-request", {}),
+            ("trigger-url-elicitation", {"url": "https://example.com/sign-in"}),
+        ):
+            result = await call(tool, args)
+            assert isinstance(result, Failure), tool
+            assert result.kind == "execution_error", (tool, result)
+            assert "only in input-required results" in result.reason, (tool, result)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("'simulate-research-query' left out" in m and "task" in m for m in logged)

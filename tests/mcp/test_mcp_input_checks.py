@@ -51,17 +51,17 @@ def test_a_form_request_is_kept_with_its_schema_and_state() -> None:
     [
         (
             types.ElicitRequest(
-                params=types.ElicitRequestURLParams(message="m", url="https://example.com")
+                params=types.ElicitRequestURLParams(message="m", url="javascript:alert(1)")
             ),
-            "unsupported_input_request",
-            "URL",
+            "invalid_input_request",
+            "not http or https",
         ),
         (
             types.CreateMessageRequest(
                 params=types.CreateMessageRequestParams(messages=[], max_tokens=5)
             ),
-            "unsupported_input_request",
-            "sampling",
+            "invalid_input_request",
+            "sampling request of 0 messages",
         ),
         (types.ListRootsRequest(), "unsupported_input_request", "roots"),
         (_form({"type": "string"}), "invalid_input_request", "not an object schema"),

@@ -84,3 +84,39 @@ async def test_the_inbox_answers_an_mcp_servers_form(
     assert painted["name"] == {"name": "Eve"} and painted["color"] == {"color": "blue", "coats": 1}
     assert "Which color, Eve?" in seen[1]["items"][0]["summary"]
     assert "request_state" not in json.dumps(seen) and "requestState" not in json.dumps(seen)
+
+
+async def test_the_inbox_shows_a_link_with_its_host_and_says_done(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    server = McpServerConfig(
+        name="notes",
+        command=sys.executable,
+        args=[str(SERVER), "stdio", "--log", str(log)],
+        trust_annotations=True,
+    )
+    base = "https://auth.example.com/login"
+    async with running(dev_env, task_queue, tmp_path / "l.jsonl", mcp_servers=[server]) as h:
+        message = json.dumps({"turns": [[["u", "notes__connect", {"url": base}]]]})
+        workflow_id = await h.start(message)
+        asked = await _question(h, workflow_id, 1)
+        async with inbox_client(h) as client:
+            entry = await listed(client, ANA, workflow_id)
+            (item,) = entry["items"]
+            assert (item["url"], item["host"]) == (
+                f"{base}?token=one-time-7f3a",
+                "auth.example.com",
+            )
+            page = (await client.get(f"/conversations/{workflow_id}", headers=ANA)).text
+            assert 'data-testid="link-host">auth.example.com<' in page
+            assert 'rel="noopener noreferrer"' in page and "I am done there" in page
+            token = await csrf_token(client, ANA)
+            done = await client.post(
+                f"/api/conversations/{workflow_id}/calls/u/answer",
+                json={"value": None, "arguments_hash": asked.arguments_hash},
+                headers={**ANA, "X-CSRF-Token": token},
+            )
+            assert done.status_code == 200, done.text
+        outputs = await h.wait_outputs(workflow_id, "u")
+    assert json.loads(outputs["u"].content) == {"result": "connect: accept"}

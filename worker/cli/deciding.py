@@ -37,6 +37,7 @@ from durable_tools.worker.cli.shared import (
 from durable_tools.worker.follow import Commands
 from durable_tools.worker.render import (
     PendingConversation,
+    asked_text,
     render_pending,
     render_pending_conversations,
 )
@@ -241,9 +242,9 @@ def _digest_to_send(
     approvers = (
         ", ".join(call.approvers) if isinstance(call, PendingApproval) and call.approvers else ""
     )
-    asked = call.input_request if isinstance(call, PendingInteraction) else None
+    asked = call.input_request
     if asked is not None:
-        summary = f"MCP server {asked.server!r} asks (round {asked.round}): {asked.message}"
+        summary = asked_text(asked)
 
     out.print(
         f"call:      {escape(call_id)} in {escape(workflow_id)}\n"
@@ -399,6 +400,12 @@ def answer_command(
         bool,
         typer.Option("--cancel", help="Cancel (dismiss) a question an MCP server asked."),
     ] = False,
+    done: Annotated[
+        bool,
+        typer.Option(
+            "--done", help="Say you are done at the link an MCP server asked you to open (no JSON)."
+        ),
+    ] = False,
     by: Annotated[
         str, typer.Option("--as", "--by", help="Who answers (default: your login).")
     ] = "",
@@ -412,16 +419,18 @@ def answer_command(
     """Answer a pending question (interaction tool call) with a JSON value.
 
     A question an MCP server asked (its form) may instead be declined
-    (`--decline`) or cancelled (`--cancel`); the server is told which.
+    (`--decline`) or cancelled (`--cancel`); the server is told which. A
+    link it asked you to open is answered with `--done` once you are done
+    there (or `--decline` / `--cancel`).
     Shows the question and asks to confirm, unless `--hash` or `--yes` is given.
     """
     action: ElicitAction = "decline" if decline else "cancel" if cancel else "accept"
-    if decline and cancel:
-        fail("give --decline or --cancel, not both", EXIT_BAD_INPUT)
+    if decline + cancel + done > 1:
+        fail("give one of --decline, --cancel and --done", EXIT_BAD_INPUT)
     answer: Any = None
-    if action != "accept":
+    if action != "accept" or done:
         if value is not None:
-            fail(f"--{action} takes no JSON answer", EXIT_BAD_INPUT)
+            fail(f"--{'done' if done else action} takes no JSON answer", EXIT_BAD_INPUT)
     elif value is None:
         fail("give the answer as JSON (or --decline / --cancel)", EXIT_BAD_INPUT)
     else:
@@ -452,5 +461,5 @@ def answer_command(
         ),
     )
     how = _SIGNAL_SENT if signal else "accepted"
-    done = {"accept": "answered", "decline": "declined", "cancel": "cancelled"}[action]
-    out.print(f"{done} {escape(call_id)} in {escape(workflow_id)} ({how})")
+    said = {"accept": "answered", "decline": "declined", "cancel": "cancelled"}[action]
+    out.print(f"{said} {escape(call_id)} in {escape(workflow_id)} ({how})")

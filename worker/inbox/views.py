@@ -17,8 +17,9 @@ from durable_tools.conversation import (
     PendingInteraction,
     PendingState,
 )
+from durable_tools.input_requests import InputQuestion
 from durable_tools.transcript import TranscriptItem
-from durable_tools.worker.render import approval_policy_line
+from durable_tools.worker.render import approval_policy_line, asked_text
 
 __all__ = [
     "ConversationView",
@@ -54,6 +55,12 @@ class InboxItem(BaseModel):
             refund-large (policy refunds sha256:…)`); `""`: no policy did.
         quorum: Distinct approvers needed (approvals).
         approved_by: Who approved so far, while fewer than `quorum` did.
+        asks: What a running call's MCP server asks, one line (its form's
+            message, the link's host and message, or its sampling request's
+            last message); `""` otherwise.
+        url: The link an MCP server asks the person to open (URL
+            elicitation: shown with `host`; the answer is "done").
+        host: The link's host.
     """
 
     kind: Literal["approval", "question", "pause", "model_failed", "budget_exceeded"]
@@ -70,6 +77,9 @@ class InboxItem(BaseModel):
     policy: str = ""
     quorum: int = 1
     approved_by: list[str] = Field(default_factory=list[str])
+    asks: str = ""
+    url: str | None = None
+    host: str | None = None
 
 
 class WaitingConversation(BaseModel):
@@ -149,7 +159,18 @@ def _approval_item(approval: PendingApproval) -> InboxItem:
         policy=approval_policy_line(approval),
         quorum=approval.quorum,
         approved_by=list(approval.approved_by),
+        **_asks(approval.input_request),
     )
+
+
+def _asks(asked: InputQuestion | None) -> dict[str, Any]:
+    """The `InboxItem` fields of what a running call's MCP server asks."""
+    if asked is None:
+        return {}
+    url = asked.url
+    # The worker refused other schemes; checked again before a link is rendered.
+    linkable = url is not None and url.lower().startswith(("https://", "http://"))
+    return {"asks": asked_text(asked), "url": url if linkable else None, "host": asked.host}
 
 
 def _question_item(interaction: PendingInteraction) -> InboxItem:
@@ -162,7 +183,7 @@ def _question_item(interaction: PendingInteraction) -> InboxItem:
         pass
     asked = interaction.input_request
     if asked is not None:  # a running MCP tool's server asks
-        question = f"MCP server {asked.server!r} asks (round {asked.round}): {asked.message}"
+        question = asked_text(asked)
     return InboxItem(
         kind="question",
         call_id=interaction.call_id,
@@ -173,6 +194,7 @@ def _question_item(interaction: PendingInteraction) -> InboxItem:
         answer_schema=interaction.answer_schema,
         requested_at=interaction.requested_at,
         deadline=interaction.deadline,
+        **_asks(asked),
     )
 
 
