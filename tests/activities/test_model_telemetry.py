@@ -8,7 +8,7 @@ import pytest
 from tracing_support import RAW, meter_provider, tracer_provider
 
 from durable_tools.activities.model_activity import (
-    _traced_model_call,  # pyright: ignore[reportPrivateUsage]
+    traced_model_call,
 )
 from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
@@ -35,7 +35,7 @@ async def test_chat_span_carries_usage_and_tokens_are_recorded() -> None:
     request = ModelRequest(
         model="openai:gpt-4o-tokens", transcript=[], tools=[], workflow_id="wf-tokens"
     )
-    await _traced_model_call(model, request)
+    await traced_model_call(model, request)
 
     [span] = [s for s in RAW.get_finished_spans() if s.name == "chat gpt-4o-tokens"]
     attributes = dict(span.attributes or {})
@@ -61,7 +61,7 @@ async def test_a_failed_model_call_is_counted_and_marked_on_its_span() -> None:
 
     request = ModelRequest(model="scripted-down", transcript=[], tools=[], workflow_id="wf-down")
     with pytest.raises(ConnectionError):
-        await _traced_model_call(ScriptedModel(down), request)
+        await traced_model_call(ScriptedModel(down), request)
     [span] = [s for s in RAW.get_finished_spans() if s.name == "chat scripted-down"]
     assert dict(span.attributes or {})["error.type"] == "ConnectionError"
     failures = [
