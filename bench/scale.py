@@ -462,6 +462,9 @@ def _details(phase: Phase) -> None:
     if phase.side == "ours":
         shown = {k: v for k, v in phase.cache.items() if v}
         print(f"      transcript cache: {shown}")
+    if c.stages:
+        shown = ", ".join(f"{k} {v:.0f}" for k, v in sorted(c.stage_ms().items()))
+        print(f"      mean ms per stage (event timestamps): {shown}")
     if phase.warnings:
         print(f"      SDK warnings: {dict(phase.warnings.most_common(8))}")
 

@@ -62,6 +62,19 @@ class Checked:
     events: int = 0
     completed_turns: int = 0  # tool turns of completed conversations
     sample: list[WorkflowHistory] = field(default_factory=list[WorkflowHistory])
+    # Where the time goes, from event timestamps: total seconds and count per stage,
+    # e.g. "workflow task wait" (scheduled to started), "model.turn run" (started to closed).
+    stages: dict[str, list[float]] = field(default_factory=dict[str, list[float]])
+
+    def add_stage(self, stage: str, seconds: float) -> None:
+        """Count `seconds` (clamped at 0) toward `stage`."""
+        total = self.stages.setdefault(stage, [0.0, 0.0])
+        total[0] += max(seconds, 0.0)
+        total[1] += 1
+
+    def stage_ms(self) -> dict[str, float]:
+        """Each stage's mean duration in milliseconds."""
+        return {k: 1000 * t / n for k, (t, n) in self.stages.items() if n}
 
 
 def _json(payloads: Any) -> Any:
@@ -86,6 +99,48 @@ def _call_id(request: Any) -> str | None:
     return None if call_id is None else str(call_id)
 
 
+def _seconds(event: HistoryEvent) -> float:
+    return event.event_time.seconds + event.event_time.nanos / 1e9
+
+
+def _time_stages(events: Sequence[HistoryEvent], checked: Checked) -> None:
+    """Add one run's stage durations: each task's wait to start and its run.
+
+    A workflow task waits from scheduled to started and runs from started to
+    completed; an activity likewise, per activity type (its started event
+    carries the time the worker took it, even when written at completion).
+    """
+    at: dict[int, float] = {}
+    names: dict[int, str] = {}
+    started_of: dict[int, int] = {}  # activity scheduled id -> its started event id
+    for event in events:
+        kind, now = event.event_type, _seconds(event)
+        at[event.event_id] = now
+        if kind == E.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            scheduled = event.workflow_task_started_event_attributes.scheduled_event_id
+            if scheduled in at:
+                checked.add_stage("workflow task wait", now - at[scheduled])
+        elif kind == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            started = event.workflow_task_completed_event_attributes.started_event_id
+            if started in at:
+                checked.add_stage("workflow task run", now - at[started])
+        elif kind == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            names[event.event_id] = attrs.activity_type.name
+        elif kind == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            scheduled = event.activity_task_started_event_attributes.scheduled_event_id
+            started_of[scheduled] = event.event_id
+            if scheduled in at:
+                name = names.get(scheduled, "?")
+                checked.add_stage(f"{name} wait", now - at[scheduled])
+        elif kind in _TERMINAL:
+            attrs = getattr(event, _TERMINAL[kind])
+            started = started_of.get(attrs.scheduled_event_id)
+            if started is not None:
+                name = names.get(attrs.scheduled_event_id, "?")
+                checked.add_stage(f"{name} run", now - at[started])
+
+
 def check_runs(runs: Sequence[Sequence[HistoryEvent]], checked: Checked, turns: int) -> None:
     """Add one conversation (all its runs, in order) to `checked`."""
     made: list[str] = []
@@ -93,6 +148,7 @@ def check_runs(runs: Sequence[Sequence[HistoryEvent]], checked: Checked, turns: 
     how = "running"
     size = count = 0
     for events in runs:
+        _time_stages(events, checked)
         scheduled: dict[int, tuple[str, str | None]] = {}
         for event in events:
             size += event.ByteSize()
