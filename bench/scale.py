@@ -181,6 +181,8 @@ class Phase:
     queries: Counter[str] = field(default_factory=Counter[str])
     fallback: Counter[str] = field(default_factory=Counter[str])  # queries that waited, skipped
     cache: Counter[str] = field(default_factory=Counter[str])
+    heap_start: dict[str, float] = field(default_factory=dict[str, float])  # first worker's
+    heap_after: dict[str, float] = field(default_factory=dict[str, float])
     checked: Checked = field(default_factory=Checked)
 
 
@@ -266,7 +268,8 @@ async def run_phase(
         warm_runs = await _start_all(client, side, queue, warm, turns, bool(fanout), 8)
         for workflow_id, run_id in warm_runs.items():
             await client.get_workflow_handle(workflow_id, run_id=run_id).result()
-        await asyncio.gather(*(w.ask("gc") for w in workers))
+        warmed = await asyncio.gather(*(w.ask("gc") for w in workers))
+        phase.heap_start = warmed[0].get("heap", {})
         phase.rss_start = max(_memory(w.pid)[0] for w in workers)
         _, warm_closed = await _closed(client, queue)
         while warm_closed < len(warm):  # visibility lags a little behind
@@ -333,6 +336,7 @@ async def run_phase(
         phase.queries = _sum(stats, "queries")
         phase.fallback = _sum(stats, "fallback")
         phase.cache = _sum(stats, "cache")
+        phase.heap_after = stats[0].get("heap", {})
     finally:
         await asyncio.gather(*(w.stop() for w in workers))
     phase.checked = await check_histories(client, first_runs, turns, sample=args.replay)
@@ -462,6 +466,12 @@ def _details(phase: Phase) -> None:
     if phase.side == "ours":
         shown = {k: v for k, v in phase.cache.items() if v}
         print(f"      transcript cache: {shown}")
+    if phase.heap_after:
+        shown = ", ".join(
+            f"{k} {phase.heap_start.get(k, float('nan')):,} -> {v:,}"
+            for k, v in phase.heap_after.items()
+        )
+        print(f"      heap at start -> after drain + gc (first worker): {shown}")
     if c.stages:
         shown = ", ".join(f"{k} {v:.0f}" for k, v in sorted(c.stage_ms().items()))
         print(f"      mean ms per stage (event timestamps): {shown}")

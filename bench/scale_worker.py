@@ -27,11 +27,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import gc
 import json
 import logging
 import signal
+import sys
 import time
 import tracemalloc
 from collections import Counter
@@ -160,6 +162,37 @@ def _grown(since: tracemalloc.Snapshot, limit: int = 15) -> list[str]:
     return [str(stat) for stat in diff[:limit]]
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [  # noqa: RUF012 (ctypes' own declaration)
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+            "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def heap() -> dict[str, float]:
+    """Where the process's heap is, MB: glibc's in use, free but kept, mmapped; Python's blocks.
+
+    Tells a heap that holds objects (in use) from one that holds holes
+    (free but kept: fragmentation). Empty where glibc's `mallinfo2` is missing.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _Mallinfo2
+        info = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return {}
+    mb = 1024 * 1024
+    return {
+        "malloc in use": round((info.uordblks + info.hblkhd) / mb, 1),
+        "malloc free kept": round(info.fordblks / mb, 1),
+        "mmapped": round(info.hblkhd / mb, 1),
+        "python blocks (k)": round(sys.getallocatedblocks() / 1000, 1),
+    }
+
+
 def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
     """The counters, as JSON-ready values."""
     cache = held = None
@@ -185,6 +218,7 @@ def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
         "cache": cache,
         "held": held,
         "heap returns": plugin.heap_return.returns if plugin is not None else 0,
+        "heap": heap(),
     }
 
 
