@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -103,16 +103,26 @@ class ModelActivity(ActivitiesBase):
     def _call_policies(
         self, agent: ResolvedAgent, request: ModelTurnRequest, transcript: list[TranscriptItem]
     ) -> CallPolicies | None:
-        """The approval policies of this turn's calls (`None`: none apply)."""
-        ordered = [p for p in (agent.policy, self.policies.get(agent.toolkit)) if p is not None]
+        """The approval policies of this turn's calls (`None`: none apply).
+
+        A policy installed in the conversation (`ModelTurnRequest.policy`,
+        docs/policies.md "Live change") takes the agent's policy's place.
+        """
+        own = self._installed(request) or agent.policy
+        defaults = [p for p in (self.policies.get(agent.toolkit),) if p is not None]
+        ordered = [p for p in (own, *defaults) if p is not None]
+        shadow = agent.shadow_policy
         mcp = self.mcp
-        if not ordered and (mcp is None or not self.policies):
+        if not ordered and shadow is None and (mcp is None or not self.policies):
             return None
 
-        def policies_for(tool: str) -> list[Policy]:
-            server = mcp.server_of(tool) if mcp is not None else None
-            extra = self.policies.get(f"mcp:{server.name}") if server is not None else None
-            return [*ordered, extra] if extra is not None else ordered
+        def chain(first: list[Policy]) -> Callable[[str], list[Policy]]:
+            def policies_for(tool: str) -> list[Policy]:
+                server = mcp.server_of(tool) if mcp is not None else None
+                extra = self.policies.get(f"mcp:{server.name}") if server is not None else None
+                return [*first, extra] if extra is not None else first
+
+            return policies_for
 
         def trusted(tool: str) -> bool:
             server = mcp.server_of(tool) if mcp is not None else None
@@ -123,7 +133,13 @@ class ModelActivity(ActivitiesBase):
             "agent": agent.name,
             "workflow_id": request.workflow_id,
         }
-        return CallPolicies(policies_for, transcript, conversation, trusted)
+        candidates = chain([shadow, *defaults]) if shadow is not None else None
+        return CallPolicies(chain(ordered), transcript, conversation, trusted, candidates)
+
+    def _installed(self, request: ModelTurnRequest) -> Policy | None:
+        """The policy installed in the conversation, if any (docs/policies.md, "Live change")."""
+        del request
+        return None
 
     def _descriptors_of(self, toolkit: Toolkit) -> tuple[list[ToolDescriptor], str]:
         """The toolkit's descriptors (a new list of the same frozen descriptors) and digest.

@@ -44,7 +44,7 @@ from durable_tools.conversation import (
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
 from durable_tools.input_requests import InputProgress, InputRequired, InputResume
-from durable_tools.policy_verdict import PolicyVerdict
+from durable_tools.policy_verdict import PolicyDisagreement, PolicyVerdict
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
@@ -141,6 +141,10 @@ class PlannedCall(BaseModel):
             its version and rule; for `approve`, `approvers` holds its groups
             and the verdict its quorum. `None` (left out when recorded): no
             policy decided, the tool's own `needs_approval` did.
+        shadow: What the agent's candidate policy (`Agent.shadow_policy`)
+            would have decided, when it disagrees with the active one
+            (docs/policies.md, "Shadow mode"); it changes nothing. `None`
+            (left out when recorded): no candidate, or they agree.
     """
 
     call: ToolCall
@@ -163,6 +167,7 @@ class PlannedCall(BaseModel):
     at_most_once: bool = False
     local: bool = False
     policy: PolicyVerdict | None = None
+    shadow: PolicyDisagreement | None = None
 
 
 class DeltaEntry(BaseModel):
