@@ -111,6 +111,8 @@ EventKind = Literal[
     "approval_expired",
     "approval_rejected",
     "policy_disagreement",
+    "policy_installed",
+    "policy_reevaluated",
     "question_asked",
     "question_answered",
     "conversation_finished",
@@ -168,6 +170,11 @@ class ConversationEvent(BaseModel):
             policy's verdict (absent: the tool's own `needs_approval`
             would have decided); `outcome` is then `ACTIVE -> CANDIDATE`
             (e.g. `run -> approve`, `approve(1) -> approve(2)`).
+
+    A live policy change publishes `policy_installed` (`sent_by`: who
+    installed it; `reason`: `policy NAME VERSION`) and, for each call that
+    waited for approval, `policy_reevaluated` (`outcome`: `BEFORE -> AFTER`,
+    e.g. `approve(1 finance) -> run`; `policy`: the new verdict).
     """
 
     model_config = ConfigDict(frozen=True)

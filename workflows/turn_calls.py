@@ -123,6 +123,10 @@ class TurnCalls:
     def _set_state(self, state: str) -> None:
         self.view.state = state
 
+    def transcript_items(self) -> list[Any]:
+        """The run's transcript items (read only)."""
+        return self._transcript.items
+
     def publish(self) -> None:
         """Publish what is pending (search attributes, current details)."""
         self._publish()

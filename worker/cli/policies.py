@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from durable_tools.errors import ConfigurationError
+from durable_tools.policy_document import PolicyDocument
 from durable_tools.policy_reads import PolicyDiff
 from durable_tools.policy_verdict import explain_verdict
 from durable_tools.worker.cli.deciding import CallId
@@ -23,6 +26,7 @@ from durable_tools.worker.cli.shared import (
     WorkflowId,
     fail,
     out,
+    whoami,
 )
 
 policy_app = typer.Typer(
@@ -117,3 +121,50 @@ def diff_command(
         for tool in diff.by_tool:
             tools.add_row(escape(tool.tool), str(tool.count), escape(", ".join(tool.examples)))
         out.print(tools)
+
+
+@policy_app.command("install")
+def install_command(
+    policy_file: Annotated[
+        Path,
+        typer.Argument(help="The policy: YAML or JSON (name, rules, default).", dir_okay=False),
+    ],
+    workflow_ids: Annotated[
+        list[str], typer.Argument(help="The conversations to install it in (one or more).")
+    ],
+    reason: Annotated[str, typer.Option("--reason", help="Why (recorded).")] = "",
+    by: Annotated[str, typer.Option("--by", help="Who installs it.")] = "",
+    address: Address = DEFAULT_ADDRESS,
+    namespace: Namespace = DEFAULT_NAMESPACE,
+    timeout: Timeout = DEFAULT_TIMEOUT,
+) -> None:
+    """Install a policy version in running conversations (the durable `set_policy` signal).
+
+    No worker needed: each conversation takes it at its next workflow task;
+    calls waiting for approval are decided again under it (released,
+    re-gated or denied), later calls are planned with it. Exits 1 when the
+    file is not a policy (checked here, before connecting; its rules are
+    compiled by the worker, where a rule that does not compile fails closed).
+    """
+    try:
+        document = PolicyDocument.from_text(policy_file.read_text())
+    except (OSError, UnicodeDecodeError, ConfigurationError) as exc:
+        fail(f"not a policy: {exc}")
+    connection = Connection(address, namespace, timeout)
+
+    async def main() -> str:
+        conversations = await connection.conversations()
+        versions = [
+            await conversations.set_policy(
+                workflow_id, document, installed_by=by or whoami(), reason=reason
+            )
+            for workflow_id in workflow_ids
+        ]
+        return versions[0]
+
+    version = connection.run(main, workflow_id=workflow_ids[0] if len(workflow_ids) == 1 else None)
+    out.print(
+        f"policy {escape(document.name)} {version} sent to {len(workflow_ids)} "
+        f"conversation{'s' if len(workflow_ids) != 1 else ''}",
+        soft_wrap=True,
+    )
