@@ -486,7 +486,7 @@ class AgentWorkflow:
             known_digest=self._digest,
             transcript=self._transcript,
             delta=self._log.delta,
-            policy=self._policy.installed,
+            policy=self._policy.for_turn(),
         )
 
     # ------------------------------------------------------------- handlers

@@ -79,6 +79,31 @@ class LivePolicy:
         self._publish = publish
         # Each change's number: a re-evaluation applies only if no later change came.
         self._generation = 0
+        # The change number the latest model turn was requested under.
+        self._requested = 0
+        calls.on_registered = self.registered
+
+    def for_turn(self) -> InstalledPolicy | None:
+        """The version a model turn requested now plans its calls with (`None`: none)."""
+        self._requested = self._generation
+        return self.installed
+
+    def registered(self) -> None:
+        """A turn's waits are registered: decide them again if a change came while it was planned.
+
+        A change that arrives while the model turn runs reaches the turn's
+        calls once they wait, as it reaches calls that already waited.
+        """
+        if self._requested != self._generation and self._waiting():
+            self._requested = self._generation
+            self._start(self._generation)
+
+    def _start(self, generation: int) -> None:
+        task = asyncio.create_task(self._reevaluate(generation))
+        # Continue-as-new waits for it as for a decision's signature check.
+        book = self._calls.book
+        book.verifications.add(task)
+        task.add_done_callback(book.verifications.discard)
 
     def change(self, change: PolicyChange) -> None:
         """Apply a decoded `set_policy` input: install it, or record why not.
@@ -105,10 +130,7 @@ class LivePolicy:
             reason=f"policy {clean_text(document.name, 100)} {version}{why}",
         )
         if self._waiting():
-            task = asyncio.create_task(self._reevaluate(self._generation))
-            # Continue-as-new waits for it as for a decision's signature check.
-            book.verifications.add(task)
-            task.add_done_callback(book.verifications.discard)
+            self._start(self._generation)
 
     def _waiting(self) -> list[str]:
         """Ids of the turn's calls that wait for their own approval, with no decision yet."""

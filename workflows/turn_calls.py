@@ -119,6 +119,8 @@ class TurnCalls:
         self.moving = False
         self.finishing = False  # a `finish` call of this turn was interpreted
         self.inputs = InputRounds(self, view.event, self._set_state)
+        # Called once a turn's waits are registered (`LivePolicy.registered`).
+        self.on_registered: Callable[[], None] | None = None
 
     def _set_state(self, state: str) -> None:
         self.view.state = state
@@ -186,6 +188,8 @@ class TurnCalls:
                 self.register_approval(plan)
             elif plan.failure is None and plan.kind == "interaction":
                 self.register_interaction(plan)
+        if self.on_registered is not None:
+            self.on_registered()
         self.publish()
         outcomes = await asyncio.gather(
             *(

@@ -13,6 +13,7 @@ later call is planned under the new version.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -32,8 +33,10 @@ from durable_tools import ToolContext, Toolkit, tool
 from durable_tools.agents import Agent
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, PendingApproval
+from durable_tools.models.base import ModelRequest
 from durable_tools.policies import Policy
 from durable_tools.testing import ScriptedModel
+from durable_tools.transcript import AssistantMessage
 from durable_tools.worker.plugin import DurableToolsPlugin
 
 KEY = ("k1", b"k1-secret-key-0123456789abcdef-k1")
@@ -72,11 +75,24 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+HELD: dict[str, tuple[asyncio.Event, asyncio.Event]] = {}
+"""Conversations whose model turn waits: (the turn started, let it answer)."""
+
+
+async def held(request: ModelRequest) -> AssistantMessage:
+    """`directed`, except that a conversation in `HELD` answers when the test says so."""
+    events = HELD.pop(request.workflow_id, None)
+    if events is not None:
+        events[0].set()
+        await events[1].wait()
+    return directed(request)
+
+
 @asynccontextmanager
 async def shop_worker(env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[Conversations]:
     plugin = DurableToolsPlugin(
         toolkits={"shop": Toolkit(refund, label="shop")},
-        models={"directed": ScriptedModel(directed)},
+        models={"directed": ScriptedModel(held)},
         agents={"refunds": Agent(model="directed", toolkit="shop", policy=BEFORE)},
         decision_keys={KEY[0]: KEY[1]},
     )
@@ -206,3 +222,35 @@ async def test_a_live_change_releases_one_waiting_call_and_tightens_another(
         if e.activity_task_scheduled_event_attributes.activity_type.name == "policy.reevaluate-v1"
     ]
     assert len(reevaluations) == 1 and reevaluations[0].event_id > signal.event_id
+
+
+async def test_a_change_during_the_model_turn_reaches_its_calls_once_they_wait(
+    dev_env: WorkflowEnvironment, task_queue: str, ledger: Path
+) -> None:
+    workflow_id = f"live-turn-{uuid.uuid4().hex[:8]}"
+    started, answer = HELD[workflow_id] = (asyncio.Event(), asyncio.Event())
+    async with shop_worker(dev_env, task_queue) as conversations:
+        script = turns([("small", "refund", {"order": "o1", "amount_cents": 3000})])
+        await conversations.start(workflow_id, agent=AgentConfig(name="refunds"), message=script)
+        async with asyncio.timeout(20):
+            await started.wait()  # the turn is planned under the agent's policy...
+        await conversations.set_policy(workflow_id, AFTER, installed_by="ops-lead")
+
+        async def taken() -> bool:
+            events, _ = await conversations.retained_events(workflow_id)
+            return any(e.kind == "policy_installed" for e in events)
+
+        await eventually(taken, what="the change taken while the model turn runs")
+        answer.set()  # ...whose call then waits, and is decided again
+
+        async def ran() -> bool:
+            return "small" in outputs_by_id(await conversations.history(workflow_id))
+
+        await eventually(ran, what="the call released by the change")
+        assert [r["call_id"] for r in read_ledger(ledger)] == ["small"]
+        planned = await conversations.policy_verdict(workflow_id, "small")
+        assert planned is not None and planned.version == BEFORE.version  # as planned
+        events, _ = await conversations.retained_events(workflow_id)
+        [changed] = [e for e in events if e.kind == "policy_reevaluated"]
+        assert (changed.call_id, changed.outcome) == ("small", "approve(1 finance) -> run")
+        assert changed.policy is not None and changed.policy.version == AFTER.version
