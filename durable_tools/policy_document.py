@@ -112,7 +112,7 @@ class PolicyDocument(BaseModel):
 
         try:
             return cls.model_validate(yaml.safe_load(text))
-        except (yaml.YAMLError, ValidationError) as exc:
+        except (yaml.YAMLError, ValidationError, RecursionError) as exc:
             raise ConfigurationError(f"invalid policy text: {exc}") from None
 
 
