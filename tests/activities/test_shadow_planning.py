@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+
+from tracing_support import meter_provider
 
 from durable_tools import Toolkit, tool
 from durable_tools._wire import ModelTurn, PlannedCall
@@ -101,3 +104,33 @@ def test_no_candidate_records_nothing_and_the_record_round_trips() -> None:
         plans=[plan.model_copy(update={"shadow": None})],
     )
     assert "shadow" not in plain.model_dump_json()  # left out: old histories unchanged
+
+
+def test_each_disagreement_is_counted_in_the_metric() -> None:
+    reader = meter_provider()
+    before = _disagreements(reader)
+    _plan("look", [RUN_ALL], [TWO_OPS])
+    _plan("look", [RUN_ALL], [TWO_OPS])
+    _plan("look", [RUN_ALL], [RUN_ALL])  # agreement: not counted
+    after = _disagreements(reader)
+    key = ("look", "open/all", "strict/two")
+    assert after.get(key, 0) - before.get(key, 0) == 2
+
+
+def _disagreements(reader: Any) -> dict[tuple[str, str, str], int]:
+    data = reader.get_metrics_data()
+    found: dict[tuple[str, str, str], int] = {}
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name != "durable_tools.policy.disagreements":
+                    continue
+                for point in metric.data.data_points:
+                    a = point.attributes
+                    key = (
+                        a["gen_ai.tool.name"],
+                        a["durable_tools.policy.rule"],
+                        a["durable_tools.policy.candidate_rule"],
+                    )
+                    found[key] = found.get(key, 0) + point.value
+    return found
