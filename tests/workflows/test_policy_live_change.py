@@ -32,7 +32,7 @@ from workflow_helpers import eventually, outputs_by_id
 from durable_tools import ToolContext, Toolkit, tool
 from durable_tools.agents import Agent
 from durable_tools.client import Conversations
-from durable_tools.conversation import AgentConfig, PendingApproval
+from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
 from durable_tools.models.base import ModelRequest
 from durable_tools.policies import Policy
 from durable_tools.testing import ScriptedModel
@@ -254,3 +254,26 @@ async def test_a_change_during_the_model_turn_reaches_its_calls_once_they_wait(
         [changed] = [e for e in events if e.kind == "policy_reevaluated"]
         assert (changed.call_id, changed.outcome) == ("small", "approve(1 finance) -> run")
         assert changed.policy is not None and changed.policy.version == AFTER.version
+
+
+async def test_the_installed_version_is_carried_across_continue_as_new(
+    dev_env: WorkflowEnvironment, task_queue: str, ledger: Path
+) -> None:
+    workflow_id = f"live-carry-{uuid.uuid4().hex[:8]}"
+    options = ConversationOptions(continue_as_new_after_turns=1)
+    async with shop_worker(dev_env, task_queue) as conversations:
+        agent = AgentConfig(name="refunds")
+        await conversations.start(workflow_id, agent=agent, message="hello", options=options)
+        await conversations.set_policy(workflow_id, AFTER, installed_by="ops-lead")
+        first = (await conversations.client.get_workflow_handle(workflow_id).describe()).run_id
+        script = turns([("later", "refund", {"order": "o5", "amount_cents": 4000})])
+        await conversations.send(workflow_id, script)
+
+        async def ran() -> bool:
+            return "later" in outputs_by_id(await conversations.history(workflow_id))
+
+        await eventually(ran, what="the call planned in a later run")
+        now = (await conversations.client.get_workflow_handle(workflow_id).describe()).run_id
+        assert now != first  # it continued as new before the call was planned
+        verdict = await conversations.policy_verdict(workflow_id, "later")
+        assert verdict is not None and (verdict.rule, verdict.version) == ("small", AFTER.version)
