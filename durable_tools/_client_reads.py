@@ -25,7 +25,7 @@ from durable_tools.errors import NoFinalOutput
 from durable_tools.events import EVENTS_TOPIC, ConversationEvent
 from durable_tools.policy_reads import (
     PolicyDiff,
-    planned_calls,
+    latest_verdict,
     read_plans,
     summarize_disagreements,
 )
@@ -57,8 +57,10 @@ class ConversationReads(ConversationsBase):
 
         Reads the workflow's history (no worker needed), newest run first,
         back through continue-as-new, for the model turn that planned the
-        call (`durable-tools policy explain ID CALL` prints it with
-        `durable_tools.policy_verdict.explain_verdict`).
+        call, or the latest live change that decided it again while it
+        waited (`policy.reevaluate-v1`; docs/policies.md, "Live change").
+        `durable-tools policy explain ID CALL` prints it with
+        `durable_tools.policy_verdict.explain_verdict`.
 
         Args:
             workflow_id: The conversation's workflow id.
@@ -72,10 +74,7 @@ class ConversationReads(ConversationsBase):
             temporalio.service.RPCError: The conversation does not exist
                 (`NOT_FOUND`) or the server cannot be reached.
         """
-        async for plan in planned_calls(self.client, workflow_id):
-            if plan.call.call_id == call_id:
-                return plan.policy
-        return None
+        return await latest_verdict(self.client, workflow_id, call_id)
 
     async def policy_diff(
         self, query: str = "", *, limit: int = 100, concurrency: int = 8

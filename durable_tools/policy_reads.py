@@ -4,7 +4,8 @@ Each model turn's plans are recorded in history as the `model.turn`
 activity's result (`ModelTurn.plans`), with the active policy's verdict
 (`PlannedCall.policy`) and, in shadow mode, the candidate's disagreement
 (`PlannedCall.shadow`). These reads decode them from the workflow's history
-(no worker needed), newest run first, back through continue-as-new:
+(no worker needed), newest run first, back through continue-as-new, with
+the answers of live changes' re-evaluations (`policy.reevaluate-v1`):
 `Conversations.policy_verdict` (`durable-tools policy explain`) and
 `Conversations.policy_diff` (`durable-tools policy diff`), which sums the
 disagreements of recent conversations.
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
-from typing import cast
+from typing import Any
 
 from pydantic import BaseModel, Field
 from temporalio.client import Client
 
+from durable_tools._policy_wire import REEVALUATE_ACTIVITY, ReevaluationResult
 from durable_tools._wire import MODEL_TURN_ACTIVITY, ModelTurn, PlannedCall
-from durable_tools.policy_verdict import disagreement_text, rule_label
+from durable_tools.policy_verdict import PolicyVerdict, disagreement_text, rule_label
 
 __all__ = [
     "MAX_EXAMPLES",
@@ -28,8 +30,10 @@ __all__ = [
     "DisagreementCount",
     "PolicyDiff",
     "ToolDisagreements",
+    "latest_verdict",
     "planned_calls",
     "read_plans",
+    "recorded_runs",
     "summarize_disagreements",
 ]
 
@@ -40,40 +44,77 @@ MAX_EXAMPLES = 3
 """Example conversation ids kept per row of a `PolicyDiff`."""
 
 
-async def planned_calls(client: Client, workflow_id: str) -> AsyncIterator[PlannedCall]:
-    """Every planned call recorded in a conversation's history, newest run first.
+async def recorded_runs(
+    client: Client, workflow_id: str
+) -> AsyncIterator[list[ModelTurn | ReevaluationResult]]:
+    """Per run, newest first: the `model.turn` and `policy.reevaluate-v1` results, in order.
 
-    Within a run, in the order they were planned. Decodes each `model.turn`
-    result with the client's data converter.
+    Decoded with the client's data converter.
 
     Raises:
         temporalio.service.RPCError: The conversation does not exist
             (`NOT_FOUND`) or the server cannot be reached.
     """
+    types: dict[str, Any] = {
+        MODEL_TURN_ACTIVITY: ModelTurn,
+        REEVALUATE_ACTIVITY: ReevaluationResult,
+    }
     run_id: str | None = None
     for _ in range(MAX_RUNS_READ):
         handle = client.get_workflow_handle(workflow_id, run_id=run_id)
         history = await handle.fetch_history()
-        scheduled: set[int] = set()
+        scheduled: dict[int, Any] = {}
         previous = ""
+        results: list[ModelTurn | ReevaluationResult] = []
         for event in history.events:
             if event.HasField("workflow_execution_started_event_attributes"):
                 started = event.workflow_execution_started_event_attributes
                 previous = started.continued_execution_run_id
             elif event.HasField("activity_task_scheduled_event_attributes"):
-                attributes = event.activity_task_scheduled_event_attributes
-                if attributes.activity_type.name == MODEL_TURN_ACTIVITY:
-                    scheduled.add(event.event_id)
+                name = event.activity_task_scheduled_event_attributes.activity_type.name
+                if name in types:
+                    scheduled[event.event_id] = types[name]
             elif event.HasField("activity_task_completed_event_attributes"):
                 completed = event.activity_task_completed_event_attributes
-                if completed.scheduled_event_id not in scheduled:
+                kind = scheduled.get(completed.scheduled_event_id)
+                if kind is None:
                     continue
-                [turn] = await client.data_converter.decode(completed.result.payloads, [ModelTurn])
-                for plan in cast(ModelTurn, turn).plans:
-                    yield plan
+                [result] = await client.data_converter.decode(completed.result.payloads, [kind])
+                results.append(result)
+        yield results
         if not previous:
             return
         run_id = previous
+
+
+async def planned_calls(client: Client, workflow_id: str) -> AsyncIterator[PlannedCall]:
+    """Every planned call recorded in a conversation's history, newest run first.
+
+    Within a run, in the order they were planned (`recorded_runs`).
+    """
+    async for results in recorded_runs(client, workflow_id):
+        for result in results:
+            if isinstance(result, ModelTurn):
+                for plan in result.plans:
+                    yield plan
+
+
+async def latest_verdict(client: Client, workflow_id: str, call_id: str) -> PolicyVerdict | None:
+    """The verdict that decides a call now: its plan's, or a live change's re-evaluation's.
+
+    `None`: no policy decided it (the tool's own `needs_approval` did), or
+    no such call was planned.
+    """
+    async for results in recorded_runs(client, workflow_id):
+        found: list[PolicyVerdict | None] = []
+        for result in results:
+            if isinstance(result, ModelTurn):
+                found += [p.policy for p in result.plans if p.call.call_id == call_id]
+            else:
+                found += [a.policy for a in result.calls if a.call_id == call_id]
+        if found:
+            return found[-1]
+    return None
 
 
 class DisagreementCount(BaseModel):

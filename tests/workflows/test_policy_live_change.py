@@ -35,6 +35,7 @@ from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
 from durable_tools.models.base import ModelRequest
 from durable_tools.policies import Policy
+from durable_tools.policy_reads import planned_calls
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage
 from durable_tools.worker.plugin import DurableToolsPlugin
@@ -153,6 +154,8 @@ async def test_a_live_change_releases_one_waiting_call_and_tightens_another(
 
         [large] = await approvals(conversations, workflow_id, 1)
         assert (large.call_id, large.quorum, large.approvers) == ("large", 2, ["group:finance"])
+        explained = await conversations.policy_verdict(workflow_id, "large")  # policy explain
+        assert explained is not None and (explained.rule, explained.quorum) == ("two", 2)
         assert large.policy is not None
         assert (large.policy.rule, large.policy.version) == ("two", AFTER.version)
 
@@ -248,8 +251,10 @@ async def test_a_change_during_the_model_turn_reaches_its_calls_once_they_wait(
 
         await eventually(ran, what="the call released by the change")
         assert [r["call_id"] for r in read_ledger(ledger)] == ["small"]
-        planned = await conversations.policy_verdict(workflow_id, "small")
-        assert planned is not None and planned.version == BEFORE.version  # as planned
+        [plan] = [p async for p in planned_calls(conversations.client, workflow_id)]
+        assert plan.policy is not None and plan.policy.version == BEFORE.version  # as planned
+        latest = await conversations.policy_verdict(workflow_id, "small")  # as decided
+        assert latest is not None and (latest.rule, latest.version) == ("small", AFTER.version)
         events, _ = await conversations.retained_events(workflow_id)
         [changed] = [e for e in events if e.kind == "policy_reevaluated"]
         assert (changed.call_id, changed.outcome) == ("small", "approve(1 finance) -> run")
