@@ -187,6 +187,8 @@ class ActivitiesBase:
         self._descriptors: OrderedDict[int, tuple[Toolkit, list[ToolDescriptor], str]] = (
             OrderedDict()
         )
+        # Policies that live changes installed, by version (`installed_policy`).
+        self._installed_policies: OrderedDict[str, Policy] = OrderedDict()
         self.deps: Any = None
         self.mcp = mcp
         self._with_mcp: dict[str, tuple[int, Toolkit]] = {}

@@ -15,19 +15,22 @@
   The attempt heartbeats, delivers progress and is stopped on cancellation
   or timeout as `tool_run.py` describes; sync tools run in the worker's
   bounded `ToolThreads`.
+* `policy.reevaluate-v1` decides calls that wait for approval again under
+  a policy version a live change installed (`policy_activity.py`).
 * `model.sample-v1` answers an MCP server's sampling request with the
   conversation's model (`sampling_activity.py`).
 """
 
 from __future__ import annotations
 
+from durable_tools.activities.policy_activity import PolicyActivity
 from durable_tools.activities.sampling_activity import SamplingActivity
 from durable_tools.activities.tool_activity import ToolActivity
 
 __all__ = ["AgentActivities"]
 
 
-class AgentActivities(SamplingActivity, ToolActivity):
+class AgentActivities(SamplingActivity, PolicyActivity, ToolActivity):
     """Activities bound to the toolkits and model adapters of one worker.
 
     Args:

@@ -36,6 +36,12 @@ class CallPolicies:
         trusted_annotations: Whether a tool's annotations are trusted
             (default: every tool's; an MCP server's only with
             `trust_annotations`).
+        candidates_for: The candidate policies of shadow mode, by tool name,
+            in order (the agent's `shadow_policy` in place of its
+            `policy`, then the same defaults); default none: no shadow.
+        history: The counts `history.calls` and `history.ran` start from,
+            when the caller counted them (a re-evaluation of waiting calls);
+            default: counted from `transcript`.
     """
 
     def __init__(
@@ -44,13 +50,24 @@ class CallPolicies:
         transcript: Sequence[TranscriptItem],
         conversation: Mapping[str, str],
         trusted_annotations: Callable[[str], bool] = lambda _: True,
+        candidates_for: Callable[[str], Sequence[Policy]] | None = None,
+        history: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
     ) -> None:
         self._policies_for = policies_for
+        self._candidates_for = candidates_for
         self._transcript = transcript
         self._conversation = dict(conversation)
         self._trusted = trusted_annotations
         self._calls: Counter[str] | None = None
         self._ran: Counter[str] = Counter()
+        if history is not None:
+            self._calls, self._ran = Counter(history[0]), Counter(history[1])
+            self._conversation.setdefault("caller", "")
+
+    @property
+    def shadowed(self) -> bool:
+        """Whether a candidate policy is evaluated beside the active one (shadow mode)."""
+        return self._candidates_for is not None
 
     def _history(self) -> tuple[Counter[str], Counter[str]]:
         # Counted once per turn, and only when a policy applies: a long
@@ -74,9 +91,23 @@ class CallPolicies:
 
         A call counts in `history.calls` of the calls planned after it in the same turn.
         """
+        return self.verdicts(call, tool)[0]
+
+    def verdicts(
+        self, call: ToolCall, tool: Tool
+    ) -> tuple[PolicyVerdict | None, PolicyVerdict | None]:
+        """The active and the candidate policies' verdicts of this call (`None`: none decided).
+
+        The candidate's is `None` too without shadow mode. Both see the
+        same facts; never raises. A call counts in `history.calls` of the
+        calls planned after it in the same turn.
+        """
         policies = self._policies_for(call.name)
-        if not policies:
-            return None
+        candidates: Sequence[Policy] = ()
+        if self._candidates_for is not None:
+            candidates = self._candidates_for(call.name)
+        if not policies and not candidates:
+            return None, None
         calls, ran = self._history()
         annotations: dict[str, Any] = {}
         if self._trusted(call.name):
@@ -94,4 +125,6 @@ class CallPolicies:
             },
         )
         calls[call.name] += 1
-        return decide(policies, facts, tool_approvers=tool.approvers)
+        active = decide(policies, facts, tool_approvers=tool.approvers) if policies else None
+        candidate = decide(candidates, facts, tool_approvers=tool.approvers) if candidates else None
+        return active, candidate

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -54,6 +54,7 @@ from durable_tools.models.errors import CONTEXT_LENGTH_EXCEEDED, bounded_failure
 from durable_tools.models.registry import resolve_model
 from durable_tools.models.streaming import text_sink
 from durable_tools.policies import Policy
+from durable_tools.policy_document import InstalledPolicy
 from durable_tools.results import ToolCall, failed
 from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit
@@ -101,18 +102,37 @@ class ModelActivity(ActivitiesBase):
         return sum(priced)
 
     def _call_policies(
-        self, agent: ResolvedAgent, request: ModelTurnRequest, transcript: list[TranscriptItem]
+        self,
+        agent: ResolvedAgent,
+        request: ModelTurnRequest,
+        transcript: list[TranscriptItem],
+        history: tuple[dict[str, int], dict[str, int]] | None = None,
+        caller: str | None = None,
     ) -> CallPolicies | None:
-        """The approval policies of this turn's calls (`None`: none apply)."""
-        ordered = [p for p in (agent.policy, self.policies.get(agent.toolkit)) if p is not None]
+        """The approval policies of this turn's calls (`None`: none apply).
+
+        A policy installed in the conversation (`ModelTurnRequest.policy`,
+        docs/policies.md "Live change") takes the agent's policy's place.
+        `history`, `caller`: what rules see as `history.calls`,
+        `history.ran` and `conversation.caller` (default: read from
+        `transcript`).
+        """
+        installed = request.policy
+        own = self.installed_policy(installed) if installed is not None else agent.policy
+        defaults = [p for p in (self.policies.get(agent.toolkit),) if p is not None]
+        ordered = [p for p in (own, *defaults) if p is not None]
+        shadow = agent.shadow_policy
         mcp = self.mcp
-        if not ordered and (mcp is None or not self.policies):
+        if not ordered and shadow is None and (mcp is None or not self.policies):
             return None
 
-        def policies_for(tool: str) -> list[Policy]:
-            server = mcp.server_of(tool) if mcp is not None else None
-            extra = self.policies.get(f"mcp:{server.name}") if server is not None else None
-            return [*ordered, extra] if extra is not None else ordered
+        def chain(first: list[Policy]) -> Callable[[str], list[Policy]]:
+            def policies_for(tool: str) -> list[Policy]:
+                server = mcp.server_of(tool) if mcp is not None else None
+                extra = self.policies.get(f"mcp:{server.name}") if server is not None else None
+                return [*first, extra] if extra is not None else first
+
+            return policies_for
 
         def trusted(tool: str) -> bool:
             server = mcp.server_of(tool) if mcp is not None else None
@@ -123,7 +143,24 @@ class ModelActivity(ActivitiesBase):
             "agent": agent.name,
             "workflow_id": request.workflow_id,
         }
-        return CallPolicies(policies_for, transcript, conversation, trusted)
+        if caller is not None:
+            conversation["caller"] = caller
+        candidates = chain([shadow, *defaults]) if shadow is not None else None
+        return CallPolicies(
+            chain(ordered), transcript, conversation, trusted, candidates, history=history
+        )
+
+    def installed_policy(self, installed: InstalledPolicy) -> Policy:
+        """The `Policy` of a version a live change installed, built once per version.
+
+        Rules that do not compile fail closed (`check=False`): the document
+        came from a client at run time, and the workflow could not compile it.
+        """
+        policy = self._installed_policies.get(installed.version)
+        if policy is None:
+            policy = Policy.from_document(installed.document, check=False)
+            remember(self._installed_policies, installed.version, policy, _MAX_TOOLKITS)
+        return policy
 
     def _descriptors_of(self, toolkit: Toolkit) -> tuple[list[ToolDescriptor], str]:
         """The toolkit's descriptors (a new list of the same frozen descriptors) and digest.

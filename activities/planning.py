@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from durable_tools import telemetry
 from durable_tools._wire import MAX_LOCAL_CALLS_PER_TURN, PlannedCall
 from durable_tools.activities.call_policies import CallPolicies
 from durable_tools.approvals import call_digest
@@ -23,7 +24,7 @@ from durable_tools.arguments import (
     summarize_call,
 )
 from durable_tools.executor import prepare_call
-from durable_tools.policy_verdict import PolicyVerdict
+from durable_tools.policy_verdict import Effect, PolicyDisagreement, PolicyVerdict, rule_label
 from durable_tools.results import Failure, ToolCall, failed
 from durable_tools.schema import SchemaViolation
 from durable_tools.signals import SignalAction
@@ -31,7 +32,7 @@ from durable_tools.toolkit import Toolkit
 from durable_tools.tools import ApprovalContext, InteractionTool, SignalTool
 from durable_tools.transcript import TranscriptItem
 
-__all__ = ["plan_calls", "shown_summary", "summarize_call"]
+__all__ = ["effect_of", "plan_calls", "shown_summary", "summarize_call"]
 
 _ACTION = TypeAdapter[Any](SignalAction)
 
@@ -170,7 +171,29 @@ def _plan(
     tool = prepared.tool
     # An approval policy decides first; the tool's own `needs_approval` only
     # when none does (so a policy also spares a `needs_approval` function).
-    verdict = policies.verdict(call, tool) if policies is not None else None
+    verdict, candidate = policies.verdicts(call, tool) if policies is not None else (None, None)
+    own: list[bool] = []
+
+    def own_gated() -> bool:
+        # The tool's own `needs_approval`, asked once (it may raise).
+        if not own:
+            transcript = () if isinstance(tool.needs_approval, bool) else history()
+            own.append(
+                tool.requires_approval(
+                    prepared.input,
+                    ApprovalContext(call_id=call.call_id, tool=call.name, transcript=transcript),
+                )
+            )
+        return own[0]
+
+    shadow = None
+    if policies is not None and policies.shadowed:
+        shadow = _disagreement(verdict, candidate, tool.approvers, own_gated)
+        if shadow is not None:
+            base["shadow"] = shadow
+            telemetry.record_policy_disagreement(
+                call.name, rule_label(verdict), rule_label(candidate)
+            )
     if verdict is not None:
         if verdict.outcome == "deny":
             return PlannedCall(**base, kind="local", failure=_denial(call, verdict), policy=verdict)
@@ -178,11 +201,7 @@ def _plan(
     else:
         approvers = list(tool.approvers)
         try:
-            transcript = () if isinstance(tool.needs_approval, bool) else history()
-            gated = tool.requires_approval(
-                prepared.input,
-                ApprovalContext(call_id=call.call_id, tool=call.name, transcript=transcript),
-            )
+            gated = own_gated()
         except Exception as exc:
             reason = f"needs_approval raised {type(exc).__name__}: {exc}"
             failure = failed(call, "execution_error", reason)
@@ -208,6 +227,41 @@ def _plan(
         non_retryable_error_types=list(retry.non_retryable_error_types),
         local=tool.local and not at_most_once,  # see plan_calls
     )
+
+
+def effect_of(verdict: PolicyVerdict) -> Effect:
+    """What a verdict makes of a call, comparable with another's."""
+    if verdict.outcome != "approve":
+        return Effect(outcome=verdict.outcome)
+    return Effect(outcome="approve", approvers=sorted(verdict.approvers), quorum=verdict.quorum)
+
+
+def _disagreement(
+    active: PolicyVerdict | None,
+    candidate: PolicyVerdict | None,
+    tool_approvers: Sequence[str],
+    own_gated: Callable[[], bool],
+) -> PolicyDisagreement | None:
+    """The disagreement of the candidate's verdict with the active one's, or `None`.
+
+    A side that no policy decided is the tool's own `needs_approval`; when
+    that raises, the call fails whatever the candidate says: nothing to compare.
+    """
+
+    def effect(verdict: PolicyVerdict | None) -> Effect:
+        if verdict is not None:
+            return effect_of(verdict)
+        if own_gated():
+            return Effect(outcome="approve", approvers=sorted(tool_approvers))
+        return Effect(outcome="run")
+
+    try:
+        mine, theirs = effect(active), effect(candidate)
+    except Exception:
+        return None
+    if mine == theirs:
+        return None
+    return PolicyDisagreement(candidate=candidate, active=mine, shadow=theirs)
 
 
 def _denial(call: ToolCall, verdict: PolicyVerdict) -> Failure:

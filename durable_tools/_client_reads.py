@@ -13,7 +13,7 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowS
 from temporalio.converter import PayloadConverter
 
 from durable_tools._client_support import ConversationsBase, OutputT
-from durable_tools._wire import MODEL_TURN_ACTIVITY, TRANSCRIPT_QUERY, ModelTurn
+from durable_tools._wire import TRANSCRIPT_QUERY
 from durable_tools.conversation import (
     ConversationResult,
     ConversationStatus,
@@ -23,6 +23,12 @@ from durable_tools.conversation import (
 )
 from durable_tools.errors import NoFinalOutput
 from durable_tools.events import EVENTS_TOPIC, ConversationEvent
+from durable_tools.policy_reads import (
+    PolicyDiff,
+    latest_verdict,
+    read_plans,
+    summarize_disagreements,
+)
 from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.transcript import TranscriptItem
 from durable_tools.transcript_reader import (
@@ -34,9 +40,6 @@ from durable_tools.transcript_reader import (
 
 # What `transcript_slice` answers: a page, or a list from older workflow code.
 _TRANSCRIPT_ANSWER: Any = TranscriptPage | list[TranscriptItem]
-
-# Runs `policy_verdict` reads back through continue-as-new before it gives up.
-_MAX_RUNS_READ = 100
 
 # The Workflow Streams poll, as a query: it answers at once from the retained log.
 _STREAM_POLL = "__temporal_workflow_stream_poll"
@@ -54,8 +57,10 @@ class ConversationReads(ConversationsBase):
 
         Reads the workflow's history (no worker needed), newest run first,
         back through continue-as-new, for the model turn that planned the
-        call (`durable-tools policy explain ID CALL` prints it with
-        `durable_tools.policy_verdict.explain_verdict`).
+        call, or the latest live change that decided it again while it
+        waited (`policy.reevaluate-v1`; docs/policies.md, "Live change").
+        `durable-tools policy explain ID CALL` prints it with
+        `durable_tools.policy_verdict.explain_verdict`.
 
         Args:
             workflow_id: The conversation's workflow id.
@@ -69,34 +74,40 @@ class ConversationReads(ConversationsBase):
             temporalio.service.RPCError: The conversation does not exist
                 (`NOT_FOUND`) or the server cannot be reached.
         """
-        run_id: str | None = None
-        for _ in range(_MAX_RUNS_READ):
-            handle = self.client.get_workflow_handle(workflow_id, run_id=run_id)
-            history = await handle.fetch_history()
-            scheduled: set[int] = set()
-            previous = ""
-            for event in history.events:
-                if event.HasField("workflow_execution_started_event_attributes"):
-                    started = event.workflow_execution_started_event_attributes
-                    previous = started.continued_execution_run_id
-                elif event.HasField("activity_task_scheduled_event_attributes"):
-                    attributes = event.activity_task_scheduled_event_attributes
-                    if attributes.activity_type.name == MODEL_TURN_ACTIVITY:
-                        scheduled.add(event.event_id)
-                elif event.HasField("activity_task_completed_event_attributes"):
-                    completed = event.activity_task_completed_event_attributes
-                    if completed.scheduled_event_id not in scheduled:
-                        continue
-                    [turn] = await self.client.data_converter.decode(
-                        completed.result.payloads, [ModelTurn]
-                    )
-                    for plan in cast(ModelTurn, turn).plans:
-                        if plan.call.call_id == call_id:
-                            return plan.policy
-            if not previous:
-                return None
-            run_id = previous
-        return None
+        return await latest_verdict(self.client, workflow_id, call_id)
+
+    async def policy_diff(
+        self, query: str = "", *, limit: int = 100, concurrency: int = 8
+    ) -> PolicyDiff:
+        """What the agents' candidate policies would have decided otherwise (shadow mode).
+
+        Lists conversations through Temporal's visibility (`AgentWorkflow`
+        executions, newest first, each conversation once however many runs
+        it has) and reads each one's history like `policy_verdict`, through
+        continue-as-new (no worker needed). Counts the calls whose plan
+        records a disagreement (`PlannedCall.shadow`; docs/policies.md,
+        "Shadow mode").
+
+        Args:
+            query: A visibility query ANDed to `WorkflowType = 'AgentWorkflow'`
+                (e.g. `TaskQueue = 'support'`, `StartTime > '2026-11-01T00:00:00Z'`);
+                default: every conversation.
+            limit: Most conversations read (default 100).
+            concurrency: Histories read at a time (default 8).
+
+        Returns:
+            The counts per (active rule, candidate rule, effects) and per
+            tool, with example conversation ids.
+        """
+        clause = "WorkflowType = 'AgentWorkflow'" + (f" AND ({query})" if query else "")
+        seen: list[str] = []
+        async for execution in self.client.list_workflows(clause):
+            if execution.id not in seen:
+                seen.append(execution.id)
+                if len(seen) >= limit:
+                    break
+        read = await read_plans(self.client, seen, concurrency=concurrency)
+        return summarize_disagreements(read)
 
     async def history(
         self, workflow_id: str, *, start: int = 0, limit: int | None = None

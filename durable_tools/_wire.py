@@ -44,7 +44,8 @@ from durable_tools.conversation import (
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
 from durable_tools.input_requests import InputProgress, InputRequired, InputResume
-from durable_tools.policy_verdict import PolicyVerdict
+from durable_tools.policy_document import InstalledPolicy
+from durable_tools.policy_verdict import PolicyDisagreement, PolicyVerdict
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
@@ -141,6 +142,10 @@ class PlannedCall(BaseModel):
             its version and rule; for `approve`, `approvers` holds its groups
             and the verdict its quorum. `None` (left out when recorded): no
             policy decided, the tool's own `needs_approval` did.
+        shadow: What the agent's candidate policy (`Agent.shadow_policy`)
+            would have decided, when it disagrees with the active one
+            (docs/policies.md, "Shadow mode"); it changes nothing. `None`
+            (left out when recorded): no candidate, or they agree.
     """
 
     call: ToolCall
@@ -163,6 +168,7 @@ class PlannedCall(BaseModel):
     at_most_once: bool = False
     local: bool = False
     policy: PolicyVerdict | None = None
+    shadow: PolicyDisagreement | None = None
 
 
 class DeltaEntry(BaseModel):
@@ -231,6 +237,9 @@ class ModelTurnRequest(BaseModel):
         team: The conversation's team (`durable_tools.teams.TEAM`), which
             approval policies see as `conversation.team`; `None`: no team
             (and every request recorded before policies).
+        policy: The policy version installed in the conversation by a live
+            change (`set_policy`; docs/policies.md "Live change"): it takes
+            the agent's own policy's place. `None`: none installed.
 
     `agent` is set in a run's first request and after a handoff (the worker
     keeps it by `agent_name`), in requests recorded before configurations were
@@ -248,6 +257,7 @@ class ModelTurnRequest(BaseModel):
     agent_name: str = ""
     delta: TranscriptDelta | None = None
     team: str | None = None
+    policy: InstalledPolicy | None = None
 
 
 _MISSING = object()
@@ -542,6 +552,8 @@ class CarriedState(BaseModel):
             turn reported (`None`: none).
         budget: Budgets and spend (`durable_tools.budgets`); `None` in runs
             recorded before budgets, and when nothing was spent or limited.
+        policy: The policy version a live change installed (`set_policy`),
+            `None`: none.
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -569,6 +581,7 @@ class CarriedState(BaseModel):
     idle_until: datetime | None = None
     messages_supersede: MessagesSupersede | None = None
     budget: BudgetState | None = None
+    policy: InstalledPolicy | None = None
 
 
 class ConversationInput(BaseModel):

@@ -157,6 +157,13 @@ class Agent:
             tool calls, before the toolkit's and MCP servers' defaults
             (`App.policies`). Default `None`: those defaults, then each
             tool's own `needs_approval`.
+        shadow_policy: A candidate approval policy, evaluated beside
+            `policy` on every call of this agent, in the same activity; it
+            never changes what happens, but where it disagrees (another
+            outcome, other approvers or quorum) the call's plan records it,
+            a `policy_disagreement` event is published and the
+            `durable_tools.policy.disagreements` metric counts it
+            (docs/policies.md, "Shadow mode"). Default `None`.
         budget: What this agent may spend in each conversation (tokens,
             USD; `durable_tools.budgets.Budget`), beside the conversation's
             own `ConversationOptions.budget`. Reported to the workflow with
@@ -177,6 +184,7 @@ class Agent:
     allow: AgentOverrides = field(default_factory=AgentOverrides)
     messages_supersede: MessagesSupersede | None = None
     policy: Policy | None = None
+    shadow_policy: Policy | None = None
     budget: Budget | None = None
 
     def __post_init__(self) -> None:
@@ -208,6 +216,7 @@ class ResolvedAgent:
         context: The context policy.
         messages_supersede: The agent's `messages_supersede`, or `None`.
         policy: The agent's approval policy, or `None`.
+        shadow_policy: The agent's candidate policy (shadow mode), or `None`.
         budget: The agent's budget, or `None`.
     """
 
@@ -220,6 +229,7 @@ class ResolvedAgent:
     context: ContextPolicy = field(default_factory=ContextPolicy)
     messages_supersede: MessagesSupersede | None = None
     policy: Policy | None = None
+    shadow_policy: Policy | None = None
     budget: Budget | None = None
 
 
@@ -339,6 +349,7 @@ def resolve_agent(
         context=context,
         messages_supersede=agent.messages_supersede,
         policy=agent.policy,
+        shadow_policy=agent.shadow_policy,
         budget=agent.budget,
     )
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from temporalio.client import WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
+from durable_tools._client_policy import PolicyChanges
 from durable_tools._client_reads import ConversationReads
 from durable_tools._client_support import OutputT as OutputT  # `result`'s, as before
 from durable_tools._client_support import (
@@ -75,7 +76,7 @@ WORKFLOW_TYPE = "AgentWorkflow"
 """Workflow type name of a conversation."""
 
 
-class Conversations(ConversationReads):
+class Conversations(ConversationReads, PolicyChanges):
     """Conversations on one Temporal namespace and task queue.
 
     Args:

@@ -18,7 +18,8 @@ The kinds (`EventKind`) and their fields are listed in docs/observability.md:
 messages, turns (with usage), model failures and retries, tool calls
 (scheduled, attempt started, progress, failed, finished with the outcome
 kind, attempts and duration), model text deltas, approvals (requested, counted toward a quorum,
-decided, expired, rejected), questions (asked, answered), pauses and
+decided, expired, rejected), a candidate policy's disagreements
+(`policy_disagreement`, shadow mode), questions (asked, answered), pauses and
 resumes, the conversation's end. Who did it is in `sent_by` (messages,
 answers, resumes, retries, a cancel) or `decided_by` (decisions).
 """
@@ -109,6 +110,9 @@ EventKind = Literal[
     "approval_counted",
     "approval_expired",
     "approval_rejected",
+    "policy_disagreement",
+    "policy_installed",
+    "policy_reevaluated",
     "question_asked",
     "question_answered",
     "conversation_finished",
@@ -159,7 +163,18 @@ class ConversationEvent(BaseModel):
             of a question an MCP server asked).
         policy: The approval policy's verdict (policy version, rule,
             outcome) on `approval_requested` of a call a policy gated and on
-            `tool_call_finished` of a call a policy denied.
+            `tool_call_finished` of a call a policy denied; the active
+            verdict on `policy_disagreement` (absent: the tool's own
+            `needs_approval` decided).
+        candidate: On `policy_disagreement` (shadow mode): the candidate
+            policy's verdict (absent: the tool's own `needs_approval`
+            would have decided); `outcome` is then `ACTIVE -> CANDIDATE`
+            (e.g. `run -> approve`, `approve(1) -> approve(2)`).
+
+    A live policy change publishes `policy_installed` (`sent_by`: who
+    installed it; `reason`: `policy NAME VERSION`) and, for each call that
+    waited for approval, `policy_reevaluated` (`outcome`: `BEFORE -> AFTER`,
+    e.g. `approve(1 finance) -> run`; `policy`: the new verdict).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -185,6 +200,7 @@ class ConversationEvent(BaseModel):
     text: str | None = None
     answer_schema: dict[str, Any] | None = None
     policy: PolicyVerdict | None = None
+    candidate: PolicyVerdict | None = None
 
     @model_serializer(mode="wrap")
     def _without_nones(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -33,22 +33,27 @@ records the error.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import rfc8785
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from durable_tools.errors import ConfigurationError, MissingExtra
 from durable_tools.handler_input import clean_text
+from durable_tools.policy_document import (
+    PolicyDocument,
+    Rule,
+    canonical_text,
+    document_version,
+)
 from durable_tools.policy_verdict import PolicyOutcome, PolicyVerdict
 
 __all__ = [
     "MAX_ERROR_CHARS",
     "Policy",
+    "PolicyDocument",
     "PolicyInput",
     "PolicyVerdict",
     "Rule",
@@ -60,46 +65,6 @@ MAX_ERROR_CHARS = 300
 """Characters of an evaluation error kept in a verdict."""
 
 _FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit)
-
-
-class Rule(BaseModel):
-    """One rule of a policy.
-
-    Attributes:
-        id: The rule's id, recorded with every verdict it gives (e.g.
-            `refund-large`); unique within its policy.
-        when: A CEL condition over the inputs (`PolicyInput`); must give a
-            bool. At most 4,000 characters (it is recorded with each verdict).
-        outcome: `run`, `approve` or `deny`.
-        groups: For `approve`: who may approve. `finance` means
-            `group:finance`; `user:ana` is one person. Default none: the
-            tool's own approvers (`@tool(approvers=...)`), else anyone.
-        quorum: For `approve`: distinct approvers needed (default 1). The
-            same person approving twice counts once.
-        reason: Shown to approvers; for `deny`, the model reads it (at most
-            1,000 characters).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str = Field(min_length=1, max_length=100)
-    when: str = Field(min_length=1, max_length=4000)
-    outcome: PolicyOutcome
-    groups: tuple[str, ...] = ()
-    quorum: int = Field(default=1, ge=1, le=100)
-    reason: str = Field(default="", max_length=1000)
-
-    def approvers(self) -> list[str]:
-        """`groups` as approver names (`finance` → `group:finance`)."""
-        return [g if ":" in g else f"group:{g}" for g in self.groups]
-
-
-class _PolicyText(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=100)
-    rules: list[Rule]
-    default: PolicyOutcome | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,24 +137,15 @@ class Policy:
         check: bool = True,
     ) -> None:
         try:
-            parsed = _PolicyText(name=name, rules=list(rules), default=default)
+            parsed = PolicyDocument(name=name, rules=list(rules), default=default)
         except ValidationError as exc:
-            raise ConfigurationError(f"invalid policy {name!r}: {exc}") from None
-        ids = [rule.id for rule in parsed.rules]
-        duplicate = next((i for i in ids if ids.count(i) > 1), None)
-        if duplicate is not None:
-            raise ConfigurationError(f"policy {name!r}: two rules have the id {duplicate!r}")
-        for rule in parsed.rules:
-            if rule.quorum > 1 and not rule.groups:
-                raise ConfigurationError(
-                    f"policy {name!r}, rule {rule.id!r}: a quorum needs groups "
-                    "(who the distinct approvers are)"
-                )
+            raise ConfigurationError(f"invalid policy {name!r}: {_problems(exc)}") from None
+        self.document = parsed
         self.name = parsed.name
         self.rules: tuple[Rule, ...] = tuple(parsed.rules)
         self.default: PolicyOutcome | None = parsed.default
         self.text = canonical_text(parsed)
-        self.version = "sha256:" + hashlib.sha256(self.text.encode()).hexdigest()
+        self.version = document_version(parsed)
         self._programs: dict[str, Any] = {}
         self._errors: dict[str, str] = {}
         for rule in self.rules:
@@ -211,14 +167,12 @@ class Policy:
             ConfigurationError: The text is not YAML/JSON of that shape, or
                 the policy is invalid (see `Policy`).
         """
-        import yaml
+        return cls.from_document(PolicyDocument.from_text(text), check=check)
 
-        try:
-            data = yaml.safe_load(text)
-            parsed = _PolicyText.model_validate(data)
-        except (yaml.YAMLError, ValidationError) as exc:
-            raise ConfigurationError(f"invalid policy text: {exc}") from None
-        return cls(parsed.name, parsed.rules, default=parsed.default, check=check)
+    @classmethod
+    def from_document(cls, document: PolicyDocument, *, check: bool = True) -> Policy:
+        """A policy from its document (`durable_tools.policy_document`); see `Policy`."""
+        return cls(document.name, document.rules, default=document.default, check=check)
 
     def __repr__(self) -> str:
         return f"Policy({self.name!r}, {len(self.rules)} rules, {self.version[:19]})"
@@ -302,10 +256,10 @@ def decide(
     return None
 
 
-def canonical_text(policy: _PolicyText) -> str:
-    """The RFC 8785 JSON text of a policy: what its version digests."""
-    data = policy.model_dump(mode="json")
-    return rfc8785.dumps(data).decode()
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(policy)'}: {e['msg']}" for e in exc.errors()
+    )
 
 
 def _compile(expression: str) -> Any:

@@ -16,7 +16,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["PolicyOutcome", "PolicyVerdict", "explain_verdict"]
+__all__ = [
+    "Effect",
+    "PolicyDisagreement",
+    "PolicyOutcome",
+    "PolicyVerdict",
+    "disagreement_text",
+    "effect_text",
+    "explain_verdict",
+    "rule_label",
+]
 
 PolicyOutcome = Literal["run", "approve", "deny"]
 """What a rule decides: run the call, wait for approval, or refuse it."""
@@ -53,6 +62,60 @@ class PolicyVerdict(BaseModel):
     quorum: int = 1
     reason: str = ""
     error: str = ""
+
+
+class Effect(BaseModel):
+    """What a policy, or the tool's own `needs_approval`, makes of a call: comparable.
+
+    Attributes:
+        outcome: `run`, `approve` or `deny`.
+        approvers: Who may approve, sorted (`approve` only).
+        quorum: Distinct approvers needed (`approve` only; else 1).
+    """
+
+    outcome: PolicyOutcome
+    approvers: list[str] = Field(default_factory=list[str])
+    quorum: int = 1
+
+
+class PolicyDisagreement(BaseModel):
+    """The candidate (shadow) policy would have decided a call otherwise than the active one.
+
+    Recorded with the call's plan (`PlannedCall.shadow`) only when the two
+    disagree: another outcome, other approvers or another quorum. The
+    candidate's verdict never changes what happens to the call.
+
+    Attributes:
+        candidate: The candidate's verdict (`None`: no rule of the candidate
+            decided, so the tool's own `needs_approval` would have).
+        active: What the active policy made of the call (its verdict is
+            `PlannedCall.policy`; `None` there: the tool's own).
+        shadow: What the candidate would have made of it.
+    """
+
+    candidate: PolicyVerdict | None = None
+    active: Effect
+    shadow: Effect
+
+
+def effect_text(effect: Effect) -> str:
+    """`run`, `deny`, `approve(N)` or, with approvers, `approve(N finance)`."""
+    if effect.outcome != "approve":
+        return effect.outcome
+    who = ",".join(a.removeprefix("group:") for a in effect.approvers)
+    return f"approve({effect.quorum}{' ' + who if who else ''})"
+
+
+def disagreement_text(disagreement: PolicyDisagreement) -> str:
+    """`ACTIVE -> CANDIDATE` effects of a disagreement, e.g. `run -> approve(1 finance)`."""
+    return f"{effect_text(disagreement.active)} -> {effect_text(disagreement.shadow)}"
+
+
+def rule_label(verdict: PolicyVerdict | None) -> str:
+    """`policy/rule` of a verdict (`policy/(default)`), or `(tool)` when none decided."""
+    if verdict is None:
+        return "(tool)"
+    return f"{verdict.policy}/{verdict.rule or '(default)'}"
 
 
 def explain_verdict(verdict: PolicyVerdict) -> str:

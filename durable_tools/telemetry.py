@@ -72,6 +72,7 @@ __all__ = [
     "record_failure",
     "record_model_duration",
     "record_model_failure",
+    "record_policy_disagreement",
     "record_tool_call",
     "record_usage",
     "tool_span",
@@ -142,6 +143,12 @@ class _Instruments:
             "durable_tools.model.cost",
             unit="USD",
             description="Cost of model requests by the worker's price table, by model.",
+        )
+        self.policy_disagreements = meter.create_counter(
+            "durable_tools.policy.disagreements",
+            unit="{call}",
+            description="Calls a candidate (shadow) policy would have decided otherwise "
+            "than the active one, by tool and the two rules.",
         )
         self.budget_exceeded = meter.create_counter(
             "durable_tools.budget.exceeded",
@@ -366,6 +373,24 @@ def record_model_duration(model: str, seconds: float, error: str | None) -> None
 def record_cost(model: str, usd: float) -> None:
     """Add a model request's cost (USD, by the price table) to `durable_tools.model.cost`."""
     _metrics().cost.add(usd, model_attributes(model))
+
+
+def record_policy_disagreement(tool: str, active: str, candidate: str) -> None:
+    """Count a call the candidate policy would have decided otherwise (shadow mode).
+
+    Args:
+        tool: The tool's name.
+        active: `policy/rule` of the active verdict (`(tool)`: none decided).
+        candidate: `policy/rule` of the candidate's verdict.
+    """
+    _metrics().policy_disagreements.add(
+        1,
+        {
+            "gen_ai.tool.name": tool,
+            "durable_tools.policy.rule": active,
+            "durable_tools.policy.candidate_rule": candidate,
+        },
+    )
 
 
 def record_model_failure(model: str, error: str) -> None:

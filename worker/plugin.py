@@ -272,6 +272,7 @@ class DurableToolsPlugin(SimplePlugin):
                 self.agent_activities.model_turn,
                 self.agent_activities.tool_call,
                 self.agent_activities.model_sample,
+                self.agent_activities.policy_reevaluate,
                 self.verifier.verify_decision,
             ],
             workflows=[StrictAgentWorkflow if strict_sandbox() else AgentWorkflow],

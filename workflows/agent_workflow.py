@@ -54,6 +54,7 @@ from durable_tools.workflows.handler_inputs import (
     unknown_query,
 )
 from durable_tools.workflows.input_approvals import Sampler
+from durable_tools.workflows.live_policy import LivePolicy
 from durable_tools.workflows.model_turns import ModelTurns, add_usage
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
@@ -93,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.handler_input import clean_text
     from durable_tools.input_requests import InputRequired
     from durable_tools.live_runs import LIVE_RUNS
+    from durable_tools.policy_document import PolicyChange
     from durable_tools.results import Failure, Ok, ToolCall
     from durable_tools.signals import Finish
     from durable_tools.transcript import TranscriptItem, Usage, is_reconciled
@@ -181,6 +183,13 @@ class AgentWorkflow:
             turn=lambda: self._turns,
         )
         self._book, self._signal_waits = calls.book, calls.signal_waits
+        self._policy = LivePolicy(
+            state.policy,
+            calls=calls,
+            view=view,
+            agent=lambda: self._input.agents[self._agent],
+            publish=self._publish,
+        )
         calls.inputs.sampler = Sampler(
             options,
             lambda: (self._agent, self._input.agents[self._agent]),
@@ -402,6 +411,7 @@ class AgentWorkflow:
             **self._book.carried(),
             **self._model.carried(),
             **self._budget.carried(),
+            policy=self._policy.installed,
         )
         if bounded:
             state = self._bounded(state, workflow.info().run_id)
@@ -476,6 +486,7 @@ class AgentWorkflow:
             known_digest=self._digest,
             transcript=self._transcript,
             delta=self._log.delta,
+            policy=self._policy.for_turn(),
         )
 
     # ------------------------------------------------------------- handlers
@@ -536,13 +547,14 @@ class AgentWorkflow:
 
     @workflow.signal(dynamic=True)
     async def _signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """Route the `decide`, `answer`, `send`, `resume` and `raise_budget` signals.
+        """Route the `decide`, `answer`, `send`, `resume`, `raise_budget` and `set_policy` signals.
 
         `decide` and `answer` go to the book (`DecisionBook.decide`,
         `DecisionBook.answer`), `resume` to the pause
-        (`SignalWaits.take_resume`). An input that cannot be decoded into the
-        signal's model is recorded in `pending().rejected` with the reason; a
-        signal of another name is logged and ignored.
+        (`SignalWaits.take_resume`), `set_policy` to `LivePolicy.change`.
+        An input that cannot be decoded into the signal's model is recorded
+        in `pending().rejected` with the reason; a signal of another name is
+        logged and ignored.
         """
         decoded = decoded_signal(name, args, self._book.reject)
         if isinstance(decoded, Decision):
@@ -553,6 +565,8 @@ class AgentWorkflow:
             self.send(decoded)
         elif isinstance(decoded, BudgetRaise):
             self._budget.raise_budget(decoded, self._agent)
+        elif isinstance(decoded, PolicyChange):
+            self._policy.change(decoded)
         elif decoded is not None:
             self._signal_waits.take_resume(decoded)
 

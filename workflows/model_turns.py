@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.arguments import SUMMARY_LIMIT
     from durable_tools.conversation import AgentConfig, ConversationOptions, ModelFailure
+    from durable_tools.policy_document import InstalledPolicy
     from durable_tools.teams import TEAM
     from durable_tools.transcript import TranscriptItem, Usage
 
@@ -172,6 +173,7 @@ class ModelTurns:
         known_digest: str,
         transcript: list[TranscriptItem],
         delta: Callable[[], TranscriptDelta | None],
+        policy: InstalledPolicy | None = None,
     ) -> ModelTurn:
         """Run turn `number` of `agent` as the `model.turn` activity.
 
@@ -184,6 +186,7 @@ class ModelTurns:
             transcript: The run's items (sent whole only with
                 `transcript_in_activity_input`).
             delta: Makes the turn's `TranscriptDelta` (called once otherwise).
+            policy: The policy version a live change installed (`None`: none).
 
         Raises:
             ActivityError: The turn failed for good (`describe_failure`).
@@ -209,6 +212,7 @@ class ModelTurns:
             transcript=list(transcript) if inline else None,
             delta=None if inline else delta(),
             team=info.typed_search_attributes.get(TEAM),
+            policy=policy,
         )
         self.sent_agent = name
         return await workflow.execute_activity(

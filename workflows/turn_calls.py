@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.conversation import ConversationOptions
     from durable_tools.handler_input import clean_sender
     from durable_tools.input_requests import InputRequired, InputResume
-    from durable_tools.policy_verdict import PolicyVerdict
+    from durable_tools.policy_verdict import PolicyVerdict, disagreement_text
     from durable_tools.results import Failure, Ok, ToolCall, cancelled, expired, failed, interrupted
     from durable_tools.signals import Finish, Handoff
     from durable_tools.transcript import ToolCallOutput, to_tool_call_output
@@ -119,9 +119,15 @@ class TurnCalls:
         self.moving = False
         self.finishing = False  # a `finish` call of this turn was interpreted
         self.inputs = InputRounds(self, view.event, self._set_state)
+        # Called once a turn's waits are registered (`LivePolicy.registered`).
+        self.on_registered: Callable[[], None] | None = None
 
     def _set_state(self, state: str) -> None:
         self.view.state = state
+
+    def transcript_items(self) -> list[Any]:
+        """The run's transcript items (read only)."""
+        return self._transcript.items
 
     def publish(self) -> None:
         """Publish what is pending (search attributes, current details)."""
@@ -176,10 +182,14 @@ class TurnCalls:
         for plan in plans:
             if plan.call.call_id in restored:
                 continue
+            if plan.shadow is not None:
+                self.shadow_event(plan)
             if plan.failure is None and plan.kind == "local" and plan.needs_approval:
                 self.register_approval(plan)
             elif plan.failure is None and plan.kind == "interaction":
                 self.register_interaction(plan)
+        if self.on_registered is not None:
+            self.on_registered()
         self.publish()
         outcomes = await asyncio.gather(
             *(
@@ -189,6 +199,21 @@ class TurnCalls:
         )
         self.publish()
         return outcomes
+
+    def shadow_event(self, plan: PlannedCall) -> None:
+        """Publish `policy_disagreement`: the candidate policy would have decided otherwise."""
+        shadow = plan.shadow
+        if shadow is None:
+            return
+        self.view.event(
+            "policy_disagreement",
+            call_id=plan.call.call_id,
+            tool=plan.call.name,
+            turn=self._turn(),
+            outcome=disagreement_text(shadow),
+            policy=plan.policy.model_dump(mode="json") if plan.policy is not None else None,
+            candidate=shadow.candidate.model_dump(mode="json") if shadow.candidate else None,
+        )
 
     def register_approval(self, plan: PlannedCall) -> None:
         """Make the call wait for a decision; apply an early decision kept for it."""

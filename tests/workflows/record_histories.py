@@ -215,6 +215,54 @@ async def policy_quorum(c: Conversations, wid: str) -> None:
     await c.send_decision(wid, signed("bob"))
 
 
+LIVE_POLICY = """
+name: live
+rules:
+  - {id: release, when: 'tool == "refund" && args.order == "policy-quorum"', outcome: run}
+  - {id: tight, when: 'tool == "refund" && args.order == "tight"', outcome: approve,
+     groups: [finance], quorum: 2}
+  - {id: never, when: 'tool == "refund" && args.order == "never"', outcome: deny,
+     reason: no longer refunded}
+"""
+"""The version `policy_live_change` installs while its calls wait."""
+
+
+async def policy_live_change(c: Conversations, wid: str) -> None:
+    """A live policy change (issue 28, item 4) while three calls wait for approval.
+
+    `set_policy` releases the call the recorder's policy gated (quorum 2),
+    tightens the one the tool itself gated to two finance approvers, and
+    denies the third; then a later call is planned under the new version.
+    The tightened call is denied by a person to end the turn.
+    """
+    script = turns(
+        [
+            ("q1", "refund", {"order": "policy-quorum", "amount": 500}),
+            ("t1", "refund", {"order": "tight", "amount": 7}),
+            ("n1", "refund", {"order": "never", "amount": 9}),
+        ],
+        [("n2", "refund", {"order": "never", "amount": 10})],
+    )
+    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
+    for call_id in ("q1", "t1", "n1"):
+        await _approval(c, wid, call_id)
+    await c.set_policy(wid, LIVE_POLICY, installed_by="ops-lead", reason="recorded")
+
+    async def tightened() -> bool:
+        return any(a.quorum == 2 for a in (await c.pending(wid)).approvals if a.call_id == "t1")
+
+    await _until(tightened, "t1 tightened")
+    [pending] = (await c.pending(wid)).approvals
+    from durable_tools.approvals import sign_decision
+
+    denial = sign_decision(
+        "k1", DECISION_KEY, workflow_id=wid, instance=pending.instance, call_id="t1",
+        arguments_hash=pending.arguments_hash, approved=False, decided_by="ana",
+        groups=["finance"], reason="not today",
+    )  # fmt: skip
+    await c.send_decision(wid, denial)
+
+
 async def failures(c: Conversations, wid: str) -> None:
     """Every failure kind the model can cause, in one turn; the conversation goes on."""
     script = turns(
@@ -523,6 +571,7 @@ SCENARIOS: dict[str, Scenario] = {
         who_said_it,
         local_tools,
         policy_quorum,
+        policy_live_change,
     )
 }
 

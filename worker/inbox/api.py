@@ -97,6 +97,18 @@ class BudgetBody(BaseModel):
     scope: Literal["conversation", "agent"] = "conversation"
 
 
+class PolicyBody(BaseModel):
+    """A policy version to install in the conversation (`set_policy`).
+
+    Attributes:
+        policy: The policy as YAML or JSON text (`name`, `rules`, `default`).
+        reason: Why (recorded with the change).
+    """
+
+    policy: str = Field(max_length=256 * 1024)
+    reason: str = Field(default="", max_length=500)
+
+
 class Accepted(BaseModel):
     """An accepted operation.
 
@@ -391,6 +403,18 @@ def add_api_routes(app: FastAPI, state: State) -> None:
             scope=body.scope,
         )
         return Accepted()
+
+    @_action("/api/conversations/{workflow_id:segment}/policy", tag="conversations")
+    async def api_policy(workflow_id: str, body: PolicyBody, who: Checked) -> Accepted:  # pyright: ignore[reportUnusedFunction]
+        """Install a policy version in the conversation, in the authenticated person's name.
+
+        Calls waiting for approval are decided again under it; later calls
+        are planned with it (docs/policies.md, "Live change"). `note` holds
+        the version. Refused (422 `invalid_policy`) for text that is not a
+        policy.
+        """
+        version = await state.service.set_policy(workflow_id, who, body.policy, reason=body.reason)
+        return Accepted(note=version)
 
 
 def _event(name: str, data: dict[str, str]) -> str:

@@ -1,6 +1,7 @@
 """What an identity may do with a conversation: view, send, decide, answer, resume, retry, ...
 
-The actions: view, send, decide, answer, resume, retry, raise_budget, cancel.
+The actions: view, send, decide, answer, resume, retry, raise_budget,
+set_policy (install a policy version in a running conversation), cancel.
 
 Every route of the inbox (pages, API, SSE streams, the list) asks one
 `Authorizer`. Authentication (auth.py) says who is asking; this says what
@@ -31,7 +32,9 @@ from durable_tools.worker.inbox.auth import Identity
 
 __all__ = ["ACTIONS", "Action", "Authorizer", "TeamAuthorizer", "parse_team_map"]
 
-Action = Literal["view", "send", "decide", "answer", "resume", "retry", "raise_budget", "cancel"]
+Action = Literal[
+    "view", "send", "decide", "answer", "resume", "retry", "raise_budget", "set_policy", "cancel"
+]
 """What an identity asks to do with a conversation."""
 
 ACTIONS: tuple[Action, ...] = (
@@ -42,6 +45,7 @@ ACTIONS: tuple[Action, ...] = (
     "resume",
     "retry",
     "raise_budget",
+    "set_policy",
     "cancel",
 )
 
@@ -106,7 +110,8 @@ class TeamAuthorizer:
         `decide` and `answer` are further checked against the call's
         approvers (`may_decide`) by the inbox. `raise_budget` is allowed as
         `retry` is: an authorizer that keeps spending to some people
-        refuses it for the others.
+        refuses it for the others; so is `set_policy`, which an authorizer
+        that keeps policies to some people refuses for the others.
         """
         del action  # every action follows the conversation's visibility
         if self._admin(identity):

@@ -51,7 +51,8 @@ from durable_tools.conversation import (
     PendingState,
 )
 from durable_tools.decision_keys import SigningKey
-from durable_tools.errors import DecisionRejected, RetryRejected
+from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected
+from durable_tools.policy_document import PolicyDocument
 from durable_tools.transcript import ToolCallOutput
 from durable_tools.worker.inbox.auth import Identity, may_decide
 from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
@@ -346,6 +347,30 @@ class InboxService(InboxListing, InboxReading):
         except RetryRejected as exc:
             raise Conflict("not_failed", str(exc)) from exc
         return before.model_failed
+
+    async def set_policy(
+        self, workflow_id: str, identity: Identity, policy_text: str, *, reason: str = ""
+    ) -> str:
+        """Install a policy version (the durable `set_policy` signal), in `identity`'s name.
+
+        Returns:
+            The version installed.
+
+        Raises:
+            Conflict: `invalid_policy` for text that is not a policy;
+                `not_found` when `identity` may not change the conversation's
+                policy (action `set_policy`).
+        """
+        await self.authorize(workflow_id, identity, "set_policy")
+        try:
+            document = PolicyDocument.from_text(policy_text)
+        except ConfigurationError as exc:
+            raise Conflict("invalid_policy", str(exc)[:500]) from None
+        return await self._bounded(
+            self.conversations.set_policy(
+                workflow_id, document, installed_by=identity.name, reason=reason
+            )
+        )
 
     async def raise_budget(
         self,
