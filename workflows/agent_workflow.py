@@ -95,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.live_runs import LIVE_RUNS
     from durable_tools.results import Failure, Ok, ToolCall
     from durable_tools.signals import Finish
+    from durable_tools.tool_tasks import TaskState
     from durable_tools.transcript import TranscriptItem, Usage, is_reconciled
 
 __all__ = ["AgentWorkflow", "StrictAgentWorkflow"]
@@ -337,7 +338,9 @@ class AgentWorkflow:
             self._agent = agent
         return outcome
 
-    async def _execute(self, plan: PlannedCall, toolkit: str) -> Ok | Failure | InputRequired:
+    async def _execute(
+        self, plan: PlannedCall, toolkit: str
+    ) -> Ok | Failure | InputRequired | TaskState:
         """Run a local call as its activity `tool.<name>` (`TurnCalls.execute`)."""
         return await self._calls.execute(plan, toolkit)
 
