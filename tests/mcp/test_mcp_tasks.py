@@ -14,6 +14,8 @@ survey it is halfway. Through a conversation:
 * a cancelled conversation sends exactly one `tasks/cancel`; the call is
   `interrupted`;
 * a task past its TTL ends the call `expired` (and is cancelled once);
+* a new user message while the task asks ends the call `interrupted` and
+  cancels the task once;
 * hostile task answers (bogus ids, absurd poll intervals, unknown statuses)
   are `Failure`s the model reads, and no workflow task fails.
 """
@@ -32,7 +34,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 from workflow_helpers import Harness, eventually, running
 
-from durable_tools.conversation import PendingInteraction
+from durable_tools.conversation import ConversationOptions, PendingInteraction
 from durable_tools.mcp import McpServerConfig
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.workflows.agent_workflow import StrictAgentWorkflow
@@ -159,6 +161,26 @@ async def test_a_task_past_its_ttl_ends_the_call_expired(
     assert outputs["p"].is_error and '"expired"' in outputs["p"].content
     assert "time to live" in outputs["p"].content
     assert len(logged(log, "task_cancel")) == 1
+
+
+async def test_a_new_message_while_the_task_asks_interrupts_the_call_and_cancels_the_task(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    async with running(dev_env, task_queue, tmp_path / "l.jsonl", mcp_servers=[server(log)]) as h:
+        workflow_id = await h.start(
+            turns(("p", "notes__survey", {"topic": "x", "seconds": 4})),
+            options=ConversationOptions(messages_supersede="anyone", search_attributes=True),
+        )
+        await question(h, workflow_id, "p")
+        await h.conversations.send(workflow_id, "never mind", sent_by="dee")
+        outputs = await h.wait_outputs(workflow_id, "p", timeout=60)
+        events, _ = await h.conversations.retained_events(workflow_id)
+    assert json.loads(outputs["p"].content)["error"] == "interrupted"
+    finished = [e.outcome for e in events if e.kind == "tool_call_finished" and e.call_id == "p"]
+    assert finished == ["interrupted"]
+    assert len(logged(log, "task_cancel")) == 1
+    assert logged(log, "task_update") == []
 
 
 HOSTILE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
