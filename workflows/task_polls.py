@@ -20,8 +20,10 @@ worker lost meanwhile changes nothing: the next poll runs on another.
 * **TTL**: past `ttlMs` from when the loop first saw the task (its own
   clock, not the server's), the call ends `expired`.
 * **Cancellation**: the conversation cancelled, a question of the task
-  expired or superseded, the TTL passed, or the server no longer reachable:
-  `tasks/cancel` is sent once (`TaskAction(action="cancel")`).
+  expired, superseded or refused, or the TTL passed: `tasks/cancel` is sent
+  once (`TaskAction(action="cancel")`). A server that stays unreachable
+  through a poll's attempts ends the call with that `Failure` (a cancel
+  would not reach it either).
 
 A task's polls wait like any wait of the turn: when the waits move to a new
 worker version or Temporal suggests continuing as new, `TaskProgress` (the
@@ -167,7 +169,7 @@ class TaskPolls:
                         )
                     self.progress[call_id] = progress.model_copy(update={"task": out})
                     continue
-                return self._end(call_id, await self._outcome(plan, toolkit, out, execute))
+                return self._end(call_id, self._outcome(plan, out))
         except asyncio.CancelledError:
             await self._cancel(plan, toolkit, execute)
             self.progress.pop(call_id, None)
@@ -251,12 +253,8 @@ class TaskPolls:
             )
             self.progress[call_id] = progress.model_copy(update={"asking": asking})
 
-    async def _outcome(
-        self,
-        plan: PlannedCall,
-        toolkit: str,
-        out: Ok | Failure | InputRequired | TaskState,
-        execute: Execute,
+    def _outcome(
+        self, plan: PlannedCall, out: Ok | Failure | InputRequired | TaskState
     ) -> Ok | Failure:
         """The call's result from a step's last activity (the task ended, or polling did)."""
         call = plan.call

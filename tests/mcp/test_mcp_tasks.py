@@ -40,13 +40,17 @@ from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.workflows.agent_workflow import StrictAgentWorkflow
 
 # The tool activity's start-to-close timeout: handshake + call + 10 s margin.
-ACTIVITY_TIMEOUT = 4 + 1 + 10
+ACTIVITY_TIMEOUT = 10 + 1 + 10
 
 
 def server(log: Path) -> McpServerConfig:
-    """The test server, trusted (`survey` needs no approval), with short timeouts."""
+    """The test server, trusted (`survey` needs no approval), with a short call timeout.
+
+    The handshake keeps 10 s: a server that starts slower (a loaded machine)
+    would be skipped, and its tools unknown to the model.
+    """
     return stdio_test_server(
-        log, trust_annotations=True, needs_approval=False, handshake_timeout=4, call_timeout=1
+        log, trust_annotations=True, needs_approval=False, handshake_timeout=10, call_timeout=1
     )
 
 
