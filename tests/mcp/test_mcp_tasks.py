@@ -195,8 +195,8 @@ HOSTILE: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "c": ({"taskId": "t-c", "status": "working"}, {"taskId": "t-other", "status": "working"}),
     "d": ({"taskId": "t-d", "status": "working", "pollIntervalMs": -5}, {"taskId": "t-d"}),
     "e": (
-        {"taskId": "t-e", "status": "working", "pollIntervalMs": 1e308},
-        {"taskId": "t-e", "status": "completed", "pollIntervalMs": "soon"},
+        {"taskId": "t-e", "status": "working", "pollIntervalMs": "soon"},
+        {"taskId": "t-e", "status": "completed", "pollIntervalMs": 1e308},
     ),
     # Failed with an error, and lone surrogates in its message.
     "f": (
