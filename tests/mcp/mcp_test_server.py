@@ -49,6 +49,7 @@ from mcp.server.mcpserver import (
     Context,
     Elicit,
     ElicitationResult,
+    MCPServer,
     RequestStateSecurity,
     Resolve,
     Sample,
@@ -56,7 +57,7 @@ from mcp.server.mcpserver import (
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
-from task_extension import ServerTasks, TaskServer
+from task_extension import ServerTasks
 
 IDEMPOTENCY_KEY_META = "durable-tools/idempotency-key"
 
@@ -94,7 +95,7 @@ def key_of(ctx: Context) -> str | None:
     return value if isinstance(value, str) else None
 
 
-server = TaskServer(
+server = MCPServer(
     "durable-tools-test-server",
     extensions=[ServerTasks(log, IDEMPOTENCY_KEY_META)],
     request_state_security=RequestStateSecurity(keys=[options.state_key], ttl=options.state_ttl)

@@ -28,7 +28,7 @@ from typing import Any
 import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
-from mcp.server.mcpserver import MCPServer, require_client_extension
+from mcp.server.mcpserver import require_client_extension
 from mcp.shared.exceptions import MCPError
 
 TASKS = "io.modelcontextprotocol/tasks"
@@ -77,18 +77,6 @@ class Task:
         if self.status == "completed":
             out["result"] = self.result
         return out
-
-
-class TaskServer(MCPServer):
-    """The SDK's server, listing the task tools with `execution.taskSupport: required`."""
-
-    async def list_tools(self) -> list[types.Tool]:
-        tools = await super().list_tools()
-        required = types.ToolExecution(task_support="required")
-        return [
-            t.model_copy(update={"execution": required}) if t.name in TASK_TOOLS else t
-            for t in tools
-        ]
 
 
 class ServerTasks(Extension):
