@@ -40,6 +40,7 @@ from durable_tools.events import MAX_EVENT_TEXT, PROGRESS_INTERVAL, STARTED_DELA
 from durable_tools.executor import encode_result, prepare_call
 from durable_tools.input_requests import NeedsInput
 from durable_tools.results import Failure, Ok, ToolCall, failed
+from durable_tools.tool_tasks import NeedsTask
 from durable_tools.tools import ToolContext, ToolFailure
 from durable_tools.transcript import to_tool_call_output
 
@@ -281,6 +282,9 @@ class ToolActivity(ActivitiesBase):
         except NeedsInput as exc:
             # Control flow as data: the loop records the requests and asks.
             return ToolActivityResult(input_required=exc.required, attempt=attempt)
+        except NeedsTask as exc:
+            # The call runs as a task: the loop polls it with timers and short activities.
+            return ToolActivityResult(task=exc.state, attempt=attempt)
         except ToolFailure as exc:
             reason = self.redact(exc.reason)
             if exc.retryable:

@@ -48,6 +48,7 @@ from durable_tools.policy_document import InstalledPolicy
 from durable_tools.policy_verdict import PolicyDisagreement, PolicyVerdict
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
+from durable_tools.tool_tasks import TaskProgress, TaskState
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
 
 __all__ = [
@@ -438,17 +439,21 @@ class ToolActivityResult(BaseModel):
             histories recorded before the field existed).
         input_required: What the call asks first (an MCP input-required
             result); the loop asks, then retries. Left out otherwise.
+        task: The task the call runs as (MCP Tasks): the loop polls it.
+            Left out otherwise.
     """
 
     result: ToolResult | None = None
     attempt: int = 1
     input_required: InputRequired | None = None
+    task: TaskState | None = None
 
     @model_serializer(mode="wrap")
     def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         dumped: dict[str, Any] = handler(self)
-        if dumped.get("input_required") is None:
-            dumped.pop("input_required", None)
+        for name in ("input_required", "task"):
+            if dumped.get(name) is None:
+                dumped.pop(name, None)
         return dumped
 
 
@@ -466,6 +471,8 @@ class CarriedCall(BaseModel):
         pause_until: When its `pause` ends without a `resume` (`None`: never).
         input_progress: Where a call that asked for input stands (its
             question is `interaction`). Left out otherwise.
+        task_progress: Where a call that runs as a task stands (MCP
+            Tasks: the task, its input so far). Left out otherwise.
     """
 
     plan: PlannedCall
@@ -476,12 +483,14 @@ class CarriedCall(BaseModel):
     wake_at: datetime | None = None
     pause_until: datetime | None = None
     input_progress: InputProgress | None = None
+    task_progress: TaskProgress | None = None
 
     @model_serializer(mode="wrap")
     def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         dumped: dict[str, Any] = handler(self)
-        if dumped.get("input_progress") is None:
-            dumped.pop("input_progress", None)
+        for name in ("input_progress", "task_progress"):
+            if dumped.get(name) is None:
+                dumped.pop(name, None)
         return dumped
 
 

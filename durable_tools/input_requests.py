@@ -30,7 +30,13 @@ import hashlib
 import json
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from durable_tools.transcript import Usage
 
@@ -52,6 +58,7 @@ __all__ = [
     "SampledMessage",
     "SampledReply",
     "SamplingAsk",
+    "TaskAction",
     "question_digest",
     "sendable",
 ]
@@ -218,6 +225,22 @@ class SampleRequest(BaseModel):
     ask: SamplingAsk
 
 
+class TaskAction(BaseModel):
+    """What the next activity of a call that runs as a task does (`InputResume.task`).
+
+    Attributes:
+        action: `get` (poll with `tasks/get`), `update` (send
+            `InputResume.responses` with `tasks/update`, then poll) or
+            `cancel` (`tasks/cancel`).
+        task_id: The server's task id.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    action: Literal["get", "update", "cancel"] = "get"
+    task_id: str
+
+
 class InputResume(BaseModel):
     """What a retried call sends: the answers and the exact `requestState`.
 
@@ -225,11 +248,22 @@ class InputResume(BaseModel):
         responses: The answers, by input request key.
         request_state: The state the server sent with the requests, unchanged.
         round: The round these answer (1-based).
+        task: Set for a call that runs as a task (`durable_tools.tool_tasks`):
+            the activity polls, updates or cancels that task instead of
+            calling the tool again. Left out otherwise.
     """
 
     responses: dict[str, InputAnswer]
     request_state: str | None = Field(default=None, repr=False)
     round: int = 1
+    task: TaskAction | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_task(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("task") is None:
+            dumped.pop("task", None)
+        return dumped
 
 
 class InputProgress(BaseModel):

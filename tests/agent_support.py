@@ -438,13 +438,31 @@ this key (`--state-key`), so a server process started by another worker
 accepts the state an earlier one sealed."""
 
 
+MCP_URL_ENV = "DT_TEST_MCP_URL"
+"""When set, worker subprocesses serve the MCP test server already running
+at this streamable-HTTP URL as `notes` (its bearer token in the environment
+variable `DT_TEST_MCP_TOKEN`): a server that outlives a worker killed mid-task."""
+
+
 def _mcp_servers_from_environment() -> list[Any]:
+    from durable_tools.mcp import McpServerConfig
+
+    if url := os.environ.get(MCP_URL_ENV):
+        return [
+            McpServerConfig(
+                name="notes",
+                url=url,
+                token_env="DT_TEST_MCP_TOKEN",
+                heartbeat_timeout=3,
+                handshake_timeout=5,
+                call_timeout=2,
+                trust_annotations=True,
+            )
+        ]
     log = os.environ.get(MCP_LOG_ENV)
     if not log:
         return []
     import sys
-
-    from durable_tools.mcp import McpServerConfig
 
     server = Path(__file__).parent / "mcp" / "mcp_test_server.py"
     return [

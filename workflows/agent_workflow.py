@@ -97,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.policy_document import PolicyChange
     from durable_tools.results import Failure, Ok, ToolCall
     from durable_tools.signals import Finish
+    from durable_tools.tool_tasks import TaskState
     from durable_tools.transcript import TranscriptItem, Usage, is_reconciled
 
 __all__ = ["AgentWorkflow", "StrictAgentWorkflow"]
@@ -346,7 +347,9 @@ class AgentWorkflow:
             self._agent = agent
         return outcome
 
-    async def _execute(self, plan: PlannedCall, toolkit: str) -> Ok | Failure | InputRequired:
+    async def _execute(
+        self, plan: PlannedCall, toolkit: str
+    ) -> Ok | Failure | InputRequired | TaskState:
         """Run a local call as its activity `tool.<name>` (`TurnCalls.execute`)."""
         return await self._calls.execute(plan, toolkit)
 

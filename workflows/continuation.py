@@ -149,6 +149,7 @@ def snapshot_turn(calls: TurnCalls) -> CarriedTurn:
                 wake_at=waits.sleeps.get(call_id),
                 pause_until=waits.pause_until if call_id == waits.pause_call else None,
                 input_progress=calls.inputs.progress.get(call_id),
+                task_progress=calls.tasks.progress.get(call_id),
             )
         )
     return CarriedTurn(
@@ -180,3 +181,5 @@ def restore_turn(carried: CarriedTurn, calls: TurnCalls) -> None:
         waits.restore(wait)
         if wait.input_progress is not None:
             calls.inputs.restore(wait.plan.call.call_id, wait.input_progress)
+        if wait.task_progress is not None:
+            calls.tasks.restore(wait.plan.call.call_id, wait.task_progress)

@@ -64,12 +64,15 @@ with workflow.unsafe.imports_passed_through():
         question_digest,
     )
     from durable_tools.results import Failure, Ok, expired, failed, interrupted
+    from durable_tools.tool_tasks import TaskState
     from durable_tools.workflows.decision_book import DecisionBook
 
 __all__ = ["InputRounds"]
 
 
-Execute = Callable[[PlannedCall, str, InputResume | None], Awaitable[Ok | Failure | InputRequired]]
+Execute = Callable[
+    [PlannedCall, str, InputResume | None], Awaitable[Ok | Failure | InputRequired | TaskState]
+]
 """Runs one activity of a call (`TurnCalls.execute`)."""
 
 
@@ -121,7 +124,7 @@ class InputRounds:
         asked: InputRequired,
         execute: Execute,
         limit: asyncio.Semaphore,
-    ) -> Ok | Failure | Moved:
+    ) -> Ok | Failure | TaskState | Moved:
         """Ask, retry, and ask again until the call has its one result.
 
         Args:
@@ -135,8 +138,10 @@ class InputRounds:
         Returns:
             The call's result: the server's, or the `Failure` of a question
             that expired or was superseded, of a second refused
-            `requestState`, or of too many rounds; `MOVED` when its wait
-            moved to the next run (`progress` holds where it stands).
+            `requestState`, or of too many rounds; a `TaskState` when the
+            server answered a retry with a task (the loop polls it);
+            `MOVED` when its wait moved to the next run (`progress` holds
+            where it stands).
         """
         return await self._rounds(plan, toolkit, InputProgress(asked=asked), execute, limit)
 
@@ -146,7 +151,7 @@ class InputRounds:
 
     async def resume(
         self, plan: PlannedCall, toolkit: str, execute: Execute, limit: asyncio.Semaphore
-    ) -> Ok | Failure | Moved:
+    ) -> Ok | Failure | TaskState | Moved:
         """Go on with a call whose wait moved from the previous run (`restore`), as `follow`."""
         progress = self.progress[plan.call.call_id]
         return await self._rounds(plan, toolkit, progress, execute, limit, restored=True)
@@ -160,7 +165,7 @@ class InputRounds:
         limit: asyncio.Semaphore,
         *,
         restored: bool = False,
-    ) -> Ok | Failure | Moved:
+    ) -> Ok | Failure | TaskState | Moved:
         call = plan.call
         call_id = call.call_id
         while True:
@@ -188,7 +193,7 @@ class InputRounds:
                     index=index + 1,
                     count=len(asked.requests),
                 )
-                answered = await self._answer(plan, question, request, restored)
+                answered = await self.answer_request(plan, question, request, restored)
                 restored = False
                 if isinstance(answered, Moved):
                     return answered  # `progress` goes to the next run with the question
@@ -219,10 +224,21 @@ class InputRounds:
                 return out
             progress = InputProgress(asked=out, round=next_round, restarted=restarted)
 
-    async def _answer(
+    async def answer_request(
         self, plan: PlannedCall, question: InputQuestion, request: InputRequest, restored: bool
     ) -> InputAnswer | Failure | Moved:
-        """One request's answer: a person's (form, link) or the model's (sampling)."""
+        """One request's answer: a person's (form, link) or the model's (sampling).
+
+        Args:
+            plan: The call's plan.
+            question: The question shown (its round, key, position).
+            request: The checked request it asks.
+            restored: It was asked in the previous run (its pending entry came along).
+
+        Returns:
+            The answer, the `Failure` that ends the call (expired,
+            superseded, denied, refused), or `MOVED`.
+        """
         if request.kind == "form":
             return await self._ask(plan, question, request.answer_schema, restored)
         if request.kind == "url" and not request.approval:

@@ -27,6 +27,7 @@ from durable_tools.workflows.handler_inputs import cancellation
 from durable_tools.workflows.input_rounds import InputRounds
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.signal_tools import SignalWaits, interpret
+from durable_tools.workflows.task_polls import TaskPolls
 from durable_tools.workflows.tool_activity import activity_failure, run_tool_activity
 from durable_tools.workflows.visibility import Visibility, calls_state
 from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.policy_verdict import PolicyVerdict, disagreement_text
     from durable_tools.results import Failure, Ok, ToolCall, cancelled, expired, failed, interrupted
     from durable_tools.signals import Finish, Handoff
+    from durable_tools.tool_tasks import TaskState
     from durable_tools.transcript import ToolCallOutput, to_tool_call_output
 
 __all__ = ["Outcome", "TurnCalls", "fold_outcomes"]
@@ -121,6 +123,7 @@ class TurnCalls:
         self.inputs = InputRounds(self, view.event, self._set_state)
         # Called once a turn's waits are registered (`LivePolicy.registered`).
         self.on_registered: Callable[[], None] | None = None
+        self.tasks = TaskPolls(self, self.inputs, view.event)
 
     def _set_state(self, state: str) -> None:
         self.view.state = state
@@ -250,11 +253,20 @@ class TurnCalls:
             elif plan.kind != "local":
                 reason = f"{call.name!r} is a {plan.kind} tool; it is not executed locally"
                 self.record(failed(call, "non_local_tool", reason))
+            elif resumed and call.call_id in self.tasks.progress:
+                # Its task was polled in the previous run, whose wait moved here.
+                self.started.add(call.call_id)
+                result = await self.tasks.resume(plan, toolkit, self.execute, limit)
+                if isinstance(result, Moved):
+                    return result
+                self.record(result)
             elif resumed and call.call_id in self.inputs.progress:
                 # It asked for input in the previous run, whose wait moved here: it
                 # started there (a cancellation now makes it `interrupted`).
                 self.started.add(call.call_id)
                 result = await self.inputs.resume(plan, toolkit, self.execute, limit)
+                if isinstance(result, TaskState):
+                    result = await self.tasks.follow(plan, toolkit, result, self.execute, limit)
                 if isinstance(result, Moved):
                     return result
                 self.record(result)
@@ -271,8 +283,10 @@ class TurnCalls:
                         result = await self.inputs.follow(
                             plan, toolkit, result, self.execute, limit
                         )
-                        if isinstance(result, Moved):
-                            return result  # its question goes to the next run
+                    if isinstance(result, TaskState):  # a task: polled, no slot held meanwhile
+                        result = await self.tasks.follow(plan, toolkit, result, self.execute, limit)
+                    if isinstance(result, Moved):
+                        return result  # its question or polls go to the next run
                     self.record(result)
         except asyncio.CancelledError:
             self.close(call)
@@ -338,11 +352,12 @@ class TurnCalls:
 
     async def execute(
         self, plan: PlannedCall, toolkit: str, resume: InputResume | None = None
-    ) -> Ok | Failure | InputRequired:
+    ) -> Ok | Failure | InputRequired | TaskState:
         """Run a local call as its activity; its result, or the `Failure` its error maps to.
 
         `InputRequired` when the call asks for input first (`InputRounds`
-        asks, then calls this again with `resume`).
+        asks, then calls this again with `resume`); `TaskState` when it runs
+        as a task (`TaskPolls` polls it, calling this with `resume.task`).
         """
         call = plan.call
         self.started.add(call.call_id)
@@ -357,8 +372,10 @@ class TurnCalls:
                 plan, toolkit, inline=self.options.transcript_in_activity_input, resume=resume
             )
             if out.result is None:
-                return out.input_required or failed(
-                    call, "execution_error", "the tool activity returned no result"
+                return (
+                    out.input_required
+                    or out.task
+                    or failed(call, "execution_error", "the tool activity returned no result")
                 )
             self.produced.add(call.call_id)
             self._note_attempts(call, out.attempt, scheduled)

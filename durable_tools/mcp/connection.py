@@ -44,6 +44,14 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from durable_tools.mcp._streams import (
+    HTTP_STAND_INS,
+    CountingWrite,
+    WatchedRead,
+    describe_error,
+    http_status_text,
+    leaf_error,
+)
 from durable_tools.mcp.client_side import (
     log_server_message,
     no_mid_call_elicitation,
@@ -51,6 +59,15 @@ from durable_tools.mcp.client_side import (
     roots_of,
 )
 from durable_tools.mcp.config import McpServerConfig
+from durable_tools.mcp.tasks import (
+    CancelTaskRequest,
+    CreateTaskResult,
+    GetTaskRequest,
+    RawResult,
+    TasksExtension,
+    UpdateTaskRequest,
+)
+from durable_tools.tool_tasks import TASKS_EXTENSION
 
 __all__ = ["CallTimedOut", "ConnectionLost", "McpConnection", "McpStartError"]
 
@@ -83,49 +100,6 @@ class ConnectionLost(Exception):
 
 class CallTimedOut(Exception):
     """A call outlived its timeout; its request was cancelled (the session goes on)."""
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for an exception, unwrapping anyio's exception groups."""
-    leaf = _leaf(exc)  # nested exception groups: report the first leaf
-    strerror: object = getattr(leaf, "strerror", None)
-    if isinstance(strerror, str) and strerror:
-        filename: object = getattr(leaf, "filename", None)
-        return f"{strerror} {filename!r}" if filename else strerror
-    name = type(leaf).__name__
-    text = str(leaf).strip().splitlines()
-    return f"{name}: {text[0]}" if text else name
-
-
-_HTTP_STAND_INS: Final = frozenset(
-    {"Server returned an error response", "Not Found", "Session terminated"}
-)
-"""What the MCP SDK's streamable HTTP client says in place of an HTTP error status."""
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The first leaf of nested exception groups (`exc` itself when it is none)."""
-    leaf = exc
-    for _ in range(100):
-        inner: object = getattr(leaf, "exceptions", None)
-        if not isinstance(inner, tuple) or not inner:
-            break
-        first: object = cast(tuple[object, ...], inner)[0]
-        if not isinstance(first, BaseException):
-            break
-        leaf = first
-    return leaf
-
-
-def http_status_text(status: int, reason: str) -> str:
-    """What an MCP server's HTTP error status says, e.g. `it answered HTTP 401 Unauthorized`.
-
-    A 401 or 403 adds where the credentials come from (`token_env`, `headers`).
-    """
-    text = f"it answered HTTP {status} {reason}".rstrip()
-    if status in (401, 403):
-        text += " (check its token_env, token or headers)"
-    return text
 
 
 @dataclass(eq=False)
@@ -162,69 +136,6 @@ class _Live:
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
-
-
-class _WatchedRead:
-    """A read stream that reports the end of the transport (server gone)."""
-
-    def __init__(self, inner: Any, lost: asyncio.Event) -> None:
-        self._inner = inner
-        self._lost = lost
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def receive(self) -> Any:
-        try:
-            return await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._lost.set()
-            raise
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def __aiter__(self) -> _WatchedRead:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _WatchedRead:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class _CountingWrite:
-    """A write stream that counts the requests it sends, by method."""
-
-    def __init__(self, inner: Any, on_request: Callable[[str], None]) -> None:
-        self._inner = inner
-        self._on_request = on_request
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def send(self, item: Any, /) -> None:
-        message = getattr(item, "message", None)
-        method = getattr(message, "method", None)
-        if isinstance(message, types.JSONRPCRequest) and isinstance(method, str):
-            self._on_request(method)
-        await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _CountingWrite:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 class McpConnection:
@@ -342,7 +253,7 @@ class McpConnection:
                 )
             read, write = streams
             try:
-                yield _WatchedRead(read, live.lost), _CountingWrite(write, self._count_request)
+                yield WatchedRead(read, live.lost), CountingWrite(write, self._count_request)
             finally:
                 live.lost.set()
 
@@ -357,10 +268,10 @@ class McpConnection:
 
     def _with_status(self, exc: BaseException) -> BaseException:
         """`exc`, or an `MCPError` naming the HTTP status the SDK reported generically."""
-        leaf = _leaf(exc)
+        leaf = leaf_error(exc)
         if (
             isinstance(leaf, MCPError)
-            and leaf.message in _HTTP_STAND_INS
+            and leaf.message in HTTP_STAND_INS
             and self._http_status is not None
         ):
             return MCPError(leaf.code, http_status_text(*self._http_status), leaf.data)
@@ -406,6 +317,8 @@ class McpConnection:
                 log_level="info",
                 client_info=types.Implementation(name="durable-tools", version="0"),
                 cache=None,
+                # MCP Tasks, declared in each request's capabilities (2026-07-28).
+                extensions=[TasksExtension()],
             ) as client:
                 live.client = client
                 async with anyio.create_task_group() as group:
@@ -507,7 +420,7 @@ class McpConnection:
         progress: Callable[[float, float | None, str | None], Any] | None = None,
         input_responses: Mapping[str, Any] | None = None,
         request_state: str | None = None,
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> types.CallToolResult | types.InputRequiredResult | CreateTaskResult:
         """Call one tool on the pooled session.
 
         An input-required result (MCP 2026-07-28) is returned, not answered
@@ -526,8 +439,9 @@ class McpConnection:
             request_state: That result's `requestState`, byte for byte.
 
         Returns:
-            The server's `CallToolResult` (`is_error` may be true), or its
-            `InputRequiredResult`.
+            The server's `CallToolResult` (`is_error` may be true), its
+            `InputRequiredResult`, or its task handle (`CreateTaskResult`,
+            MCP Tasks).
 
         Raises:
             McpStartError: The server could not be (re)started: nothing was sent.
@@ -542,14 +456,7 @@ class McpConnection:
         client = await self.open()
         live = self._live
         assert live is not None
-        callback: ProgressFnT | None = None
-        if progress is not None:
-            report = progress
-
-            async def forward(progress: float, total: float | None, message: str | None) -> None:
-                report(progress, total, message)
-
-            callback = forward
+        callback = _forwarding(progress) if progress is not None else None
 
         request = asyncio.ensure_future(
             client.session.call_tool(
@@ -560,8 +467,61 @@ class McpConnection:
                 input_responses=cast(Any, dict(input_responses)) if input_responses else None,
                 request_state=request_state,
                 allow_input_required=True,
+                # A task handle (MCP Tasks) is returned to the loop, which polls it.
+                allow_claimed=True,
             )
         )
+        return cast(
+            "types.CallToolResult | types.InputRequiredResult | CreateTaskResult",
+            await self._answer(live, request, timeout),
+        )
+
+    async def task_request(
+        self,
+        request: GetTaskRequest | UpdateTaskRequest | CancelTaskRequest,
+        *,
+        timeout: float,
+        progress: Callable[[float, float | None, str | None], Any] | None = None,
+    ) -> dict[str, Any]:
+        """Send one request of the MCP Tasks extension on the pooled session.
+
+        Args:
+            request: `tasks/get`, `tasks/update` or `tasks/cancel`.
+            timeout: Seconds it may take.
+            progress: `progress(progress, total, message)` for each progress
+                notification the server sends while it answers.
+
+        Returns:
+            The answer's JSON object, unchecked (`tasks.task_state_of` checks it).
+
+        Raises:
+            McpStartError, ConnectionLost, CallTimedOut, MCPError: As `call_tool`.
+        """
+        client = await self.open()
+        live = self._live
+        assert live is not None
+        sent = asyncio.ensure_future(
+            client.session.send_request(
+                request,
+                RawResult,
+                progress_callback=_forwarding(progress) if progress is not None else None,
+            )
+        )
+        answer: RawResult = await self._answer(live, sent, timeout)
+        return dict(answer.model_extra or {})
+
+    @property
+    def supports_tasks(self) -> bool:
+        """Whether its calls may run as tasks: it speaks 2026-07-28 and declares MCP Tasks."""
+        live = self._live
+        client = live.client if live is not None else None
+        if client is None or client.session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return False
+        caps = client.session.server_capabilities
+        return caps is not None and TASKS_EXTENSION in (caps.extensions or {})
+
+    async def _answer(self, live: _Live, request: asyncio.Future[Any], timeout: float) -> Any:
+        """`request`'s answer within `timeout`, ended at the server otherwise (see `call_tool`)."""
         lost = asyncio.ensure_future(live.lost.wait())
         try:
             done, _ = await asyncio.wait(
@@ -595,6 +555,15 @@ class McpConnection:
                 self._live = None
                 self._note_failure()
         await live.close()
+
+
+def _forwarding(report: Callable[[float, float | None, str | None], Any]) -> ProgressFnT:
+    """The SDK's progress callback for `report` (called from the session's reader task)."""
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        report(progress, total, message)
+
+    return forward
 
 
 async def _abandon(request: asyncio.Future[Any]) -> None:

@@ -63,6 +63,8 @@ from durable_tools.mcp.connection import (
     describe_error,
 )
 from durable_tools.mcp.input_required import input_required_of, input_responses_of
+from durable_tools.mcp.task_steps import task_of, task_step
+from durable_tools.mcp.tasks import CreateTaskResult
 from durable_tools.toolkit import Toolkit, compose
 from durable_tools.tools import (
     ONE_ATTEMPT,
@@ -109,6 +111,12 @@ def _annotations(spec: types.Tool) -> ToolAnnotations:
         "open_world": ann.open_world_hint,
     }
     return ToolAnnotations(**{k: v for k, v in fields.items() if v is not None})
+
+
+_NO_TASKS: Final[str] = (
+    "and the server does not offer MCP Tasks (the io.modelcontextprotocol/tasks "
+    "extension of protocol 2026-07-28), the only tasks this worker runs"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,7 +232,7 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
 
         async def send(
             responses: dict[str, Any] | None, state: str | None, timeout: float
-        ) -> types.CallToolResult | types.InputRequiredResult:
+        ) -> types.CallToolResult | types.InputRequiredResult | CreateTaskResult:
             try:
                 return await connection.call_tool(
                     tool_name,
@@ -273,6 +281,11 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
                 raise ToolFailure("output_validation_error", str(exc)) from exc
 
         resume = ctx.resume
+        if resume is not None and resume.task is not None:  # a poll of the call's task
+            final = await task_step(connection, resume, emit, call_timeout)
+            if final.is_error:
+                raise ToolFailure("execution_error", _error_text(final))
+            return _content_value(final)
         responses = input_responses_of(server_name, resume) if resume else None
         state = resume.request_state if resume else None
         loop = asyncio.get_running_loop()
@@ -292,6 +305,8 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
             await asyncio.sleep(min(0.05 * 2**retried, 0.25))
             responses, state = None, result.request_state
             result = await send(responses, state, max(deadline - loop.time(), 0.001))
+        if isinstance(result, CreateTaskResult):  # it runs as a task: the loop polls it
+            result = task_of(connection, result.model_dump(by_alias=True, mode="json"), None)
         if isinstance(result, types.InputRequiredResult):
             raise NeedsInput(input_required_of(server_name, result, config))
         if result.is_error:
@@ -415,20 +430,19 @@ class McpToolsets:
             wanted = list(specs)
         tools: list[Tool] = []
         for spec in wanted:
-            if needs_tasks(spec):
-                # Offered to clients that call it as a task (MCP Tasks), which this
-                # worker does not do yet: a call without one always fails.
+            if needs_tasks(spec) and not connection.supports_tasks:
+                # Called without a task, it always fails. The worker runs tasks of
+                # the MCP Tasks extension (2026-07-28), not 2025-11-25's core tasks.
                 if config.tools is not None:
                     raise ConfigurationError(
                         f"MCP server {config.name!r}, tool {spec.name!r}: it requires task "
-                        "augmentation (MCP Tasks), which this worker does not support yet; "
-                        "remove it from `tools`"
+                        f"augmentation, {_NO_TASKS}; remove it from `tools`"
                     )
                 _log.info(
-                    "MCP server %r: tool %r left out: it requires task augmentation "
-                    "(MCP Tasks), which this worker does not support yet",
+                    "MCP server %r: tool %r left out: it requires task augmentation, %s",
                     config.name,
                     spec.name,
+                    _NO_TASKS,
                 )
                 continue
             try:

@@ -11,7 +11,9 @@ Every event the tests check is appended to the JSON-lines `--log` file:
 "pid": ...}` each time a tool body runs (`slow_record` adds its `request_id`,
 and logs `{"event": "cancelled", "request_id": ...}` when it is interrupted), and
 `{"event": "notification", "method": "notifications/cancelled", "request_id": ...}`
-for each cancellation the client sends. `stamp` lies in its annotations
+for each cancellation the client sends. `survey` and `raw_task` run only as
+MCP tasks (the Tasks extension of `task_extension.py`, which logs `task_*`
+events). `stamp` lies in its annotations
 (read-only, yet it writes, and its server dies after the first write of each
 key); `relabel` changes another tool's annotations at run time. `paint` asks
 for input in two rounds (MCP 2026-07-28 input-required results, by the
@@ -55,6 +57,7 @@ from mcp.server.mcpserver import (
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
+from task_extension import ServerTasks
 
 IDEMPOTENCY_KEY_META = "durable-tools/idempotency-key"
 
@@ -94,6 +97,7 @@ def key_of(ctx: Context) -> str | None:
 
 server = MCPServer(
     "durable-tools-test-server",
+    extensions=[ServerTasks(log, IDEMPOTENCY_KEY_META)],
     request_state_security=RequestStateSecurity(keys=[options.state_key], ttl=options.state_ttl)
     if options.state_key
     else RequestStateSecurity.ephemeral(ttl=options.state_ttl),
@@ -375,6 +379,20 @@ async def raw_ask(requests: dict[str, Any], ctx: Context) -> str | types.InputRe
     return types.InputRequiredResult.model_construct(
         result_type="input_required", input_requests=requests, request_state="raw-1"
     )
+
+
+@server.tool(annotations=WRITES)
+async def survey(
+    topic: str, seconds: float = 1.0, ttl_ms: int | None = 600_000, poll_ms: int = 200
+) -> str:
+    """Survey `topic` for `seconds` as an MCP task; asks whose survey it is halfway."""
+    raise ToolError("survey runs only as a task (task_extension.py)")
+
+
+@server.tool(annotations=READ_ONLY)
+async def raw_task(create: dict[str, Any], get: dict[str, Any]) -> str:
+    """Answers with `create` as a task handle and `get` to its polls (hostile-server tests)."""
+    raise ToolError("raw_task runs only as a task (task_extension.py)")
 
 
 async def on_cancelled(ctx: Any, params: types.CancelledNotificationParams) -> None:

@@ -1,0 +1,163 @@
+"""A call running as an MCP task moves to a new worker version, and is polled on there.
+
+Like every durable wait (tests/workflows/test_follow_versions.py), the
+polls of a call that runs as a task (the Tasks extension) notice a new
+current version at their version-check timer and continue as new onto it,
+carrying the call's `TaskProgress` (the task id, its questions and answers
+so far). The new version polls the same task, asks its question and sends
+the answer with `tasks/update`; the server created one task and ran its body
+once. No workflow task fails, and every run's history replays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_support import AGENT, MODELS, TOOLKITS, turns
+from mcp_support import http_test_server, started
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.common import WorkerDeploymentVersion
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+from workflow_helpers import eventually, outputs_by_id, set_current_version
+
+from durable_tools.activities.agent_activities import AgentActivities
+from durable_tools.client import Conversations
+from durable_tools.conversation import ConversationOptions, PendingInteraction
+from durable_tools.mcp import McpServerConfig
+from durable_tools.toolkit import compose
+from durable_tools.worker.plugin import sandbox_runner
+from durable_tools.worker.runner import deployment_config
+from durable_tools.workflows.agent_workflow import AgentWorkflow
+
+
+@asynccontextmanager
+async def _worker(
+    client: Client, task_queue: str, version: WorkerDeploymentVersion, url: str
+) -> AsyncIterator[None]:
+    """A versioned worker whose `tests` toolkit has the HTTP test server's tools."""
+    server = McpServerConfig(
+        name="notes", url=url, token_env="DT_TEST_MCP_TOKEN", trust_annotations=True
+    )
+    async with started(server) as toolsets:
+        toolkits = {**TOOLKITS, "tests": compose(TOOLKITS["tests"], toolsets.toolkit())}
+        acts = AgentActivities(toolkits, dict(MODELS))
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[AgentWorkflow],
+            activities=[acts.model_turn, acts.tool_call],
+            workflow_runner=sandbox_runner(),
+            deployment_config=deployment_config(version),
+            max_cached_workflows=0,
+        ):
+            yield
+
+
+async def _histories(client: Client, workflow_id: str) -> list[tuple[set[str], WorkflowHistory]]:
+    """Each run's build ids and history, first run first."""
+    runs: list[tuple[set[str], WorkflowHistory]] = []
+    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        builds = {
+            e.workflow_task_completed_event_attributes.deployment_version.build_id
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        }
+        runs.append((builds, history))
+        started_ = history.events[0].workflow_execution_started_event_attributes
+        if not started_.continued_execution_run_id:
+            return runs[::-1]
+        run_id = started_.continued_execution_run_id
+
+
+async def test_a_task_of_an_mcp_call_moves_to_the_new_version(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DT_TEST_MCP_TOKEN", "versions-token")
+    client = dev_env.client
+    deployment = f"agents-{uuid.uuid4().hex[:8]}"
+    v1, v2 = (WorkerDeploymentVersion(deployment_name=deployment, build_id=b) for b in ("v1", "v2"))
+    log = tmp_path / "server.jsonl"
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"follow-mcp-task-{uuid.uuid4()}"
+    options = ConversationOptions(version_check_interval=1, approval_deadline=3600)
+
+    async def asked() -> PendingInteraction:
+        async def probe() -> PendingInteraction | None:
+            pending = await conversations.pending(workflow_id)
+            return next((i for i in pending.interactions if i.call_id == "p"), None)
+
+        return await eventually(probe, what="the task's question", timeout=30)
+
+    async def polled() -> bool:
+        return any(r["event"] == "task_get" for r in _rows(log))
+
+    with http_test_server(log, "DT_TEST_MCP_TOKEN") as url:
+        async with _worker(client, task_queue, v1, url):
+            await set_current_version(dev_env, deployment, "v1")
+            handle = await conversations.start(
+                workflow_id,
+                agent=AGENT,
+                message=turns(
+                    [("p", "notes__survey", {"topic": "reefs", "seconds": 8})],
+                    [("f1", "finish", {"output": "surveyed"})],
+                ),
+                options=options,
+            )
+            await eventually(polled, what="the task's first poll", timeout=30)
+            async with _worker(client, task_queue, v2, url):
+                await set_current_version(dev_env, deployment, "v2")
+
+                async def moved() -> bool:
+                    return "v2" in (await _histories(client, workflow_id))[-1][0]
+
+                await eventually(moved, what="the run on v2", timeout=30)
+                question = await asked()
+                await conversations.answer(
+                    workflow_id, "p", {"name": "Gil"}, arguments_hash=question.arguments_hash
+                )
+                result = await asyncio.wait_for(handle.result(), 60)
+                items = await conversations.history(workflow_id)
+                runs = await _histories(client, workflow_id)
+    assert result.status == "finished"
+    output = outputs_by_id(items)["p"]
+    assert not output.is_error and "survey of reefs for Gil (accept)" in output.content
+    rows = _rows(log)
+    created = [r for r in rows if r["event"] == "task_created"]
+    assert len(created) == 1
+    assert len([r for r in rows if r["event"] == "call"]) == 1
+    assert [r for r in rows if r["event"] == "task_cancel"] == []
+    assert [builds for builds, _ in runs][:2] == [{"v1"}, {"v2"}]
+    # The second run started with the task carried (its id), not a new call.
+    carried = runs[1][1].events[0].workflow_execution_started_event_attributes.input
+    assert b"task_progress" in carried.payloads[0].data
+    assert created[0]["task_id"].encode() in carried.payloads[0].data
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+    for builds, history in runs:
+        failed = [
+            e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]
+        assert not failed, (builds, failed)
+        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert replayed.replay_failure is None, (builds, replayed.replay_failure)
+
+
+def _rows(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
