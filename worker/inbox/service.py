@@ -53,7 +53,7 @@ from durable_tools.conversation import (
 from durable_tools.decision_keys import SigningKey
 from durable_tools.errors import DecisionRejected, RetryRejected
 from durable_tools.transcript import ToolCallOutput
-from durable_tools.worker.inbox.auth import Identity, may_decide
+from durable_tools.worker.inbox.auth import Identity, already_approved, may_decide
 from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
 from durable_tools.worker.inbox.conflicts import (
     QUERY_TIMEOUT,
@@ -220,7 +220,11 @@ class InboxService(InboxListing, InboxReading):
         current = await self._pending_call(workflow_id, call_id, interaction=False)
         if isinstance(current, PendingApproval):  # the wait a signed decision is bound to
             shown = shown.model_copy(update={"instance": current.instance})
-        if not may_decide(identity, current or shown):
+        if isinstance(current, PendingApproval) and approved:
+            counted = already_approved(identity, current.approved_by, current.quorum)
+            if counted is not None:
+                raise Conflict("not_allowed", counted)
+        if not may_decide(identity, current or shown, approving=approved):
             raise Conflict("not_allowed", f"{identity.name} may not decide on call {call_id!r}")
 
         def send(wait: bool) -> Awaitable[DecisionReceipt | None]:
