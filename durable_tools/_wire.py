@@ -48,6 +48,7 @@ from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
+from durable_tools.webhooks import WebhookDelivery
 
 __all__ = [
     "AGENT_CONFIG_QUERY",
@@ -141,6 +142,9 @@ class PlannedCall(BaseModel):
             its version and rule; for `approve`, `approvers` holds its groups
             and the verdict its quorum. `None` (left out when recorded): no
             policy decided, the tool's own `needs_approval` did.
+        notify: The worker's webhooks (`App.webhooks`) by name, with the
+            event kinds each is sent, for a call that waits for a person
+            (`durable_tools.webhooks`); `None` (left out): none.
     """
 
     call: ToolCall
@@ -163,6 +167,7 @@ class PlannedCall(BaseModel):
     at_most_once: bool = False
     local: bool = False
     policy: PolicyVerdict | None = None
+    notify: dict[str, list[str]] | None = None
 
 
 class DeltaEntry(BaseModel):
@@ -540,6 +545,9 @@ class CarriedState(BaseModel):
             (the idle timeout counts from the wait's start, not the run's).
         messages_supersede: The agent's `messages_supersede` its last model
             turn reported (`None`: none).
+        notifications: Webhook deliveries still in flight when the run
+            continued as new: the next run starts them again (same event
+            ids, so a receiver that got one already drops it).
         budget: Budgets and spend (`durable_tools.budgets`); `None` in runs
             recorded before budgets, and when nothing was spent or limited.
     """
@@ -569,6 +577,7 @@ class CarriedState(BaseModel):
     idle_until: datetime | None = None
     messages_supersede: MessagesSupersede | None = None
     budget: BudgetState | None = None
+    notifications: list[WebhookDelivery] = Field(default_factory=list[WebhookDelivery])
 
 
 class ConversationInput(BaseModel):

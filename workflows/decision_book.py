@@ -23,6 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from durable_tools.workflows.handler_inputs import MAX_NAME_CHARS
+from durable_tools.workflows.notifications import Notifier
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import VERIFY_DECISION_ACTIVITY, CarriedCall, CarriedState, PlannedCall
@@ -135,6 +136,8 @@ class DecisionBook:
         # The agent's `messages_supersede`, as its latest model turn reported it.
         self.messages_supersede: MessagesSupersede | None = messages_supersede
         self._instance_of = instance_of or _workflow_instance
+        # Webhook deliveries (started beside the loop; carried while in flight).
+        self.notifier = Notifier([])
 
     @classmethod
     def from_state(
@@ -145,7 +148,7 @@ class DecisionBook:
         is_call: Callable[[str], bool],
     ) -> DecisionBook:
         """The book of a run that starts from `state` (early inputs, rejections carried)."""
-        return cls(
+        book = cls(
             options,
             early_decisions=state.early_decisions,
             early_answers=state.early_answers,
@@ -154,14 +157,17 @@ class DecisionBook:
             is_call=is_call,
             messages_supersede=state.messages_supersede,
         )
+        book.notifier = Notifier(state.notifications)
+        return book
 
     def carried(self) -> dict[str, Any]:
-        """The `CarriedState` fields of the book: early inputs, the newest rejections."""
+        """The `CarriedState` fields of the book: early inputs, rejections, deliveries."""
         return {
             "early_decisions": self.early_decisions,
             "early_answers": self.early_answers,
             "rejected": self.rejected[-MAX_REJECTED:],
             "messages_supersede": self.messages_supersede,
+            "notifications": self.notifier.carried(),
         }
 
     def pending_state(self, paused: str | None, model_failed: ModelFailure | None) -> PendingState:

@@ -358,19 +358,35 @@ class TurnCalls:
         `resumed`: the call waited in the previous run, which published its request.
         """
         call, asked = plan.call, workflow.now()
+        waiting = self.book.approvals[call.call_id]
+        notify = self.book.notifier.notify
         if resumed:
-            asked = self.book.approvals[call.call_id].requested_at
+            asked = waiting.requested_at
         else:
             telemetry.approval_event("approval.requested", call.call_id, call.name)
             verdict = plan.policy.model_dump(mode="json") if plan.policy is not None else None
             self.view.event(
                 "approval_requested", call_id=call.call_id, tool=call.name, policy=verdict
             )
+            notify(
+                plan,
+                "approval_requested",
+                requested_at=asked,
+                approvers=waiting.approvers,
+                deadline=waiting.deadline,
+            )
         refusal = await self.await_decision(plan)
         if isinstance(refusal, Moved):
             return refusal
         decision = self.book.decisions.get(call.call_id)
         outcome = "approved" if refusal is None else refusal.kind
+        notify(
+            plan,
+            "approval_expired" if outcome == "expired" else "approval_decided",
+            requested_at=waiting.requested_at,
+            outcome=outcome,
+            decided_by=decision.decided_by if decision is not None else None,
+        )
         self.view.event(
             "approval_decided" if decision is not None else "approval_expired",
             call_id=call.call_id,
@@ -444,12 +460,24 @@ class TurnCalls:
         `resumed`: the call waited in the previous run, which published the question.
         """
         call = plan.call
+        waiting = self.book.interactions[call.call_id]
+        notify = self.book.notifier.notify
         if not resumed:
             self.view.event("question_asked", call_id=call.call_id, tool=call.name)
+            notify(
+                plan, "question_asked", requested_at=waiting.requested_at, deadline=waiting.deadline
+            )
         result = await self.await_answer(plan)
         if isinstance(result, Moved):
             return result
         outcome = "ok" if isinstance(result, Ok) else result.kind
+        notify(
+            plan,
+            "question_expired" if outcome == "expired" else "question_answered",
+            requested_at=waiting.requested_at,
+            outcome=outcome,
+            decided_by=self.answered_by(result) or None,
+        )
         self.view.event(
             "question_answered",
             call_id=call.call_id,
