@@ -110,7 +110,34 @@ def approval_policy_line(approval: PendingApproval) -> str:
     if approval.quorum > 1:
         who = ", ".join(approval.approved_by) or "nobody yet"
         line += f"; approved by {who} ({len(approval.approved_by)} of {approval.quorum})"
-    return line
+    return line + escalation_text(approval)
+
+
+def escalation_text(approval: PendingApproval) -> str:
+    """Where a waiting approval's reminder and escalation stand, as `; ...` (or `""`).
+
+    E.g. `; reminded 2026-11-26 21:00 UTC; escalated to group:oncall
+    2026-11-27 00:00 UTC (was group:finance)`, or what is still to come.
+    """
+    state = approval.escalation
+    if state is None:
+        return ""
+
+    def when(at: datetime) -> str:
+        return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    parts: list[str] = []
+    if state.reminded_at is not None:
+        parts.append(f"reminded {when(state.reminded_at)}")
+    elif state.remind_at is not None:
+        parts.append(f"reminder {when(state.remind_at)}")
+    to = ", ".join(approval.approvers)
+    if state.escalated_at is not None:
+        was = ", ".join(state.escalated_from) or "anyone"
+        parts.append(f"escalated to {to} {when(state.escalated_at)} (was {was})")
+    elif state.escalate_at is not None:
+        parts.append(f"escalates {when(state.escalate_at)}")
+    return "".join(f"; {p}" for p in parts)
 
 
 def render_pending(state: PendingState) -> Group:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState
 
+from durable_tools.workflows.approval_clock import escalation_of, run_clock
 from durable_tools.workflows.decision_book import DecisionBook
 from durable_tools.workflows.handler_inputs import cancellation
 from durable_tools.workflows.input_rounds import InputRounds
@@ -375,7 +376,14 @@ class TurnCalls:
                 approvers=waiting.approvers,
                 deadline=waiting.deadline,
             )
-        refusal = await self.await_decision(plan)
+        clock = None
+        if escalation_of(plan):
+            clock = asyncio.create_task(run_clock(plan, self.book, self.view.event, self.publish))
+        try:
+            refusal = await self.await_decision(plan)
+        finally:
+            if clock is not None:
+                clock.cancel()
         if isinstance(refusal, Moved):
             return refusal
         decision = self.book.decisions.get(call.call_id)
