@@ -43,6 +43,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
+from durable_tools.grants import Grant
 from durable_tools.input_requests import InputProgress, InputRequired, InputResume
 from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.results import Failure, ToolCall, ToolResult
@@ -548,6 +549,8 @@ class CarriedState(BaseModel):
         notifications: Webhook deliveries still in flight when the run
             continued as new: the next run starts them again (same event
             ids, so a receiver that got one already drops it).
+        grants: The conversation's grants (`durable_tools.grants`): later
+            matching calls run without waiting.
         budget: Budgets and spend (`durable_tools.budgets`); `None` in runs
             recorded before budgets, and when nothing was spent or limited.
     """
@@ -578,6 +581,7 @@ class CarriedState(BaseModel):
     messages_supersede: MessagesSupersede | None = None
     budget: BudgetState | None = None
     notifications: list[WebhookDelivery] = Field(default_factory=list[WebhookDelivery])
+    grants: list[Grant] = Field(default_factory=list[Grant])
 
 
 class ConversationInput(BaseModel):

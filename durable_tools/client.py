@@ -59,6 +59,7 @@ from durable_tools.errors import (
     ResumeRejected,
     RetryRejected,
 )
+from durable_tools.grants import GrantScope
 from durable_tools.input_requests import ElicitAction
 from durable_tools.teams import TEAM, check_team
 
@@ -339,6 +340,7 @@ class Conversations(ConversationReads):
         sign_with: tuple[str, SigningKey] | None = None,
         instance: str | None = None,
         wait: bool = False,
+        grant: GrantScope | None = None,
     ) -> DecisionReceipt | None:
         """Send a decision on an approval-gated call.
 
@@ -363,6 +365,11 @@ class Conversations(ConversationReads):
                 a running worker).
             wait: Send the `decide_now` update and wait for its acceptance
                 instead of the `decide` signal.
+            grant: With an approval, "for the rest of this conversation":
+                later calls of this tool whose arguments match the scope
+                run without waiting (`durable_tools.grants`; signed with
+                the rest). The call itself must match it, and a call that
+                needs a quorum takes none.
 
         Returns:
             The receipt with `wait=True`, else `None`.
@@ -394,6 +401,7 @@ class Conversations(ConversationReads):
                 decided_by=decided_by,
                 groups=groups,
                 reason=reason,
+                grant=grant,
             )
         else:
             decision = Decision(
@@ -404,6 +412,7 @@ class Conversations(ConversationReads):
                 decided_at=datetime.now(UTC),
                 reason=reason,
                 groups=list(groups),
+                grant=grant,
             )
         return await self.send_decision(workflow_id, decision, wait=wait)
 

@@ -29,6 +29,7 @@ from pydantic import (
 from durable_tools.budgets import Budget, BudgetExceeded, BudgetState
 from durable_tools.context import ContextPolicy
 from durable_tools.escalation import EscalationState
+from durable_tools.grants import Grant
 from durable_tools.input_requests import ElicitAction, InputQuestion
 from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.transcript import TranscriptItem, Usage
@@ -419,6 +420,8 @@ class PendingState(BaseModel):
         messages_supersede: Who may supersede the pending approvals by
             sending a message (`ConversationOptions.messages_supersede`);
             `"deciders"` from workers before it.
+        grants: The conversation's grants (`durable_tools.grants`): who
+            approved which later calls, when, and the calls they ran.
     """
 
     approvals: list[PendingApproval] = Field(default_factory=list[PendingApproval])
@@ -428,6 +431,7 @@ class PendingState(BaseModel):
     budget_exceeded: BudgetExceeded | None = None
     rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
     messages_supersede: MessagesSupersede = "deciders"
+    grants: list[Grant] = Field(default_factory=list[Grant])
 
 
 class Answer(BaseModel):

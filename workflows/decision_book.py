@@ -22,6 +22,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from durable_tools.workflows.grant_book import Grants
 from durable_tools.workflows.handler_inputs import MAX_NAME_CHARS
 from durable_tools.workflows.notifications import Notifier
 
@@ -138,6 +139,7 @@ class DecisionBook:
         self._instance_of = instance_of or _workflow_instance
         # Webhook deliveries (started beside the loop; carried while in flight).
         self.notifier = Notifier([])
+        self.grants = Grants([])  # "approve for the rest of this conversation"
 
     @classmethod
     def from_state(
@@ -158,6 +160,7 @@ class DecisionBook:
             messages_supersede=state.messages_supersede,
         )
         book.notifier = Notifier(state.notifications)
+        book.grants = Grants(state.grants)
         return book
 
     def carried(self) -> dict[str, Any]:
@@ -168,6 +171,7 @@ class DecisionBook:
             "rejected": self.rejected[-MAX_REJECTED:],
             "messages_supersede": self.messages_supersede,
             "notifications": self.notifier.carried(),
+            "grants": self.grants.carried(),
         }
 
     def pending_state(self, paused: str | None, model_failed: ModelFailure | None) -> PendingState:
@@ -179,6 +183,7 @@ class DecisionBook:
             rejected=list(self.rejected),
             model_failed=model_failed,
             messages_supersede=self.messages_supersede or self.options.messages_supersede,
+            grants=self.grants.carried(),
         )
 
     def deadline(self, plan: PlannedCall) -> float:
@@ -214,6 +219,10 @@ class DecisionBook:
             policy=verdict,
             quorum=verdict.quorum if verdict is not None and verdict.outcome == "approve" else 1,
         )
+        if self.grants.grants and self.grants.applying(self.approvals[call_id]) is not None:
+            del self.approvals[call_id]  # runs by a grant, without waiting
+            self.early_decisions.pop(call_id, None)
+            return None
         return self.early_decisions.pop(call_id, None)
 
     def register_input_approval(
@@ -278,6 +287,9 @@ class DecisionBook:
                     f"{call_id!r}; each person counts once ({len(pending.approved_by)} of "
                     f"{pending.quorum} distinct approvals)"
                 )
+            granting = self.grants.problem(decision, pending)
+            if granting is not None:
+                return granting
             if not pending.signed:
                 return None
             if not decision.signature:
@@ -434,6 +446,8 @@ class DecisionBook:
         call_id = decision.call_id
         pending = self.approvals.get(call_id)
         if pending is None or not decision.approved or pending.quorum <= 1:
+            if pending is not None and decision.grant is not None:
+                self.grants.add(decision, pending, self._now())
             self.decisions[call_id] = decision
             return
         approved = [*pending.approved_by, clean_text(decision.decided_by, MAX_ID_CHARS)]

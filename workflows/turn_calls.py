@@ -24,6 +24,7 @@ from temporalio.exceptions import ActivityError, RetryState
 
 from durable_tools.workflows.approval_clock import escalation_of, run_clock
 from durable_tools.workflows.decision_book import DecisionBook
+from durable_tools.workflows.grant_book import Grants
 from durable_tools.workflows.handler_inputs import cancellation
 from durable_tools.workflows.input_rounds import InputRounds
 from durable_tools.workflows.run_transcript import RunTranscript
@@ -37,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import CarriedState, DeltaEntry, PlannedCall
     from durable_tools.approvals import decision_outcome
     from durable_tools.conversation import ConversationOptions
-    from durable_tools.handler_input import clean_sender
+    from durable_tools.handler_input import clean_sender, clean_text
     from durable_tools.input_requests import InputRequired, InputResume
     from durable_tools.policy_verdict import PolicyVerdict
     from durable_tools.results import Failure, Ok, ToolCall, cancelled, expired, failed, interrupted
@@ -328,6 +329,10 @@ class TurnCalls:
                 "tool_call_scheduled", call_id=call.call_id, tool=call.name, turn=self._turn()
             )
         scheduled = workflow.now()
+        grant = self.book.grants.used.get(call.call_id)
+        if grant is not None:  # recorded on the call: its activity's summary names the grant
+            shown = clean_text(f"{plan.summary} [{Grants.explain(grant)}]", 400)
+            plan = plan.model_copy(update={"summary": shown})
         try:
             out = await run_tool_activity(
                 plan, toolkit, inline=self.options.transcript_in_activity_input, resume=resume
@@ -359,6 +364,17 @@ class TurnCalls:
         `resumed`: the call waited in the previous run, which published its request.
         """
         call, asked = plan.call, workflow.now()
+        grant = self.book.grants.used.get(call.call_id)
+        if grant is not None:  # a grant of this conversation covers it: no wait
+            self.view.event(
+                "approval_decided",
+                call_id=call.call_id,
+                tool=call.name,
+                outcome="granted",
+                decided_by=grant.granted_by,
+                reason=Grants.explain(grant),
+            )
+            return None
         waiting = self.book.approvals[call.call_id]
         notify = self.book.notifier.notify
         if resumed:
