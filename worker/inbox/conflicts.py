@@ -23,6 +23,7 @@ ConflictKind = Literal[
     "unknown_call",
     "invalid_answer",
     "invalid_budget",
+    "invalid_grant",
     "not_failed",
     "not_allowed",
     "signature_required",
@@ -70,7 +71,7 @@ class Conflict(Exception):
             return 404
         if self.kind in ("no_worker", "unavailable"):
             return 503
-        if self.kind in ("invalid_answer", "invalid_budget"):
+        if self.kind in ("invalid_answer", "invalid_budget", "invalid_grant"):
             return 422
         if self.kind == "too_many_streams":
             return 429

@@ -215,6 +215,8 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         arguments_hash: Annotated[str, Form()] = "",
         decision: Annotated[str, Form()] = "",
         reason: Annotated[str, Form()] = "",
+        grant: Annotated[str, Form()] = "",
+        grant_fields: Annotated[str, Form()] = "",
     ) -> Response:
         _form_checked(request, who, csrf)
         if decision not in ("approve", "deny"):
@@ -227,6 +229,8 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             approved=decision == "approve",
             arguments_hash=arguments_hash,
             reason=reason.strip(),
+            # "for the rest of this conversation": the named fields' values must match
+            grant=grant_fields.split(",") if grant and decision == "approve" else None,
         )
         verb = "Approved" if decision == "approve" else "Denied"
         return await _act(
