@@ -16,6 +16,7 @@ import pytest
 from agent_support import LEDGER_ENV, turns
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 from webhook_support import SECRET, receiving
 from workflow_helpers import Harness, eventually, running
 
@@ -95,6 +96,10 @@ async def test_reminder_and_escalation_fire_at_the_configured_times(
             time_env, task_queue, ledger, policies={"tests": POLICY}, webhooks=hooks
         ) as harness:
             _, asked, events, history = await _escalated(harness, time_env, options)
+            # The recorded reminder and escalation replay deterministically.
+            replayer = Replayer(workflows=[], plugins=[harness.plugin])
+            replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            assert replayed.replay_failure is None
     assert sorted(receiver.kinds()) == [
         ("approval_escalated", "r1"),
         ("approval_expired", "r1"),

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from agent_support import LEDGER_ENV, turns
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 from workflow_helpers import eventually, running
 
 from durable_tools.conversation import ConversationOptions
@@ -37,12 +38,16 @@ def test_a_scope_matches_by_pointer_and_json_type() -> None:
     assert describe_scope(scope) == 'refund where /a~1b == true and /n == 5 and /order == "A-1"'
 
 
-async def _summaries(client: Client, workflow_id: str) -> list[str]:
+async def _summaries(
+    client: Client, workflow_id: str, histories: list[WorkflowHistory] | None = None
+) -> list[str]:
     """The `tool.refund` activity summaries of every run of the conversation, newest run first."""
     summaries: list[str] = []
     run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
     while run_id:
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        if histories is not None:
+            histories.append(history)
         for e in history.events:
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED and (
                 e.activity_task_scheduled_event_attributes.activity_type.name == "tool.refund"
@@ -95,10 +100,15 @@ async def test_a_granted_call_runs_without_waiting_across_continue_as_new(
         assert grant.scope == scope and grant.uses == ["r2"]
         await conv.deny(wf, "r3", arguments_hash=third.arguments_hash, decided_by="ana")
         outputs = await harness.wait_outputs(wf, "r1", "r2", "r3")
+        histories: list[WorkflowHistory] = []
+        summaries = await _summaries(dev_env.client, wf, histories)
+        replayer = Replayer(workflows=[], plugins=[harness.plugin])
+        for history in histories:  # each run, grants taken, carried and used, replays
+            replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            assert replayed.replay_failure is None
     assert outputs["r2"].content == "refunded 250 on A-1"
     assert outputs["r3"].failure_kind == "denied"
     assert [r["call_id"] for r in harness.ledger_rows("refund")] == ["r1", "r2"]
-    summaries = await _summaries(dev_env.client, wf)
     granted, approved = summaries  # r2's run continued r1's
     assert "[grant" not in approved
     assert "[grant g1 by ana at " in granted and 'refund where /order == \\"A-1\\"' in granted

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 from agent_support import LEDGER_ENV, turns
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from webhook_support import SECRET, receiving
 from workflow_helpers import eventually, running
 
+from durable_tools.conversation import ConversationOptions
 from durable_tools.webhooks import Webhook, sign, verify_signature
 
 
@@ -91,3 +93,69 @@ async def test_each_event_is_accepted_once_despite_two_failed_answers(
     assert len(inputs) == 4 and all(b'"webhook":"ops"' in i for i in inputs)
     everything = history.to_json() + "".join(i.decode() for i in inputs)
     assert SECRET not in everything and receiver.url not in everything
+
+
+async def test_deliveries_in_flight_are_carried_across_continue_as_new(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The receiver is down while the run continues as new: the next run delivers, once each."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    options = ConversationOptions(continue_as_new_after_turns=1, idle_timeout=60)
+    with receiving(fail_first=10**9) as receiver:
+        hooks = {"ops": Webhook(url=receiver.url, secret=SECRET)}
+        async with running(dev_env, task_queue, ledger, webhooks=hooks) as harness:
+            wf = await harness.start(
+                turns(
+                    [("r1", "refund", {"order": "A-1", "amount": 9})],
+                    [("a1", "ask", {"question": "ok?"})],
+                ),
+                options=options,
+            )
+            approval = await harness.wait_approval(wf, "r1")
+            await harness.conversations.approve(
+                wf, "r1", arguments_hash=approval.arguments_hash, decided_by="ana"
+            )
+            await harness.wait_interaction(wf, "a1")  # asked in the next run
+            assert receiver.accepted == {}
+            receiver.fail_first = 0  # the receiver is back
+
+            async def delivered() -> bool:
+                kinds = sorted(receiver.kinds())
+                return kinds == [
+                    ("approval_decided", "r1"),
+                    ("approval_requested", "r1"),
+                    ("question_asked", "a1"),
+                ]
+
+            await eventually(delivered, what="the carried deliveries", timeout=40)
+            runs = await _notified_per_run(harness.client, wf)
+    # r1's request was notified by the first run and started again by a later one.
+    assert b'"kind":"approval_requested"' in runs[0]
+    assert any(b'"kind":"approval_requested"' in later for later in runs[1:])
+    assert receiver.bad_signatures == 0
+    # Each event was retried (its id seen more than once) and accepted once.
+    assert set(receiver.duplicates()) >= {
+        k for k, e in receiver.accepted.items() if e["call_id"] == "r1"
+    }
+
+
+async def _notified_per_run(client: Client, workflow_id: str) -> list[bytes]:
+    """The `notify.webhook-v1` inputs each run of the conversation scheduled, first run first."""
+    runs: list[bytes] = []
+    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    while run_id:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        scheduled = [e.activity_task_scheduled_event_attributes for e in history.events]
+        runs.append(
+            b"".join(
+                p.data
+                for a in scheduled
+                if a.activity_type.name == "notify.webhook-v1"
+                for p in a.input.payloads
+            )
+        )
+        run_id = history.events[
+            0
+        ].workflow_execution_started_event_attributes.continued_execution_run_id
+    return runs[::-1]

@@ -274,7 +274,8 @@ class InboxService(InboxListing, InboxReading):
             counted = already_approved(identity, current.approved_by, current.quorum)
             if counted is not None:
                 raise Conflict("not_allowed", counted)
-        if not may_decide(identity, current or shown, approving=approved):
+        # Two arguments: `may_decide` is the seam deployments replace (approver groups).
+        if not may_decide(identity, current or shown):
             raise Conflict("not_allowed", f"{identity.name} may not decide on call {call_id!r}")
         scope = grant_of(grant, current) if approved and grant is not None else None
 
