@@ -27,6 +27,7 @@ from durable_tools.conversation import (
     PendingState,
     SendMessage,
 )
+from durable_tools.grants import describe_scope
 from durable_tools.input_requests import InputQuestion
 from durable_tools.policy_verdict import explain_verdict
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, UserMessage
@@ -203,6 +204,20 @@ def render_pending(state: PendingState) -> Group:
                 "(run it again: `durable-tools retry`, or `send` a new message, or `cancel`)"
             )
         )
+    if state.grants:
+        table = Table(title="Grants (rest of the conversation)", title_justify="left")
+        for column in ("grant", "scope", "by", "given", "on call", "ran"):
+            table.add_column(column, overflow="fold")
+        for g in state.grants:
+            table.add_row(
+                escape(g.id),
+                escape(describe_scope(g.scope)),
+                escape(g.granted_by + (" (signed)" if g.signed else "")),
+                when(g.granted_at),
+                escape(g.call_id),
+                escape(", ".join(g.uses) or "-"),
+            )
+        parts.append(table)
     if state.rejected:
         table = Table(title="Rejected decisions (latest)", title_justify="left")
         for column in ("call id", "by", "received", "reason"):

@@ -67,3 +67,7 @@ async def test_approve_with_a_grant_lets_the_next_matching_call_run(
         [grant] = (await harness.conversations.pending(wf)).grants
         assert grant.scope == GrantScope(tool="refund", arguments={"/order": "A-1"})
         assert (grant.granted_by, grant.uses) == ("ana", ["r2"])
+        shown = await cli("pending", wf, "--address", address, "--timeout", "20")
+        assert shown.exit_code == 0, shown.output
+        assert "Grants (rest of the conversation)" in shown.output
+        assert 'refund where /order == "A-1"' in shown.output
