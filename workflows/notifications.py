@@ -102,12 +102,17 @@ class Notifier:
                 "id": event_id(info.first_execution_run_id, call.call_id, kind, which),
                 "kind": kind,
                 "workflow_id": info.workflow_id,
-                "call_id": call.call_id,
-                "tool": call.name,
-                "summary": plan.summary,
+                "call_id": clean_text(call.call_id, 200),
+                "tool": clean_text(call.name, 200),
+                "summary": clean_text(plan.summary, 400),
                 "at": workflow.now(),
                 "round": which,
-                **{k: v for k, v in fields.items() if v is not None},
+                # Text a person sent (who decided) is cleaned: the activity's input must encode.
+                **{
+                    k: clean_text(v, 200) if isinstance(v, str) else v
+                    for k, v in fields.items()
+                    if v is not None
+                },
             }
         )
         for name in routes:
