@@ -112,3 +112,18 @@ async def test_a_granted_call_runs_without_waiting_across_continue_as_new(
     granted, approved = summaries  # r2's run continued r1's
     assert "[grant" not in approved
     assert "[grant g1 by ana at " in granted and 'refund where /order == \\"A-1\\"' in granted
+
+
+def test_the_recorded_history_holds_the_escalation_and_the_grant() -> None:
+    """`histories/grants_escalation.json` (replayed by test_agent_workflow_replay.py)."""
+    path = Path(__file__).parent / "histories" / "grants_escalation.json"
+    history = WorkflowHistory.from_json("grants_escalation", path.read_text())
+    summaries = [
+        e.user_metadata.summary.data.decode()
+        for e in history.events
+        if e.event_type
+        in (EventType.EVENT_TYPE_TIMER_STARTED, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    ]
+    assert any(s.startswith("\"reminder of refund(order='policy-escalate'") for s in summaries)
+    assert any("to group:oncall" in s for s in summaries)
+    assert sum("[grant g1 by ana at " in s for s in summaries) == 1  # g2 ran by the grant

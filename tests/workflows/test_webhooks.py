@@ -14,6 +14,7 @@ import pytest
 from agent_support import LEDGER_ENV, turns
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 from webhook_support import SECRET, receiving
 from workflow_helpers import eventually, running
 
@@ -71,6 +72,9 @@ async def test_each_event_is_accepted_once_despite_two_failed_answers(
             await eventually(all_four, what="four events delivered")
             await harness.wait_outputs(wf, "r1", "q1")
             history = await harness.handles[wf].fetch_history()
+            replayer = Replayer(workflows=[], plugins=[harness.plugin])
+            replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            assert replayed.replay_failure is None  # the notify activities replay
     assert receiver.bad_signatures == 0
     # The first event's id was received three times (500, 500, 200), accepted once.
     first = next(k for k, e in receiver.accepted.items() if e["kind"] == "approval_requested")
