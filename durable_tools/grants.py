@@ -42,6 +42,7 @@ __all__ = [
     "GrantScope",
     "JsonScalar",
     "describe_scope",
+    "explain_grant",
     "scope_matches",
 ]
 
@@ -209,3 +210,17 @@ def describe_scope(scope: GrantScope) -> str:
         for pointer, value in sorted(scope.arguments.items())
     )
     return f"{scope.tool} where {terms}"
+
+
+def explain_grant(grant: Grant) -> str:
+    """One line: which grant, by whom, when, on which call, for what.
+
+    E.g. `grant g1 by ana at 2026-11-26 20:41:07 UTC on call r1: refund
+    where /order == "A-1"` (at most 500 characters).
+    """
+    when = grant.granted_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    text = (
+        f"grant {grant.id} by {grant.granted_by or 'someone'} at {when} on call "
+        f"{grant.call_id}: {describe_scope(grant.scope)}"
+    )
+    return text if len(text) <= 500 else text[:499] + "…"

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_GRANTS,
         Grant,
         describe_scope,
+        explain_grant,
         scope_matches,
     )
     from durable_tools.handler_input import clean_text
@@ -115,12 +116,7 @@ class Grants:
     @staticmethod
     def explain(grant: Grant) -> str:
         """One line for the event and the activity summary: who, when, what, on which call."""
-        when = grant.granted_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-        return clean_text(
-            f"grant {grant.id} by {grant.granted_by or 'someone'} at {when} on call "
-            f"{grant.call_id}: {describe_scope(grant.scope)}",
-            500,
-        )
+        return clean_text(explain_grant(grant), 500)
 
 
 def _vouches(grant: Grant, pending: PendingApproval) -> bool:

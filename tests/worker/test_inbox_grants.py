@@ -50,6 +50,9 @@ async def test_the_form_grants_by_the_fields_named(
             sent = await client.post(f"/conversations/{wf}/decide", data=form, headers=ANA)
             assert sent.status_code in (200, 303), sent.text
             await harness.wait_approval(wf, "r3")  # r2 ran by the grant; B-2 waits
+            page = await client.get(f"/conversations/{wf}", headers=ANA)
+            assert "Approved for the rest of this conversation" in page.text
+            assert "grant g1 by ana at " in page.text and "; ran r2" in page.text
         pending = await harness.conversations.pending(wf)
         [grant] = pending.grants
         assert grant.scope == GrantScope(tool="refund", arguments={"/order": "A-1"})
