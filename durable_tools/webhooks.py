@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, get_args
@@ -91,7 +92,7 @@ class Webhook:
     Attributes:
         url: Where events are posted (`https://` or `http://`).
         secret: The HMAC-SHA256 key (at least 16 bytes); a receiver holds it too.
-        events: The kinds it is sent (default: every `WebhookEventKind`).
+        events: The kinds it is sent (a set; default: every `WebhookEventKind`).
         timeout: Seconds one attempt may take (default 10).
 
     Raises:
@@ -100,7 +101,7 @@ class Webhook:
 
     url: str
     secret: str = field(repr=False)
-    events: frozenset[str] = field(default=_KINDS)
+    events: AbstractSet[str] = field(default=_KINDS)
     timeout: float = 10.0
 
     def __post_init__(self) -> None:

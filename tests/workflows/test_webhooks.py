@@ -19,6 +19,7 @@ from webhook_support import SECRET, receiving
 from workflow_helpers import eventually, running
 
 from durable_tools.conversation import ConversationOptions
+from durable_tools.errors import ConfigurationError
 from durable_tools.webhooks import Webhook, sign, verify_signature
 
 
@@ -30,6 +31,18 @@ def test_a_signature_verifies_only_for_its_body_secret_and_time() -> None:
     assert not verify_signature(SECRET, header, b'{"a":1}', 1_700_001_000)  # too old
     for hostile in ["", "t=,v1=", "t=x,v1=00", "v1=abc", "t=1700000000,v1=é", "=,=,"]:
         assert not verify_signature(SECRET, hostile, b'{"a":1}', 1_700_000_000)
+
+
+def test_a_webhook_is_checked_when_configured() -> None:
+    for url, secret, events in [
+        ("ftp://x", SECRET, {"approval_requested"}),
+        ("https://x", "short", {"approval_requested"}),
+        ("https://x", SECRET, {"approval_requested", "no_such_kind"}),
+    ]:
+        with pytest.raises(ConfigurationError):
+            Webhook(url=url, secret=secret, events=events)
+    hook = Webhook(url="https://x", secret=SECRET, events={"approval_requested"})
+    assert hook.events == frozenset({"approval_requested"}) and SECRET not in repr(hook)
 
 
 async def test_each_event_is_accepted_once_despite_two_failed_answers(
