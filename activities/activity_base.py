@@ -170,6 +170,9 @@ class ActivitiesBase:
         self.agents = dict(agents or {})
         self.policies = dict(policies or {})
         self.prices = dict(prices or {})
+        # The webhooks by name with their event kinds (no URLs, no secrets):
+        # recorded in the plans of calls that wait for a person.
+        self.notify: dict[str, list[str]] = {}
         self.context = ContextWindow(context_strategies)
         check_agents(
             self.agents,

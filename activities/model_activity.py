@@ -20,7 +20,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_tools import telemetry
-from durable_tools._wire import PAYLOAD_BUDGET_BYTES, DeltaEntry, ModelTurn, ModelTurnRequest
+from durable_tools._wire import (
+    PAYLOAD_BUDGET_BYTES,
+    DeltaEntry,
+    ModelTurn,
+    ModelTurnRequest,
+    PlannedCall,
+)
 from durable_tools.activities.activity_base import (
     AGENT_CONFIG_QUERY,
     FALLBACK_QUERIES,
@@ -462,6 +468,8 @@ class ModelActivity(ActivitiesBase):
                 plan = plans[index]
                 failure = failed(plan.call, "input_validation_error", problem)
                 plans[index] = plan.model_copy(update={"kind": "unknown", "failure": failure})
+        if self.notify:
+            plans = [_with_notify(plan, self.notify) for plan in plans]
         for plan in plans:
             if plan.kind == "local":  # read back by its tool activity (`ToolActivity._call`)
                 self._planned.put(
@@ -562,3 +570,11 @@ def _bound_arguments(message: AssistantMessage, limit: int) -> AssistantMessage:
         calls[i] = calls[i].model_copy(update={"arguments": marker})
         total -= size
     return message.model_copy(update={"tool_calls": tuple(calls)})
+
+
+def _with_notify(plan: PlannedCall, notify: dict[str, list[str]]) -> PlannedCall:
+    """`plan` with the worker's webhooks when its call waits for a person."""
+    waits = plan.failure is None and (
+        (plan.kind == "local" and plan.needs_approval) or plan.kind == "interaction"
+    )
+    return plan.model_copy(update={"notify": notify}) if waits else plan

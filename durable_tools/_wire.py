@@ -43,6 +43,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
+from durable_tools.grants import Grant
 from durable_tools.input_requests import InputProgress, InputRequired, InputResume
 from durable_tools.policy_document import InstalledPolicy
 from durable_tools.policy_verdict import PolicyDisagreement, PolicyVerdict
@@ -50,6 +51,7 @@ from durable_tools.results import Failure, ToolCall, ToolResult
 from durable_tools.signals import SignalAction
 from durable_tools.tool_tasks import TaskProgress, TaskState
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
+from durable_tools.webhooks import WebhookDelivery
 
 __all__ = [
     "AGENT_CONFIG_QUERY",
@@ -147,6 +149,9 @@ class PlannedCall(BaseModel):
             would have decided, when it disagrees with the active one
             (docs/policies.md, "Shadow mode"); it changes nothing. `None`
             (left out when recorded): no candidate, or they agree.
+        notify: The worker's webhooks (`App.webhooks`) by name, with the
+            event kinds each is sent, for a call that waits for a person
+            (`durable_tools.webhooks`); `None` (left out): none.
     """
 
     call: ToolCall
@@ -170,6 +175,7 @@ class PlannedCall(BaseModel):
     local: bool = False
     policy: PolicyVerdict | None = None
     shadow: PolicyDisagreement | None = None
+    notify: dict[str, list[str]] | None = None
 
 
 class DeltaEntry(BaseModel):
@@ -559,6 +565,11 @@ class CarriedState(BaseModel):
             (the idle timeout counts from the wait's start, not the run's).
         messages_supersede: The agent's `messages_supersede` its last model
             turn reported (`None`: none).
+        notifications: Webhook deliveries still in flight when the run
+            continued as new: the next run starts them again (same event
+            ids, so a receiver that got one already drops it).
+        grants: The conversation's grants (`durable_tools.grants`): later
+            matching calls run without waiting.
         budget: Budgets and spend (`durable_tools.budgets`); `None` in runs
             recorded before budgets, and when nothing was spent or limited.
         policy: The policy version a live change installed (`set_policy`),
@@ -591,6 +602,8 @@ class CarriedState(BaseModel):
     messages_supersede: MessagesSupersede | None = None
     budget: BudgetState | None = None
     policy: InstalledPolicy | None = None
+    notifications: list[WebhookDelivery] = Field(default_factory=list[WebhookDelivery])
+    grants: list[Grant] = Field(default_factory=list[Grant])
 
 
 class ConversationInput(BaseModel):

@@ -31,10 +31,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol, cast
 
 import rfc8785
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from durable_tools.arguments import ArgumentsError, parse_arguments
 from durable_tools.decision_keys import SigningKey, VerifyingKey, sign_bytes, verify_bytes
+from durable_tools.grants import GrantScope
 from durable_tools.results import Failure, ToolCall, denied
 
 __all__ = [
@@ -213,6 +214,9 @@ class Decision(BaseModel):
         key_id: The id of the key that signed it (`""`: unsigned).
         signature: Base64 HMAC-SHA256 or Ed25519 signature of
             `decision_payload` (`""`: unsigned).
+        grant: With an approval: also approve later calls of this tool in
+            this conversation whose arguments match (`durable_tools.grants`;
+            signed with the rest). Left out when `None`.
     """
 
     model_config = _STRICT
@@ -227,6 +231,15 @@ class Decision(BaseModel):
     instance: str = ""
     key_id: str = ""
     signature: str = ""
+    grant: GrantScope | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_grant(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Decisions without a grant keep the shape older workers decode.
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("grant") is None:
+            dumped.pop("grant", None)
+        return dumped
 
 
 class DecisionCheck(BaseModel):
@@ -366,6 +379,8 @@ def decision_payload(workflow_id: str, decision: Decision) -> bytes:
     }
     if decision.instance:
         covered.update(instance=decision.instance, reason=decision.reason)
+    if decision.grant is not None:
+        covered["grant"] = decision.grant.model_dump(mode="json")
     return canonical_json(covered)
 
 
@@ -382,6 +397,7 @@ def sign_decision(
     groups: Iterable[str] = (),
     decided_at: datetime | None = None,
     reason: str = "",
+    grant: GrantScope | None = None,
 ) -> Decision:
     """Make a signed decision, as an approving service would.
 
@@ -402,6 +418,7 @@ def sign_decision(
         decided_at: When (default now, UTC); the workflow refuses a time
             outside the call's wait (`instance_problem`).
         reason: Why (signed; a denial's reason is what the model reads).
+        grant: With an approval, the later calls it also approves (signed).
 
     Returns:
         The signed `Decision`, ready for `Conversations.send_decision` or
@@ -429,6 +446,7 @@ def sign_decision(
         groups=sorted(set(groups)),
         instance=instance,
         key_id=key_id,
+        grant=grant,
     )
     signature = sign_bytes(key, decision_payload(workflow_id, unsigned))
     return unsigned.model_copy(update={"signature": signature})

@@ -60,6 +60,7 @@ from durable_tools.errors import (
     ResumeRejected,
     RetryRejected,
 )
+from durable_tools.grants import GrantScope
 from durable_tools.input_requests import ElicitAction
 from durable_tools.teams import TEAM, check_team
 
@@ -340,6 +341,7 @@ class Conversations(ConversationReads, PolicyChanges):
         sign_with: tuple[str, SigningKey] | None = None,
         instance: str | None = None,
         wait: bool = False,
+        grant: GrantScope | None = None,
     ) -> DecisionReceipt | None:
         """Send a decision on an approval-gated call.
 
@@ -364,6 +366,11 @@ class Conversations(ConversationReads, PolicyChanges):
                 a running worker).
             wait: Send the `decide_now` update and wait for its acceptance
                 instead of the `decide` signal.
+            grant: With an approval, "for the rest of this conversation":
+                later calls of this tool whose arguments match the scope
+                run without waiting (`durable_tools.grants`; signed with
+                the rest). The call itself must match it, and a call that
+                needs a quorum takes none.
 
         Returns:
             The receipt with `wait=True`, else `None`.
@@ -395,6 +402,7 @@ class Conversations(ConversationReads, PolicyChanges):
                 decided_by=decided_by,
                 groups=groups,
                 reason=reason,
+                grant=grant,
             )
         else:
             decision = Decision(
@@ -405,6 +413,7 @@ class Conversations(ConversationReads, PolicyChanges):
                 decided_at=datetime.now(UTC),
                 reason=reason,
                 groups=list(groups),
+                grant=grant,
             )
         return await self.send_decision(workflow_id, decision, wait=wait)
 

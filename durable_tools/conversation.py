@@ -28,6 +28,8 @@ from pydantic import (
 
 from durable_tools.budgets import Budget, BudgetExceeded, BudgetState
 from durable_tools.context import ContextPolicy
+from durable_tools.escalation import EscalationState
+from durable_tools.grants import Grant
 from durable_tools.input_requests import ElicitAction, InputQuestion
 from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.transcript import TranscriptItem, Usage
@@ -325,6 +327,8 @@ class PendingApproval(BaseModel):
             `None` when the tool's own `needs_approval` did.
         quorum: Distinct approvers needed before the call runs (default 1).
         approved_by: Who approved so far, each once, while fewer than `quorum` did.
+        escalation: When it is reminded and escalated, and whether it was
+            (`durable_tools.escalation`); `None`: its rule says neither.
         input_request: Set when a running call's MCP server asks to sample
             the conversation's model (`kind="sampling"`): what it asks;
             `arguments_hash` is then this request's digest.
@@ -344,6 +348,7 @@ class PendingApproval(BaseModel):
     quorum: int = 1
     approved_by: list[str] = Field(default_factory=list[str])
     input_request: InputQuestion | None = None
+    escalation: EscalationState | None = None
 
 
 class PendingInteraction(BaseModel):
@@ -415,6 +420,8 @@ class PendingState(BaseModel):
         messages_supersede: Who may supersede the pending approvals by
             sending a message (`ConversationOptions.messages_supersede`);
             `"deciders"` from workers before it.
+        grants: The conversation's grants (`durable_tools.grants`): who
+            approved which later calls, when, and the calls they ran.
     """
 
     approvals: list[PendingApproval] = Field(default_factory=list[PendingApproval])
@@ -424,6 +431,7 @@ class PendingState(BaseModel):
     budget_exceeded: BudgetExceeded | None = None
     rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
     messages_supersede: MessagesSupersede = "deciders"
+    grants: list[Grant] = Field(default_factory=list[Grant])
 
 
 class Answer(BaseModel):

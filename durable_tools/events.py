@@ -108,6 +108,8 @@ EventKind = Literal[
     "approval_requested",
     "approval_decided",
     "approval_counted",
+    "approval_reminder",
+    "approval_escalated",
     "approval_expired",
     "approval_rejected",
     "policy_disagreement",

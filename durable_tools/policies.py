@@ -242,6 +242,7 @@ class Policy:
             quorum=quorum if outcome == "approve" else 1,
             reason="" if error else rule.reason,
             error=error,
+            escalation=rule.escalation() if outcome == "approve" else None,
         )
 
 

@@ -19,6 +19,7 @@ import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from durable_tools.errors import ConfigurationError
+from durable_tools.escalation import Escalation
 from durable_tools.policy_verdict import PolicyOutcome
 
 __all__ = [
@@ -54,6 +55,12 @@ class Rule(BaseModel):
             same person approving twice counts once.
         reason: Shown to approvers; for `deny`, the model reads it (at most
             1,000 characters).
+        remind_after: For `approve`: a reminder while the call still waits,
+            this long after it started (seconds, or `30m`, `4h`, `2d`).
+        escalate_after: For `approve`: escalate the call this long after it
+            started waiting (with `escalate_to`).
+        escalate_to: Who may decide once escalated (`oncall` means
+            `group:oncall`); they replace the approvers.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -64,10 +71,30 @@ class Rule(BaseModel):
     groups: tuple[str, ...] = ()
     quorum: int = Field(default=1, ge=1, le=100)
     reason: str = Field(default="", max_length=1000)
+    remind_after: float | str | None = None
+    escalate_after: float | str | None = None
+    escalate_to: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _escalation_checked(self) -> Rule:
+        self.escalation()  # raises ValueError for a bad duration or an unpaired field
+        return self
 
     def approvers(self) -> list[str]:
         """`groups` as approver names (`finance` → `group:finance`)."""
         return [g if ":" in g else f"group:{g}" for g in self.groups]
+
+    def escalation(self) -> Escalation | None:
+        """The rule's reminder and escalation (`None`: neither)."""
+        if self.remind_after is None and self.escalate_after is None and not self.escalate_to:
+            return None
+        return Escalation.model_validate(
+            {
+                "remind_after": self.remind_after,
+                "escalate_after": self.escalate_after,
+                "escalate_to": list(self.escalate_to),
+            }
+        )
 
 
 class PolicyDocument(BaseModel):
@@ -119,7 +146,14 @@ class PolicyDocument(BaseModel):
 def canonical_text(document: PolicyDocument) -> str:
     """The RFC 8785 JSON text of a policy: what its version digests."""
     data: Any = document.model_dump(mode="json")
+    for rule in data["rules"]:
+        for name in _ESCALATION_FIELDS:  # absent when unset: older versions stay the same
+            if rule.get(name) in (None, []):
+                rule.pop(name, None)
     return rfc8785.dumps(data).decode()
+
+
+_ESCALATION_FIELDS = ("remind_after", "escalate_after", "escalate_to")
 
 
 def document_version(document: PolicyDocument) -> str:

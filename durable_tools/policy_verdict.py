@@ -12,9 +12,11 @@ This module holds data only (no CEL), so workflow code imports it freely.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+
+from durable_tools.escalation import Escalation
 
 __all__ = [
     "Effect",
@@ -51,6 +53,8 @@ class PolicyVerdict(BaseModel):
         error: Why evaluation failed (a rule did not compile, raised, or gave
             a non-bool). A failed evaluation fails closed: the outcome is
             `approve`, whatever the rule said.
+        escalation: For `approve`: the rule's reminder and escalation
+            (`durable_tools.escalation`); `None` (left out when recorded): none.
     """
 
     policy: str
@@ -62,6 +66,15 @@ class PolicyVerdict(BaseModel):
     quorum: int = 1
     reason: str = ""
     error: str = ""
+    escalation: Escalation | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_escalation(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Verdicts recorded before escalation existed keep their bytes.
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("escalation") is None:
+            dumped.pop("escalation", None)
+        return dumped
 
 
 class Effect(BaseModel):

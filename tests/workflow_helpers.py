@@ -47,6 +47,7 @@ from durable_tools.storage import PayloadStorage
 from durable_tools.testing import ScriptedModel, terminate_running
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem
+from durable_tools.webhooks import Webhook
 from durable_tools.worker.plugin import DurableToolsPlugin
 
 WAIT_SECONDS = 20.0
@@ -228,6 +229,7 @@ async def running(
     tool_threads: int | None = None,
     policies: Mapping[str, Policy] | None = None,
     prices: Mapping[str, ModelPrice] | None = None,
+    webhooks: Mapping[str, Webhook] | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a durable-tools worker on `task_queue` for the duration of the block.
 
@@ -254,6 +256,7 @@ async def running(
         tool_threads=tool_threads,
         policies=policies,
         prices=prices,
+        webhooks=webhooks,
     )
     client = Client(**{**env.client.config(), "plugins": [plugin]})
     harness = Harness(

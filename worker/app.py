@@ -34,6 +34,7 @@ from durable_tools.policies import Policy
 from durable_tools.specs import attribute_of, put_on_path, split_spec
 from durable_tools.storage import PayloadStorage
 from durable_tools.toolkit import Toolkit
+from durable_tools.webhooks import Webhook
 
 __all__ = ["App", "AppOptions", "DepsFactory", "app_of", "load_app"]
 
@@ -126,6 +127,11 @@ class App:
             records the cost in history, for budgets and `status`
             (docs/policies.md, "Budgets"). Default none: costs are 0 and
             only token limits apply.
+        webhooks: Webhooks (`durable_tools.webhooks.Webhook`: URL, secret,
+            event kinds) by name, notified when an approval or a question
+            starts waiting, is decided, expires, is reminded or escalated
+            (docs/policies.md, "Notifications"). History records only the
+            names; the URLs and secrets stay on the worker. Default none.
 
     Example:
         ```python
@@ -168,6 +174,7 @@ class App:
     tool_threads: int | None = None
     policies: Mapping[str, Policy] = field(default_factory=dict[str, Policy])
     prices: Mapping[str, ModelPrice] = field(default_factory=dict[str, ModelPrice])
+    webhooks: Mapping[str, Webhook] = field(default_factory=dict[str, Webhook])
 
     def __post_init__(self) -> None:
         """Check the agents against the toolkits, models and strategies (`check_agents`)."""
@@ -202,10 +209,11 @@ class AppOptions(TypedDict, total=False):
     tool_threads: int | None
     policies: Mapping[str, Policy] | None
     prices: Mapping[str, ModelPrice] | None
+    webhooks: Mapping[str, Webhook] | None
 
 
 _NONE_IS_EMPTY = frozenset(
-    {"toolkits", "models", "agents", "context_strategies", "policies", "prices"}
+    {"toolkits", "models", "agents", "context_strategies", "policies", "prices", "webhooks"}
 )
 """Fields whose keyword argument `None` means none (`run_worker` and the plugin
 took `None` for `agents` and `context_strategies` before they took an `App`)."""

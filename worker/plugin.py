@@ -33,6 +33,7 @@ from durable_tools.activities.decision_activities import (
     DecisionVerifier,
     decision_keys_from_environment,
 )
+from durable_tools.activities.webhook_activity import WebhookSender
 from durable_tools.codec import with_pydantic_payloads
 from durable_tools.decision_keys import VerifyingKey
 from durable_tools.mcp.config import McpServerConfig
@@ -241,6 +242,7 @@ class DurableToolsPlugin(SimplePlugin):
             app.decision_keys if app.decision_keys is not None else decision_keys_from_environment()
         )
         secrets = [*_config_secrets(app.mcp_servers), *_key_secrets(decision_keys)]
+        secrets += [hook.secret for hook in app.webhooks.values()]
         # Spans and log records are scrubbed by the process's redactor
         # (`worker_redactor`), which knows these from now on.
         register_secrets(secrets)
@@ -259,6 +261,8 @@ class DurableToolsPlugin(SimplePlugin):
             prices=app.prices,
         )
         self.verifier = DecisionVerifier(decision_keys)
+        self.webhooks = WebhookSender(app.webhooks)
+        self.agent_activities.notify = self.webhooks.routes()
         self.heap_return = HeapReturn(self.agent_activities.let_go)
         """Started beside the worker by `run_worker` (`durable_tools.worker.heap_return`)."""
         # After the activities' `ExpectedFailureFilter`, which reads `exc_info`.
@@ -274,6 +278,7 @@ class DurableToolsPlugin(SimplePlugin):
                 self.agent_activities.model_sample,
                 self.agent_activities.policy_reevaluate,
                 self.verifier.verify_decision,
+                self.webhooks.deliver_webhook,
             ],
             workflows=[StrictAgentWorkflow if strict_sandbox() else AgentWorkflow],
             workflow_runner=lambda _: sandbox_runner(),

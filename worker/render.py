@@ -27,6 +27,7 @@ from durable_tools.conversation import (
     PendingState,
     SendMessage,
 )
+from durable_tools.grants import describe_scope
 from durable_tools.input_requests import InputQuestion
 from durable_tools.policy_verdict import explain_verdict
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, UserMessage
@@ -110,7 +111,34 @@ def approval_policy_line(approval: PendingApproval) -> str:
     if approval.quorum > 1:
         who = ", ".join(approval.approved_by) or "nobody yet"
         line += f"; approved by {who} ({len(approval.approved_by)} of {approval.quorum})"
-    return line
+    return line + escalation_text(approval)
+
+
+def escalation_text(approval: PendingApproval) -> str:
+    """Where a waiting approval's reminder and escalation stand, as `; ...` (or `""`).
+
+    E.g. `; reminded 2026-11-26 21:00 UTC; escalated to group:oncall
+    2026-11-27 00:00 UTC (was group:finance)`, or what is still to come.
+    """
+    state = approval.escalation
+    if state is None:
+        return ""
+
+    def when(at: datetime) -> str:
+        return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    parts: list[str] = []
+    if state.reminded_at is not None:
+        parts.append(f"reminded {when(state.reminded_at)}")
+    elif state.remind_at is not None:
+        parts.append(f"reminder {when(state.remind_at)}")
+    to = ", ".join(approval.approvers)
+    if state.escalated_at is not None:
+        was = ", ".join(state.escalated_from) or "anyone"
+        parts.append(f"escalated to {to} {when(state.escalated_at)} (was {was})")
+    elif state.escalate_at is not None:
+        parts.append(f"escalates {when(state.escalate_at)}")
+    return "".join(f"; {p}" for p in parts)
 
 
 def render_pending(state: PendingState) -> Group:
@@ -176,6 +204,20 @@ def render_pending(state: PendingState) -> Group:
                 "(run it again: `durable-tools retry`, or `send` a new message, or `cancel`)"
             )
         )
+    if state.grants:
+        table = Table(title="Grants (rest of the conversation)", title_justify="left")
+        for column in ("grant", "scope", "by", "given", "on call", "ran"):
+            table.add_column(column, overflow="fold")
+        for g in state.grants:
+            table.add_row(
+                escape(g.id),
+                escape(describe_scope(g.scope)),
+                escape(g.granted_by + (" (signed)" if g.signed else "")),
+                when(g.granted_at),
+                escape(g.call_id),
+                escape(", ".join(g.uses) or "-"),
+            )
+        parts.append(table)
     if state.rejected:
         table = Table(title="Rejected decisions (latest)", title_justify="left")
         for column in ("call id", "by", "received", "reason"):

@@ -211,6 +211,7 @@ class AgentWorkflow:
         # is not reported (the run's collection reports it, as evicted).
         ended: str | None = None
         try:
+            self._book.notifier.restart()  # deliveries the previous run left in flight
             with telemetry.conversation_context():
                 result = await self._loop()
             ended = "ended"

@@ -22,7 +22,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from durable_tools.workflows.grant_book import Grants
 from durable_tools.workflows.handler_inputs import MAX_NAME_CHARS
+from durable_tools.workflows.notifications import Notifier
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import VERIFY_DECISION_ACTIVITY, CarriedCall, CarriedState, PlannedCall
@@ -135,6 +137,9 @@ class DecisionBook:
         # The agent's `messages_supersede`, as its latest model turn reported it.
         self.messages_supersede: MessagesSupersede | None = messages_supersede
         self._instance_of = instance_of or _workflow_instance
+        # Webhook deliveries (started beside the loop; carried while in flight).
+        self.notifier = Notifier([])
+        self.grants = Grants([])  # "approve for the rest of this conversation"
 
     @classmethod
     def from_state(
@@ -145,7 +150,7 @@ class DecisionBook:
         is_call: Callable[[str], bool],
     ) -> DecisionBook:
         """The book of a run that starts from `state` (early inputs, rejections carried)."""
-        return cls(
+        book = cls(
             options,
             early_decisions=state.early_decisions,
             early_answers=state.early_answers,
@@ -154,14 +159,19 @@ class DecisionBook:
             is_call=is_call,
             messages_supersede=state.messages_supersede,
         )
+        book.notifier = Notifier(state.notifications)
+        book.grants = Grants(state.grants)
+        return book
 
     def carried(self) -> dict[str, Any]:
-        """The `CarriedState` fields of the book: early inputs, the newest rejections."""
+        """The `CarriedState` fields of the book: early inputs, rejections, deliveries."""
         return {
             "early_decisions": self.early_decisions,
             "early_answers": self.early_answers,
             "rejected": self.rejected[-MAX_REJECTED:],
             "messages_supersede": self.messages_supersede,
+            "notifications": self.notifier.carried(),
+            "grants": self.grants.carried(),
         }
 
     def pending_state(self, paused: str | None, model_failed: ModelFailure | None) -> PendingState:
@@ -173,6 +183,7 @@ class DecisionBook:
             rejected=list(self.rejected),
             model_failed=model_failed,
             messages_supersede=self.messages_supersede or self.options.messages_supersede,
+            grants=self.grants.carried(),
         )
 
     def deadline(self, plan: PlannedCall) -> float:
@@ -208,6 +219,10 @@ class DecisionBook:
             policy=verdict,
             quorum=verdict.quorum if verdict is not None and verdict.outcome == "approve" else 1,
         )
+        if self.grants.grants and self.grants.applying(self.approvals[call_id]) is not None:
+            del self.approvals[call_id]  # runs by a grant, without waiting
+            self.early_decisions.pop(call_id, None)
+            return None
         return self.early_decisions.pop(call_id, None)
 
     def register_input_approval(
@@ -272,6 +287,9 @@ class DecisionBook:
                     f"{call_id!r}; each person counts once ({len(pending.approved_by)} of "
                     f"{pending.quorum} distinct approvals)"
                 )
+            granting = self.grants.problem(decision, pending)
+            if granting is not None:
+                return granting
             if not pending.signed:
                 return None
             if not decision.signature:
@@ -428,6 +446,8 @@ class DecisionBook:
         call_id = decision.call_id
         pending = self.approvals.get(call_id)
         if pending is None or not decision.approved or pending.quorum <= 1:
+            if pending is not None and decision.grant is not None:
+                self.grants.add(decision, pending, self._now())
             self.decisions[call_id] = decision
             return
         approved = [*pending.approved_by, clean_text(decision.decided_by, MAX_ID_CHARS)]

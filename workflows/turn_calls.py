@@ -22,7 +22,9 @@ from typing import Any, Literal
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, RetryState
 
+from durable_tools.workflows.approval_clock import escalation_of, run_clock
 from durable_tools.workflows.decision_book import DecisionBook
+from durable_tools.workflows.grant_book import Grants
 from durable_tools.workflows.handler_inputs import cancellation
 from durable_tools.workflows.input_rounds import InputRounds
 from durable_tools.workflows.run_transcript import RunTranscript
@@ -37,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import CarriedState, DeltaEntry, PlannedCall
     from durable_tools.approvals import decision_outcome
     from durable_tools.conversation import ConversationOptions
-    from durable_tools.handler_input import clean_sender
+    from durable_tools.handler_input import clean_sender, clean_text
     from durable_tools.input_requests import InputRequired, InputResume
     from durable_tools.policy_verdict import PolicyVerdict, disagreement_text
     from durable_tools.results import Failure, Ok, ToolCall, cancelled, expired, failed, interrupted
@@ -367,6 +369,10 @@ class TurnCalls:
                 "tool_call_scheduled", call_id=call.call_id, tool=call.name, turn=self._turn()
             )
         scheduled = workflow.now()
+        grant = self.book.grants.used.get(call.call_id)
+        if grant is not None:  # recorded on the call: its activity's summary names the grant
+            shown = clean_text(f"{plan.summary} [{Grants.explain(grant)}]", 400)
+            plan = plan.model_copy(update={"summary": shown})
         try:
             out = await run_tool_activity(
                 plan, toolkit, inline=self.options.transcript_in_activity_input, resume=resume
@@ -400,19 +406,53 @@ class TurnCalls:
         `resumed`: the call waited in the previous run, which published its request.
         """
         call, asked = plan.call, workflow.now()
+        grant = self.book.grants.used.get(call.call_id)
+        if grant is not None:  # a grant of this conversation covers it: no wait
+            self.view.event(
+                "approval_decided",
+                call_id=call.call_id,
+                tool=call.name,
+                outcome="granted",
+                decided_by=grant.granted_by,
+                reason=Grants.explain(grant),
+            )
+            return None
+        waiting = self.book.approvals[call.call_id]
+        notify = self.book.notifier.notify
         if resumed:
-            asked = self.book.approvals[call.call_id].requested_at
+            asked = waiting.requested_at
         else:
             telemetry.approval_event("approval.requested", call.call_id, call.name)
             verdict = plan.policy.model_dump(mode="json") if plan.policy is not None else None
             self.view.event(
                 "approval_requested", call_id=call.call_id, tool=call.name, policy=verdict
             )
-        refusal = await self.await_decision(plan)
+            notify(
+                plan,
+                "approval_requested",
+                requested_at=asked,
+                approvers=waiting.approvers,
+                deadline=waiting.deadline,
+            )
+        clock = None
+        if escalation_of(plan):
+            clock = asyncio.create_task(run_clock(plan, self.book, self.view.event, self.publish))
+        try:
+            refusal = await self.await_decision(plan)
+        finally:
+            if clock is not None:
+                clock.cancel()
         if isinstance(refusal, Moved):
             return refusal
         decision = self.book.decisions.get(call.call_id)
         outcome = "approved" if refusal is None else refusal.kind
+        notify(
+            plan,
+            "approval_expired" if outcome == "expired" else "approval_decided",
+            requested_at=waiting.requested_at,
+            outcome=outcome,
+            decided_by=decision.decided_by if decision is not None else None,
+        )
         self.view.event(
             "approval_decided" if decision is not None else "approval_expired",
             call_id=call.call_id,
@@ -486,12 +526,24 @@ class TurnCalls:
         `resumed`: the call waited in the previous run, which published the question.
         """
         call = plan.call
+        waiting = self.book.interactions[call.call_id]
+        notify = self.book.notifier.notify
         if not resumed:
             self.view.event("question_asked", call_id=call.call_id, tool=call.name)
+            notify(
+                plan, "question_asked", requested_at=waiting.requested_at, deadline=waiting.deadline
+            )
         result = await self.await_answer(plan)
         if isinstance(result, Moved):
             return result
         outcome = "ok" if isinstance(result, Ok) else result.kind
+        notify(
+            plan,
+            "question_expired" if outcome == "expired" else "question_answered",
+            requested_at=waiting.requested_at,
+            outcome=outcome,
+            decided_by=self.answered_by(result) or None,
+        )
         self.view.event(
             "question_answered",
             call_id=call.call_id,

@@ -171,6 +171,9 @@ rules:
      reason: orders named policy-deny are never refunded}
   - {id: policy-quorum, when: 'tool == "refund" && args.order == "policy-quorum"',
      outcome: approve, groups: [finance], quorum: 2}
+  - {id: policy-escalate, when: 'tool == "refund" && args.order == "policy-escalate"',
+     outcome: approve, groups: [finance], remind_after: 1s, escalate_after: 2s,
+     escalate_to: [oncall]}
 """)
 """The recorder's policy for the `tests` toolkit: it matches only the orders
 of `policy_quorum`, so the other scenarios record what they did before."""
@@ -543,6 +546,41 @@ async def _true(value: bool) -> bool:
     return value
 
 
+async def grants_escalation(c: Conversations, wid: str) -> None:
+    """Reminder and escalation, then a grant (issue 28 item 5).
+
+    e1 is reminded after 1 s and escalated to oncall after 2 s (real time),
+    then approved by olga of oncall (signed); g1 is approved with a grant for
+    `/order == "grant-me"`; g2, the same order, runs by the grant.
+    """
+    from durable_tools.approvals import sign_decision
+    from durable_tools.grants import GrantScope
+
+    script = turns(
+        [("e1", "refund", {"order": "policy-escalate", "amount": 5})],
+        [("g1", "refund", {"order": "grant-me", "amount": 1})],
+        [("g2", "refund", {"order": "grant-me", "amount": 2})],
+    )
+    await c.start(wid, agent=AGENT, message=script, options=ConversationOptions(idle_timeout=2))
+    digest = await _approval(c, wid, "e1")
+
+    async def escalated() -> bool:
+        return any(a.approvers == ["group:oncall"] for a in (await c.pending(wid)).approvals)
+
+    await _until(escalated, "e1 escalated")
+    [pending] = (await c.pending(wid)).approvals
+    await c.send_decision(
+        wid,
+        sign_decision(
+            "k1", DECISION_KEY, workflow_id=wid, instance=pending.instance, call_id="e1",
+            arguments_hash=digest, approved=True, decided_by="olga", groups=["oncall"],
+        ),
+    )  # fmt: skip
+    digest = await _approval(c, wid, "g1")
+    scope = GrantScope(tool="refund", arguments={"/order": "grant-me"})
+    await c.approve(wid, "g1", arguments_hash=digest, decided_by="ana", grant=scope)
+
+
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (
@@ -572,6 +610,7 @@ SCENARIOS: dict[str, Scenario] = {
         local_tools,
         policy_quorum,
         policy_live_change,
+        grants_escalation,
     )
 }
 

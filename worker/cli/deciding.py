@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 
 from durable_tools.conversation import (
@@ -18,6 +19,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.decision_keys import SigningKey, parse_signing_key
 from durable_tools.errors import ConfigurationError, DecisionRejected
+from durable_tools.grants import GrantScope, describe_scope
 from durable_tools.input_requests import ElicitAction
 from durable_tools.worker.cli.shared import (
     DEFAULT_ADDRESS,
@@ -280,6 +282,7 @@ def _decide(
     groups: Sequence[str],
     signal: bool,
     connection: Connection,
+    grant: GrantScope | None = None,
 ) -> None:
     digest, summary = _digest_to_send(
         workflow_id,
@@ -303,10 +306,13 @@ def _decide(
             groups=groups,
             sign_with=sign_with,
             wait=not signal,
+            grant=grant,
         )
 
     connection.run(main, workflow_id=workflow_id)
     verb = "approved" if approved else "denied"
+    if grant is not None:
+        verb += f" (and for the rest of the conversation: {escape(describe_scope(grant))})"
     how = _SIGNAL_SENT if signal else "accepted"
     signed = f", signed with key {escape(sign_with[0])}" if sign_with else ""
     out.print(f"{verb} {escape(summary)} in {escape(workflow_id)} ({how}{signed})")
@@ -325,6 +331,24 @@ def approve_command(
     key_id: KeyId = "",
     group: Groups = None,
     signal: UseSignal = False,
+    grant: Annotated[
+        str | None,
+        typer.Option(
+            "--grant",
+            metavar="TOOL",
+            help="Also approve later calls of TOOL (the call's own tool) in this "
+            "conversation whose arguments match every --grant-arg.",
+        ),
+    ] = None,
+    grant_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grant-arg",
+            metavar="POINTER=VALUE",
+            help="With --grant: the JSON pointer's value must equal VALUE (JSON if it "
+            "parses as a scalar, else text), e.g. /order=A-1, /amount=500. Repeatable.",
+        ),
+    ] = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
@@ -333,6 +357,8 @@ def approve_command(
 
     Shows the call (tool, arguments, summary, digest) and asks to confirm,
     unless `--hash DIGEST` (the digest shown earlier) or `--yes` is given.
+    `--grant TOOL --grant-arg /order=A-1` approves it "for the rest of this
+    conversation": later calls of TOOL with that order run without waiting.
     """
     _decide(
         workflow_id,
@@ -346,7 +372,40 @@ def approve_command(
         groups=group or [],
         signal=signal,
         connection=Connection(address, namespace, timeout),
+        grant=grant_scope(grant, grant_arg or []),
     )
+
+
+def grant_scope(tool: str | None, pairs: Sequence[str]) -> GrantScope | None:
+    """The `GrantScope` of `--grant TOOL --grant-arg POINTER=VALUE ...` (`None`: no `--grant`).
+
+    Exits with `EXIT_BAD_INPUT` for a `--grant-arg` without `--grant`, a pair
+    without `=`, or a scope `GrantScope` refuses (not a pointer, too long...).
+    """
+    if tool is None:
+        if pairs:
+            fail("--grant-arg needs --grant TOOL", EXIT_BAD_INPUT)
+        return None
+    arguments: dict[str, Any] = {}
+    for pair in pairs:
+        pointer, sep, text = pair.partition("=")
+        if not sep:
+            fail(
+                f"--grant-arg {pair[:80]!r}: expected POINTER=VALUE, e.g. /order=A-1",
+                EXIT_BAD_INPUT,
+            )
+        try:
+            value: Any = json.loads(text)
+        except ValueError:
+            value = text
+        arguments[pointer] = (
+            value if value is None or isinstance(value, str | int | float) else text
+        )
+    try:
+        return GrantScope.model_validate({"tool": tool, "arguments": arguments})
+    except ValidationError as exc:
+        problem = "; ".join(str(e["msg"]) for e in exc.errors())
+        fail(f"--grant: {problem}", EXIT_BAD_INPUT)
 
 
 def deny_command(

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from durable_tools.conversation import DecisionReceipt
+from durable_tools.grants import GrantScope
 from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.params import AGE_PATTERN, filter_waiting, parse_ages, parse_offset
 from durable_tools.worker.inbox.views import ConversationView, WaitingConversation
@@ -63,11 +64,17 @@ class Session(BaseModel):
 
 
 class DecisionBody(BaseModel):
-    """A decision on an approval, for the arguments hash that was shown."""
+    """A decision on an approval, for the arguments hash that was shown.
+
+    `grant` (with an approval): also approve later calls of the tool in this
+    conversation whose arguments match (`{"tool": "refund", "arguments":
+    {"/order": "A-1"}}`; docs/policies.md, "Grants").
+    """
 
     approved: bool
     arguments_hash: str = Field(min_length=1)
     reason: str = ""
+    grant: GrantScope | None = None
 
 
 class AnswerBody(BaseModel):
@@ -347,6 +354,7 @@ def add_api_routes(app: FastAPI, state: State) -> None:
             approved=body.approved,
             arguments_hash=body.arguments_hash,
             reason=body.reason,
+            grant=body.grant,
         )
         return Accepted.decided(receipt, "decision")
 

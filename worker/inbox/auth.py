@@ -60,6 +60,7 @@ __all__ = [
     "ProxyHeaderAuth",
     "Rejected",
     "TokenAuth",
+    "already_approved",
     "may_decide",
     "parse_networks",
     "peer_in",
@@ -384,7 +385,12 @@ class Csrf:
         return hmac.compare_digest(token.encode("utf-8", "replace"), expected)
 
 
-def may_decide(identity: Identity, approval: PendingApproval | PendingInteraction) -> bool:
+def may_decide(
+    identity: Identity,
+    approval: PendingApproval | PendingInteraction,
+    *,
+    approving: bool = False,
+) -> bool:
     """Whether `identity` may decide on (or answer) `approval`.
 
     The tool's approvers (`@tool(approvers=["group:finance", "user:ana"])`,
@@ -397,12 +403,39 @@ def may_decide(identity: Identity, approval: PendingApproval | PendingInteractio
     Args:
         identity: The authenticated person.
         approval: The pending call, as the page showed it.
+        approving: The decision is an approval: someone already counted
+            toward the call's quorum (`PendingApproval.approved_by`) may not
+            approve again (the workflow would refuse it; each person counts
+            once), though they may still deny.
 
     Returns:
         True to allow.
     """
-    approvers: list[str] = approval.approvers if isinstance(approval, PendingApproval) else []
-    return refusal(identity, approvers) is None
+    if not isinstance(approval, PendingApproval):
+        return refusal(identity, []) is None
+    if approving and already_approved(identity, approval.approved_by, approval.quorum):
+        return False
+    return refusal(identity, approval.approvers) is None
+
+
+def already_approved(identity: Identity, approved_by: Sequence[str], quorum: int) -> str | None:
+    """Why `identity` may not approve a call again, or `None` if they did not yet.
+
+    Args:
+        identity: The authenticated person.
+        approved_by: Who approved the call so far (`PendingApproval.approved_by`).
+        quorum: Distinct approvals the call needs.
+
+    Returns:
+        A sentence for the page (`None` when `identity` is not in `approved_by`).
+    """
+    if not identity.name or identity.name not in approved_by:
+        return None
+    return (
+        f"You ({identity.name}) already approved this call; each person counts once "
+        f"({len(approved_by)} of {quorum} distinct approvals). "
+        "You may still deny it."
+    )
 
 
 def refusal(identity: Identity, approvers: Sequence[str]) -> str | None:

@@ -24,6 +24,7 @@ ConflictKind = Literal[
     "invalid_answer",
     "invalid_budget",
     "invalid_policy",
+    "invalid_grant",
     "not_failed",
     "not_allowed",
     "signature_required",
@@ -71,7 +72,7 @@ class Conflict(Exception):
             return 404
         if self.kind in ("no_worker", "unavailable"):
             return 503
-        if self.kind in ("invalid_answer", "invalid_budget", "invalid_policy"):
+        if self.kind in ("invalid_answer", "invalid_budget", "invalid_policy", "invalid_grant"):
             return 422
         if self.kind == "too_many_streams":
             return 429

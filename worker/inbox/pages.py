@@ -16,7 +16,7 @@ from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from durable_tools.worker.inbox.auth import CSRF_FIELD, Identity, refusal
+from durable_tools.worker.inbox.auth import CSRF_FIELD, Identity, already_approved, refusal
 from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.params import filter_waiting, parse_ages
 from durable_tools.worker.inbox.paths import quote_segment
@@ -143,6 +143,13 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             for item in view.items
             if item.kind == "approval" and (reason := refusal(who, item.approvers)) is not None
         }
+        # Someone already counted toward a quorum may deny, not approve again.
+        counted = {
+            item.call_id: note
+            for item in view.items
+            if item.kind == "approval"
+            and (note := already_approved(who, item.approved_by, item.quorum)) is not None
+        }
         return _page(
             request,
             who,
@@ -150,6 +157,7 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             {
                 "workflow_id": workflow_id,
                 "view": view,
+                "counted": counted,
                 "notice": notice,
                 "notice_failed": notice_failed,
                 "retried": retried,
@@ -207,6 +215,8 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         arguments_hash: Annotated[str, Form()] = "",
         decision: Annotated[str, Form()] = "",
         reason: Annotated[str, Form()] = "",
+        grant: Annotated[str, Form()] = "",
+        grant_fields: Annotated[str, Form()] = "",
     ) -> Response:
         _form_checked(request, who, csrf)
         if decision not in ("approve", "deny"):
@@ -219,6 +229,8 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             approved=decision == "approve",
             arguments_hash=arguments_hash,
             reason=reason.strip(),
+            # "for the rest of this conversation": the named fields' values must match
+            grant=grant_fields.split(",") if grant and decision == "approve" else None,
         )
         verb = "Approved" if decision == "approve" else "Denied"
         return await _act(

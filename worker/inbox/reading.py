@@ -25,7 +25,13 @@ from durable_tools.worker.inbox.conflicts import (
     rpc_conflict,
 )
 from durable_tools.worker.inbox.feeds import EventFeeds
-from durable_tools.worker.inbox.views import ConversationView, changes, items_of, version_of
+from durable_tools.worker.inbox.views import (
+    ConversationView,
+    changes,
+    grant_lines,
+    items_of,
+    version_of,
+)
 
 __all__ = ["InboxReading"]
 
@@ -106,6 +112,7 @@ class InboxReading:
             version=version_of(status, pending),
             event_offset=offset,
             ended=_ENDED.get(execution, "") if execution is not None else "",
+            grants=grant_lines(pending),
         )
 
     async def _event_offset(self, workflow_id: str) -> int:

@@ -30,7 +30,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import ValidationError
 from temporalio.client import (
@@ -52,9 +52,10 @@ from durable_tools.conversation import (
 )
 from durable_tools.decision_keys import SigningKey
 from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected
+from durable_tools.grants import GrantScope
 from durable_tools.policy_document import PolicyDocument
 from durable_tools.transcript import ToolCallOutput
-from durable_tools.worker.inbox.auth import Identity, may_decide
+from durable_tools.worker.inbox.auth import Identity, already_approved, may_decide
 from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
 from durable_tools.worker.inbox.conflicts import (
     QUERY_TIMEOUT,
@@ -85,6 +86,7 @@ async def send_decision(
     reason: str,
     key: tuple[str, SigningKey] | None = None,
     wait: bool = True,
+    grant: GrantScope | None = None,
 ) -> DecisionReceipt | None:
     """Send one decision, signed when the inbox holds a key.
 
@@ -104,6 +106,8 @@ async def send_decision(
         key: `(key_id, key)` to sign with, or `None` to send it unsigned.
         wait: Send the validated `decide_now` update (default) and return
             its receipt; `False`: the durable `decide` signal.
+        grant: With an approval, the later calls it also approves
+            (`durable_tools.grants`; signed with the rest).
 
     Returns:
         The workflow's receipt; `None` when sent as the signal.
@@ -122,7 +126,47 @@ async def send_decision(
         sign_with=key,
         instance=approval.instance,
         wait=wait,
+        grant=grant,
     )
+
+
+def grant_of(
+    grant: GrantScope | Sequence[str], current: PendingApproval | PendingInteraction | None
+) -> GrantScope:
+    """The scope to send: `grant` as given, or the pending call's values of the named fields.
+
+    Raises:
+        Conflict: `invalid_grant` (422): the call is not pending, a field is
+            not among its arguments or not a JSON scalar, or the scope is refused.
+    """
+    if isinstance(grant, GrantScope):
+        return grant
+    if not isinstance(current, PendingApproval):
+        raise Conflict("invalid_grant", "Only a pending approval can carry a grant.")
+    try:
+        document: Any = json.loads(current.arguments or "{}")
+    except (ValueError, RecursionError):
+        document = None
+    fields = cast(dict[str, Any], document) if isinstance(document, dict) else None
+    arguments: dict[str, Any] = {}
+    for name in (f.strip().removeprefix("/") for f in grant if f.strip()):
+        value = fields.get(name) if fields is not None else None
+        if (
+            fields is None
+            or name not in fields
+            or (value is not None and not isinstance(value, str | int | float))
+        ):
+            raise Conflict(
+                "invalid_grant",
+                f"{name[:80]!r} is not a field of this call with a text, number or "
+                "true/false value.",
+            )
+        arguments["/" + name.replace("~", "~0").replace("/", "~1")] = value
+    try:
+        return GrantScope.model_validate({"tool": current.tool, "arguments": arguments})
+    except ValidationError as exc:
+        problem = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise Conflict("invalid_grant", f"The grant is refused: {problem}") from None
 
 
 def supersede_refusal(identity: Identity, pending: PendingState) -> str | None:
@@ -191,8 +235,14 @@ class InboxService(InboxListing, InboxReading):
         approved: bool,
         arguments_hash: str,
         reason: str = "",
+        grant: GrantScope | Sequence[str] | None = None,
     ) -> DecisionReceipt | None:
         """Approve or deny a call, for the arguments hash the person saw.
+
+        `grant`: with an approval, "for the rest of this conversation": a
+        `GrantScope` (the API), or the names of top-level fields (`order`)
+        whose values in the pending call later calls of its tool must share
+        (the page's form; none: every call of the tool).
 
         Sends the validated `decide_now` update. When Temporal refuses it
         with `RESOURCE_EXHAUSTED` (the workflow's 10 in-flight updates are
@@ -221,8 +271,14 @@ class InboxService(InboxListing, InboxReading):
         current = await self._pending_call(workflow_id, call_id, interaction=False)
         if isinstance(current, PendingApproval):  # the wait a signed decision is bound to
             shown = shown.model_copy(update={"instance": current.instance})
+        if isinstance(current, PendingApproval) and approved:
+            counted = already_approved(identity, current.approved_by, current.quorum)
+            if counted is not None:
+                raise Conflict("not_allowed", counted)
+        # Two arguments: `may_decide` is the seam deployments replace (approver groups).
         if not may_decide(identity, current or shown):
             raise Conflict("not_allowed", f"{identity.name} may not decide on call {call_id!r}")
+        scope = grant_of(grant, current) if approved and grant is not None else None
 
         def send(wait: bool) -> Awaitable[DecisionReceipt | None]:
             return send_decision(
@@ -234,6 +290,7 @@ class InboxService(InboxListing, InboxReading):
                 reason=reason,
                 key=self.decision_key,
                 wait=wait,
+                grant=scope,
             )
 
         try:

@@ -17,6 +17,7 @@ from durable_tools.conversation import (
     PendingInteraction,
     PendingState,
 )
+from durable_tools.grants import explain_grant
 from durable_tools.input_requests import InputQuestion
 from durable_tools.transcript import TranscriptItem
 from durable_tools.worker.render import approval_policy_line, asked_text
@@ -30,6 +31,7 @@ __all__ = [
     "failure_mark",
     "items_of",
     "retry_outcome",
+    "grant_lines",
     "version_of",
 ]
 
@@ -118,6 +120,8 @@ class ConversationView(BaseModel):
             `terminated`, `failed`, `timed out`); `""` while it runs. An
             ended conversation takes no more messages (a send is a 409
             `ended`), whatever its last `status.state` says.
+        grants: The conversation's grants, one line each (`grant g1 by ana
+            at ...: refund where /order == "A-1"; ran r2`).
     """
 
     workflow_id: str
@@ -127,6 +131,7 @@ class ConversationView(BaseModel):
     version: str
     event_offset: int = -1
     ended: str = ""
+    grants: list[str] = Field(default_factory=list[str])
 
 
 def items_of(pending: PendingState) -> list[InboxItem]:
@@ -270,3 +275,12 @@ def version_of(status: ConversationStatus, pending: PendingState) -> str:
     """A hash of the status and pending state (`ConversationView.version`)."""
     text = status.model_dump_json() + pending.model_dump_json(exclude={"rejected"})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def grant_lines(pending: PendingState) -> list[str]:
+    """The conversation's grants, one line each, with the calls they ran."""
+    lines: list[str] = []
+    for grant in pending.grants:
+        line = explain_grant(grant)
+        lines.append(line + (f"; ran {', '.join(grant.uses)}" if grant.uses else ""))
+    return lines

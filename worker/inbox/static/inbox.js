@@ -231,6 +231,7 @@ const KNOWN = new Set([
   "message_received", "turn_started", "turn_finished", "model_failed", "budget_exceeded", "budget_raised",
   "tool_call_scheduled", "tool_attempt_failed", "tool_call_finished",
   "approval_requested", "approval_decided", "approval_expired", "approval_rejected",
+  "approval_counted", "approval_reminder", "approval_escalated",
   "question_asked", "question_answered", "conversation_finished",
 ]);
 

@@ -1,0 +1,93 @@
+"""Grants from the inbox: the form's "rest of this conversation" box and the API (issue 28)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agent_support import LEDGER_ENV, turns
+from inbox_support import basic, csrf_token, inbox_client
+from temporalio.testing import WorkflowEnvironment
+from workflow_helpers import running
+
+from durable_tools.conversation import ConversationOptions
+from durable_tools.grants import GrantScope
+from durable_tools.worker.inbox.auth import CSRF_FIELD
+
+ANA = basic("ana", "ana-secret")
+
+
+@pytest.fixture(autouse=True)
+def _ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "ledger.jsonl"))
+
+
+SCRIPT = turns(
+    [("r1", "refund", {"order": "A-1", "amount": 100})],
+    [("r2", "refund", {"order": "A-1", "amount": 7})],
+    [("r3", "refund", {"order": "B-2", "amount": 7})],
+)
+
+
+async def test_the_form_grants_by_the_fields_named(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    async with running(dev_env, task_queue, tmp_path / "ledger.jsonl") as harness:
+        wf = await harness.start(SCRIPT, options=ConversationOptions(idle_timeout=60))
+        first = await harness.wait_approval(wf, "r1")
+        async with inbox_client(harness) as client:
+            page = await client.get(f"/conversations/{wf}", headers=ANA)
+            assert 'name="grant_fields"' in page.text
+            token = await csrf_token(client, ANA)
+            form = {
+                CSRF_FIELD: token,
+                "call_id": "r1",
+                "arguments_hash": first.arguments_hash,
+                "decision": "approve",
+                "grant": "1",
+                "grant_fields": "order",
+            }
+            sent = await client.post(f"/conversations/{wf}/decide", data=form, headers=ANA)
+            assert sent.status_code in (200, 303), sent.text
+            await harness.wait_approval(wf, "r3")  # r2 ran by the grant; B-2 waits
+            page = await client.get(f"/conversations/{wf}", headers=ANA)
+            assert "Approved for the rest of this conversation" in page.text
+            assert "grant g1 by ana at " in page.text and "; ran r2" in page.text
+        pending = await harness.conversations.pending(wf)
+        [grant] = pending.grants
+        assert grant.scope == GrantScope(tool="refund", arguments={"/order": "A-1"})
+        assert (grant.granted_by, grant.uses) == ("ana", ["r2"])
+
+
+async def test_the_api_takes_a_grant_and_refuses_a_hostile_one(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    async with running(dev_env, task_queue, tmp_path / "ledger.jsonl") as harness:
+        wf = await harness.start(SCRIPT, options=ConversationOptions(idle_timeout=60))
+        first = await harness.wait_approval(wf, "r1")
+        async with inbox_client(harness) as client:
+            token = await csrf_token(client, ANA)
+            url = f"/api/conversations/{wf}/calls/r1/decision"
+            headers = {**ANA, "X-CSRF-Token": token}
+            for hostile in [
+                {"tool": "refund", "arguments": {"order": "A-1"}},  # not a pointer
+                {"tool": "refund", "arguments": {"/order": ["A-1"]}},  # not a scalar
+                {"tool": "refund", "arguments": {"/order": "A-1"}, "extra": 1},
+                {"tool": "refund", "arguments": {"/n": 2**60}},
+                "refund",
+            ]:
+                body = {"approved": True, "arguments_hash": first.arguments_hash, "grant": hostile}
+                refused = await client.post(url, json=body, headers=headers)
+                assert refused.status_code == 422, (hostile, refused.text)
+            # A grant for another tool is the workflow's refusal (409), recorded.
+            other = {"tool": "pay", "arguments": {}}
+            body = {"approved": True, "arguments_hash": first.arguments_hash, "grant": other}
+            refused = await client.post(url, json=body, headers=headers)
+            assert refused.status_code == 409 and "names tool 'pay'" in refused.text
+            grant = {"tool": "refund", "arguments": {"/order": "A-1"}}
+            body = {"approved": True, "arguments_hash": first.arguments_hash, "grant": grant}
+            taken = await client.post(url, json=body, headers=headers)
+            assert taken.status_code == 200, taken.text
+            await harness.wait_approval(wf, "r3")
+        [kept] = (await harness.conversations.pending(wf)).grants
+        assert kept.uses == ["r2"]
