@@ -51,6 +51,7 @@ from durable_tools.mcp.client_side import (
     roots_of,
 )
 from durable_tools.mcp.config import McpServerConfig
+from durable_tools.mcp.oauth import OAUTH_REQUEST, login_hint, oauth_auth
 
 __all__ = ["CallTimedOut", "ConnectionLost", "McpConnection", "McpStartError"]
 
@@ -335,7 +336,9 @@ class McpConnection:
                 token = config.bearer_token()
                 if token:
                     headers["Authorization"] = f"Bearer {token}"
-                http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+                http = await stack.enter_async_context(
+                    create_mcp_http_client(headers=headers, auth=oauth_auth(config))
+                )
                 http.event_hooks["response"].append(self._note_status)
                 streams = await stack.enter_async_context(
                     streamable_http_client(config.url, http_client=http)
@@ -352,7 +355,10 @@ class McpConnection:
         A GET (the optional server-to-client stream; 405 is a normal answer)
         and the DELETE that ends a session say nothing about a request.
         """
-        if response.request.method == "POST" and response.status_code >= 400:
+        request = response.request
+        if OAUTH_REQUEST in request.extensions:  # the OAuth flow's own (token endpoint ...)
+            return
+        if request.method == "POST" and response.status_code >= 400:
             self._http_status = (int(response.status_code), str(response.reason_phrase))
 
     def _with_status(self, exc: BaseException) -> BaseException:
@@ -363,7 +369,11 @@ class McpConnection:
             and leaf.message in _HTTP_STAND_INS
             and self._http_status is not None
         ):
-            return MCPError(leaf.code, http_status_text(*self._http_status), leaf.data)
+            status, reason = self._http_status
+            text = http_status_text(status, reason)
+            if status == 401 and self.config.oauth is not None:  # no usable OAuth token
+                text = f"{login_hint(self.config.name)} ({text.split(' (')[0]})"
+            return MCPError(leaf.code, text, leaf.data)
         return exc
 
     def _describe(self, exc: BaseException) -> str:
