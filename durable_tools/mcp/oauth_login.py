@@ -140,7 +140,11 @@ class _Redirect:
             return values[0] if values and len(values) == 1 else None
 
         state, expected = one("state"), self.expected_state
-        if state is None or expected is None or not hmac.compare_digest(state, expected):
+        if (
+            state is None
+            or expected is None
+            or not hmac.compare_digest(state.encode(), expected.encode())
+        ):
             return 400, "This is not the redirect of the login in progress (state differs)."
         if self.result.done():
             return 400, "The login has already been answered."
