@@ -51,7 +51,7 @@ from durable_tools.mcp.client_side import (
     roots_of,
 )
 from durable_tools.mcp.config import McpServerConfig
-from durable_tools.mcp.oauth import OAUTH_REQUEST, login_hint, oauth_auth
+from durable_tools.mcp.oauth import OAUTH_REQUEST, oauth_auth, oauth_status_text
 
 __all__ = ["CallTimedOut", "ConnectionLost", "McpConnection", "McpStartError"]
 
@@ -371,8 +371,8 @@ class McpConnection:
         ):
             status, reason = self._http_status
             text = http_status_text(status, reason)
-            if status == 401 and self.config.oauth is not None:  # no usable OAuth token
-                text = f"{login_hint(self.config.name)} ({text.split(' (')[0]})"
+            if self.config.oauth is not None:
+                text = oauth_status_text(self.config.name, status, reason) or text
             return MCPError(leaf.code, text, leaf.data)
         return exc
 

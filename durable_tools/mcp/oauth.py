@@ -69,6 +69,7 @@ __all__ = [
     "check_oauth_url",
     "login_hint",
     "oauth_auth",
+    "oauth_status_text",
     "token_store_for",
 ]
 
@@ -85,6 +86,25 @@ _PLACEHOLDER_REDIRECT: Final = "http://127.0.0.1/callback"
 def login_hint(name: str) -> str:
     """What a call of a server without a usable token says: how to log in."""
     return f"MCP server {name!r} needs `durable-tools mcp login {name}` on the worker"
+
+
+def oauth_status_text(name: str, status: int, reason: str) -> str | None:
+    """What an OAuth server's 401 or 403 means for the operator (`None` for other statuses).
+
+    Args:
+        name: The server's configured name.
+        status: The HTTP status of its answer.
+        reason: The status's reason phrase.
+    """
+    answered = f"it answered HTTP {status} {reason}".rstrip()
+    if status == 401:  # no usable token: none stored, expired and not refreshable, revoked
+        return f"{login_hint(name)} ({answered})"
+    if status == 403:
+        return (
+            f"MCP server {name!r} refused the token ({answered}): it may need more scopes "
+            f"(`oauth.scope`) and `durable-tools mcp login {name}` again"
+        )
+    return None
 
 
 def is_loopback(host: str | None) -> bool:
@@ -333,8 +353,13 @@ class McpOAuthProvider(OAuthClientProvider):
                         break
                 await self._load()
                 self._initialized = True
+            if not context.is_token_valid():
+                # Another worker process sharing the store may have refreshed
+                # already (a refresh token may be good for one use only).
+                await self._load()
             if not context.is_token_valid() and context.can_refresh_token():
-                await self._handle_refresh_response((yield await self._refresh_token()))
+                if not await self._handle_refresh_response((yield await self._refresh_token())):
+                    await self._load()  # lost a race for a rotating refresh token?
             sent = self._authorize(request)
         response = yield request
         if response.status_code != 401:
@@ -345,7 +370,8 @@ class McpOAuthProvider(OAuthClientProvider):
             await self._load()
             fresh = context.current_tokens
             if (fresh is None or fresh.access_token == sent) and context.can_refresh_token():
-                await self._handle_refresh_response((yield await self._refresh_token()))
+                if not await self._handle_refresh_response((yield await self._refresh_token())):
+                    await self._load()
             if not context.is_token_valid() or context.current_tokens is None:
                 return
             if context.current_tokens.access_token == sent:

@@ -213,3 +213,14 @@ def test_the_login_command(tmp_path: Path) -> None:
                 env=env,
             )
             assert refused.returncode == 2 and needle in refused.stderr, refused.stderr
+
+
+async def test_a_login_nobody_answers_ends_within_its_timeout(tmp_path: Path) -> None:
+    shown: list[str] = []
+    with oauth_servers(tmp_path) as servers:
+        async with asyncio.timeout(30):
+            with pytest.raises(LoginFailed, match="no redirect from the authorization server"):
+                await login(servers.config(tmp_path), show_url=shown.append, timeout=1)
+        assert len(shown) == 1 and servers.events("code") == []
+        store = FileTokenStore(tmp_path / "tokens")
+        assert await store.get_tokens(servers.issuer, servers.url) is None
