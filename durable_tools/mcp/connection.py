@@ -355,10 +355,9 @@ class McpConnection:
         A GET (the optional server-to-client stream; 405 is a normal answer)
         and the DELETE that ends a session say nothing about a request.
         """
-        request = response.request
-        if OAUTH_REQUEST in request.extensions:  # the OAuth flow's own (token endpoint ...)
+        if OAUTH_REQUEST in response.request.extensions:  # the OAuth flow's own requests
             return
-        if request.method == "POST" and response.status_code >= 400:
+        if response.request.method == "POST" and response.status_code >= 400:
             self._http_status = (int(response.status_code), str(response.reason_phrase))
 
     def _with_status(self, exc: BaseException) -> BaseException:
@@ -369,10 +368,9 @@ class McpConnection:
             and leaf.message in _HTTP_STAND_INS
             and self._http_status is not None
         ):
-            status, reason = self._http_status
-            text = http_status_text(status, reason)
-            if self.config.oauth is not None:
-                text = oauth_status_text(self.config.name, status, reason) or text
+            text = http_status_text(*self._http_status)
+            if self.config.oauth is not None:  # a 401 or 403 says how to log in
+                text = oauth_status_text(self.config.name, *self._http_status) or text
             return MCPError(leaf.code, text, leaf.data)
         return exc
 
