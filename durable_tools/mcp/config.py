@@ -109,6 +109,19 @@ class McpOAuth(BaseModel):
             it replaces the file store.
         login_timeout: Seconds `durable-tools mcp login` waits for the
             browser's redirect (default 300).
+        client_id: A client registered with the authorization server
+            beforehand (for servers without dynamic client registration);
+            default: register one at login.
+        client_secret_env: Environment variable holding that client's
+            secret, read on the worker and by the login (never in the
+            configuration file); none for a public client.
+        token_endpoint_auth_method: How that client authenticates at the
+            token endpoint: `"client_secret_basic"` (the default with a
+            secret), `"client_secret_post"` or `"none"` (without one).
+        client_metadata_url: An `https` URL of a client ID metadata document
+            you host (draft-ietf-oauth-client-id-metadata-document): used as
+            the client id where the authorization server supports it, in
+            place of dynamic registration.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -118,6 +131,22 @@ class McpOAuth(BaseModel):
     token_dir: str | None = None
     token_store: str | None = None
     login_timeout: float = Field(default=300.0, gt=0)
+    client_id: str | None = Field(default=None, min_length=1)
+    client_secret_env: str | None = None
+    token_endpoint_auth_method: (
+        Literal["client_secret_basic", "client_secret_post", "none"] | None
+    ) = None
+    client_metadata_url: str | None = None
+
+    @model_validator(mode="after")
+    def _client(self) -> McpOAuth:
+        if self.client_id is None and (
+            self.client_secret_env is not None or self.token_endpoint_auth_method is not None
+        ):
+            raise ValueError(
+                "`client_secret_env` and `token_endpoint_auth_method` need `client_id`"
+            )
+        return self
 
 
 class McpServerConfig(BaseModel):

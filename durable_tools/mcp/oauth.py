@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib
 import ipaddress
 import logging
+import os
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Final
 from urllib.parse import urlsplit
@@ -70,6 +71,7 @@ __all__ = [
     "login_hint",
     "oauth_auth",
     "oauth_status_text",
+    "preregistered_client",
     "token_store_for",
 ]
 
@@ -86,6 +88,35 @@ _PLACEHOLDER_REDIRECT: Final = "http://127.0.0.1/callback"
 def login_hint(name: str) -> str:
     """What a call of a server without a usable token says: how to log in."""
     return f"MCP server {name!r} needs `durable-tools mcp login {name}` on the worker"
+
+
+def preregistered_client(
+    config: McpServerConfig, redirect_uri: str | None = None
+) -> OAuthClientInformationFull | None:
+    """The client `McpOAuth.client_id` names, its secret read from the environment now.
+
+    Raises:
+        ConfigurationError: `client_secret_env` names an unset variable.
+    """
+    oauth = config.oauth
+    if oauth is None or oauth.client_id is None:
+        return None
+    secret: str | None = None
+    if oauth.client_secret_env is not None:
+        secret = os.environ.get(oauth.client_secret_env) or None
+        if secret is None:
+            raise ConfigurationError(
+                f"MCP server {config.name!r}: environment variable "
+                f"{oauth.client_secret_env!r} (oauth.client_secret_env) is not set"
+            )
+    method = oauth.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
+    return OAuthClientInformationFull(
+        client_id=oauth.client_id,
+        client_secret=secret,
+        redirect_uris=[AnyUrl(redirect_uri or _PLACEHOLDER_REDIRECT)],
+        token_endpoint_auth_method=method,
+        grant_types=["authorization_code", "refresh_token"],
+    )
 
 
 def oauth_status_text(name: str, status: int, reason: str) -> str | None:
@@ -247,25 +278,29 @@ class McpOAuthProvider(OAuthClientProvider):
             storage=_ServerStorage(store, self),
             redirect_handler=redirect_handler,
             callback_handler=callback_handler,
+            client_metadata_url=oauth.client_metadata_url,
         )
         self._store = store
+        self._preregistered = preregistered_client(config, redirect_uri)
         self.failure: Exception | None = None
         """The error that ended the last flow, if one did (its message quotes no token)."""
         if self.interactive:
             # A login starts afresh: no stored token is sent, so the server
-            # answers 401 and the SDK's flow (discovery, registration,
-            # authorization, token) runs.
+            # answers 401 and the SDK's flow (discovery, registration unless
+            # the client is pre-registered, authorization, token) runs.
             self._initialized = True
+            self.context.client_info = self._preregistered
 
     def key(self) -> tuple[str, str] | None:
-        """`(issuer, resource)` the tokens are stored under, once metadata was discovered."""
+        """`(issuer, resource)` the tokens are stored under (known once discovery ran)."""
         context = self.context
         if context.oauth_metadata is not None:
             issuer = str(context.oauth_metadata.issuer)
-        elif context.auth_server_url is not None:
-            issuer = context.auth_server_url
         else:
-            return None
+            # No metadata: the PRM's server, or (MCP 2025-03-26 servers without
+            # metadata) the MCP server's own origin, whose /authorize, /token
+            # and /register the SDK falls back to.
+            issuer = self._expected_issuer()
         return issuer, context.get_resource_url()
 
     @property
@@ -282,7 +317,7 @@ class McpOAuthProvider(OAuthClientProvider):
         context.token_expiry_time = None
         if tokens is not None and tokens.expires_in is not None:
             context.update_token_expiry(tokens)
-        context.client_info = await self.context.storage.get_client_info()
+        context.client_info = self._preregistered or await self.context.storage.get_client_info()
 
     def _auth_flow(
         self, request: httpx2.Request

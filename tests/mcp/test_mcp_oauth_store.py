@@ -50,7 +50,8 @@ def test_oauth_in_toml() -> None:
         ({"command": "x", "oauth": True}, "`oauth` applies to `url` servers only"),
         ({"url": RESOURCE, "oauth": True, "token_env": "T"}, "not both"),
         ({"url": RESOURCE, "oauth": {"login_timeout": 0}}, "greater than 0"),
-        ({"url": RESOURCE, "oauth": {"client_id": "x"}}, "Extra inputs"),
+        ({"url": RESOURCE, "oauth": {"client_secret": "x"}}, "Extra inputs"),
+        ({"url": RESOURCE, "oauth": {"client_secret_env": "S"}}, "need `client_id`"),
     ],
 )
 def test_bad_oauth_configuration(fields: dict[str, Any], message: str) -> None:
