@@ -150,3 +150,26 @@ def test_a_store_factory_by_name(tmp_path: Path) -> None:
     for spec in ("no_such_module:factory", "test_mcp_oauth_store:ISSUER"):
         with pytest.raises(ConfigurationError, match="token_store"):
             token_store_for(McpOAuth(token_store=spec))
+
+
+def test_a_pre_registered_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_tools.mcp import McpServerConfig
+    from durable_tools.mcp.oauth import preregistered_client
+
+    def server(**oauth: Any) -> McpServerConfig:
+        return McpServerConfig(name="notes", url=RESOURCE, oauth=McpOAuth(**oauth))
+
+    assert preregistered_client(server()) is None  # dynamic registration at login
+    public = preregistered_client(server(client_id="cid"))
+    assert public is not None and public.client_secret is None
+    assert public.token_endpoint_auth_method == "none"
+
+    confidential = server(client_id="cid", client_secret_env="DT_TEST_CLIENT_SECRET")
+    monkeypatch.delenv("DT_TEST_CLIENT_SECRET", raising=False)
+    with pytest.raises(ConfigurationError, match="DT_TEST_CLIENT_SECRET"):
+        preregistered_client(confidential)
+    monkeypatch.setenv("DT_TEST_CLIENT_SECRET", "s3cret-value")
+    client = preregistered_client(confidential)
+    assert client is not None and client.client_secret == "s3cret-value"
+    assert client.token_endpoint_auth_method == "client_secret_basic"
+    assert "s3cret-value" not in repr(confidential)
