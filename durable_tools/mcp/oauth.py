@@ -214,27 +214,17 @@ class _ServerStorage:
         self._provider = provider
 
     async def get_tokens(self) -> OAuthToken | None:
-        key = self._provider.key()
-        if key is None:
-            return None
-        issued = await self._store.get_tokens(*key)
+        issued = await self._store.get_tokens(*self._provider.key())
         return None if issued is None else issued.for_client()
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
-        key = self._provider.key()
-        if key is None:
-            raise OAuthFlowError("no authorization server was discovered for this server")
-        await self._store.set_tokens(*key, IssuedTokens.received(tokens))
+        await self._store.set_tokens(*self._provider.key(), IssuedTokens.received(tokens))
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
-        key = self._provider.key()
-        return None if key is None else await self._store.get_client_info(key[0])
+        return await self._store.get_client_info(self._provider.key()[0])
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        key = self._provider.key()
-        if key is None:
-            raise OAuthFlowError("no authorization server was discovered for this server")
-        await self._store.set_client_info(key[0], client_info)
+        await self._store.set_client_info(self._provider.key()[0], client_info)
 
 
 class McpOAuthProvider(OAuthClientProvider):
@@ -291,8 +281,8 @@ class McpOAuthProvider(OAuthClientProvider):
             self._initialized = True
             self.context.client_info = self._preregistered
 
-    def key(self) -> tuple[str, str] | None:
-        """`(issuer, resource)` the tokens are stored under (known once discovery ran)."""
+    def key(self) -> tuple[str, str]:
+        """`(issuer, resource)` the tokens are stored under (meaningful once discovery ran)."""
         context = self.context
         if context.oauth_metadata is not None:
             issuer = str(context.oauth_metadata.issuer)
@@ -304,10 +294,9 @@ class McpOAuthProvider(OAuthClientProvider):
         return issuer, context.get_resource_url()
 
     @property
-    def issuer(self) -> str | None:
-        """The authorization server's issuer identifier, once discovered."""
-        key = self.key()
-        return None if key is None else key[0]
+    def issuer(self) -> str:
+        """The authorization server's issuer identifier (once discovery ran)."""
+        return self.key()[0]
 
     async def _load(self) -> None:
         """Read this server's tokens and client from the store (what a worker sends)."""

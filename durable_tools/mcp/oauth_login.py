@@ -240,10 +240,9 @@ async def login(
             raise LoginFailed(
                 f"the login to {config.name!r} failed: {_describe(failure)}"
             ) from None
-    issuer = provider.issuer
-    if issuer is None or provider.context.current_tokens is None:
+    if provider.context.current_tokens is None:
         raise LoginFailed(f"the server {config.name!r} did not ask for authorization")
-    return LoginResult(server=config.name, issuer=issuer, tools=len(listed.tools))
+    return LoginResult(server=config.name, issuer=provider.issuer, tools=len(listed.tools))
 
 
 def _client_info() -> Any:
