@@ -29,6 +29,7 @@ from typing import Any, Final, cast
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
+import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -227,7 +228,7 @@ async def login(
                     create_mcp_http_client(auth=provider) as http,
                     Client(
                         cast(Any, streamable_http_client(config.url, http_client=http)),
-                        client_info=_client_info(),
+                        client_info=types.Implementation(name="durable-tools", version="0"),
                     ) as client,
                 ):
                     listed = await client.session.list_tools()
@@ -243,12 +244,6 @@ async def login(
     if provider.context.current_tokens is None:
         raise LoginFailed(f"the server {config.name!r} did not ask for authorization")
     return LoginResult(server=config.name, issuer=provider.issuer, tools=len(listed.tools))
-
-
-def _client_info() -> Any:
-    import mcp_types as types
-
-    return types.Implementation(name="durable-tools", version="0")
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

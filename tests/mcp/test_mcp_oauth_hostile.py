@@ -204,6 +204,23 @@ def test_the_login_command(tmp_path: Path) -> None:
             assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
         assert tokens.access_token not in rest + errors + "".join(lines)
 
+        with subprocess.Popen(
+            [*command, "notes", "--mcp-config", str(config_file)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                if line.startswith("http://"):
+                    consent(line.strip(), approve=False)
+                    break
+            _, errors = process.communicate(timeout=60)
+        assert process.returncode == 1
+        assert errors.startswith("error: the authorization server refused the login"), errors
+        assert len(errors.splitlines()) == 1, errors  # one line, no traceback
+
         for name, needle in (("plain", "has no `oauth`"), ("nothing", "no MCP server named")):
             refused = subprocess.run(
                 [*command, name, "--mcp-config", str(config_file)],

@@ -13,6 +13,7 @@ worker's user, or with the worker's `DURABLE_TOOLS_MCP_TOKENS`.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Annotated
 
 import typer
@@ -74,6 +75,9 @@ def login_command(
         print(url, flush=True)  # alone on its line, unwrapped: copyable
         out.print("Waiting for the redirect to 127.0.0.1 ...", soft_wrap=True)
 
+    # The SDK logs the flow's errors with their tracebacks; this command says
+    # what failed in one line instead (a worker's log keeps them).
+    logging.getLogger("mcp").addHandler(logging.NullHandler())
     try:
         result = asyncio.run(
             login(config, show_url=show, open_browser=open_browser, timeout=timeout)
