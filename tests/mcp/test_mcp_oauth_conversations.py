@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from mcp_oauth_support import OAuthServers, consent, oauth_servers
+from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 from tracing_support import RAW, tracer_provider
 from workflow_helpers import payloads_of, running
@@ -123,6 +124,12 @@ async def test_login_then_calls_refresh_and_revocation(
         events: list[str] = []
         for workflow_id in (first, second, third):
             history = await h.client.get_workflow_handle(workflow_id).fetch_history()
+            attempts = [
+                e.activity_task_started_event_attributes.attempt
+                for e in history.events
+                if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+            ]
+            assert attempts and set(attempts) == {1}, attempts  # no activity was retried
             histories.append(history.to_json())
             histories.extend(
                 payload.data.decode("utf-8", "replace")
