@@ -21,6 +21,8 @@ this module adds:
   and the authorization page must be `https`, or `http` to a loopback address
   (127.0.0.0/8, ::1, localhost): a metadata document that points anywhere else
   ends the flow with `OAuthFlowError` before anything is sent there.
+* **A pre-registered client** (`McpOAuth.client_id`, its secret from the
+  environment) for authorization servers without dynamic registration.
 
 Nothing of a token (access, refresh, client secret, code, verifier) is logged
 or put in an exception message here.
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import importlib
 import ipaddress
-import logging
 import os
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Final
@@ -75,7 +76,6 @@ __all__ = [
     "token_store_for",
 ]
 
-_log = logging.getLogger("durable_tools.mcp")
 
 OAUTH_REQUEST: Final = "durable_tools.oauth"
 """Extension key marking a request the OAuth flow makes itself (not one to the MCP server)."""
