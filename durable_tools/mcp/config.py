@@ -49,6 +49,7 @@ from durable_tools.errors import ConfigurationError
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_HANDSHAKE_TIMEOUT",
+    "McpOAuth",
     "McpServerConfig",
     "McpToolPolicy",
     "load_mcp_config",
@@ -84,6 +85,68 @@ class McpToolPolicy(BaseModel):
     needs_approval: bool | None = None
     idempotent: bool | None = None
     call_timeout: float | None = Field(default=None, gt=0)
+
+
+class McpOAuth(BaseModel):
+    """OAuth for a streamable-HTTP server that requires authorization.
+
+    The worker sends the access token `durable-tools mcp login NAME` obtained
+    (the `mcp` SDK's OAuth client: PKCE, RFC 8707 resource indicators,
+    metadata discovery, dynamic client registration), refreshes it when it
+    expires, and never runs an interactive flow itself: without a usable
+    token a call is Failure "needs `durable-tools mcp login NAME`".
+
+    Attributes:
+        scope: Scopes to ask for (space-separated); default: what the
+            server's metadata says it supports.
+        client_name: The name registered with the authorization server.
+        token_dir: Directory of the file token store (default: the
+            environment variable `DURABLE_TOOLS_MCP_TOKENS`, else
+            `$XDG_STATE_HOME/durable-tools/mcp-tokens`, else
+            `~/.local/state/durable-tools/mcp-tokens`).
+        token_store: `"package.module:factory"`: a callable returning a
+            `durable_tools.mcp.TokenStore` (e.g. one over a secret manager);
+            it replaces the file store.
+        login_timeout: Seconds `durable-tools mcp login` waits for the
+            browser's redirect (default 300).
+        client_id: A client registered with the authorization server
+            beforehand (for servers without dynamic client registration);
+            default: register one at login.
+        client_secret_env: Environment variable holding that client's
+            secret, read on the worker and by the login (never in the
+            configuration file); none for a public client.
+        token_endpoint_auth_method: How that client authenticates at the
+            token endpoint: `"client_secret_basic"` (the default with a
+            secret), `"client_secret_post"` or `"none"` (without one).
+        client_metadata_url: An `https` URL of a client ID metadata document
+            you host (draft-ietf-oauth-client-id-metadata-document): used as
+            the client id where the authorization server supports it, in
+            place of dynamic registration.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scope: str | None = None
+    client_name: str = "durable-tools"
+    token_dir: str | None = None
+    token_store: str | None = None
+    login_timeout: float = Field(default=300.0, gt=0)
+    client_id: str | None = Field(default=None, min_length=1)
+    client_secret_env: str | None = None
+    token_endpoint_auth_method: (
+        Literal["client_secret_basic", "client_secret_post", "none"] | None
+    ) = None
+    client_metadata_url: str | None = None
+
+    @model_validator(mode="after")
+    def _client(self) -> McpOAuth:
+        if self.client_id is None and (
+            self.client_secret_env is not None or self.token_endpoint_auth_method is not None
+        ):
+            raise ValueError(
+                "`client_secret_env` and `token_endpoint_auth_method` need `client_id`"
+            )
+        return self
 
 
 class McpServerConfig(BaseModel):
@@ -131,6 +194,9 @@ class McpServerConfig(BaseModel):
         roots: Roots (`file://` URIs or absolute paths) the client declares
             and answers `roots/list` requests with (default none: the
             roots capability is not declared).
+        oauth: OAuth for a `url` server that requires authorization
+            (`McpOAuth`; TOML `oauth = true` or an `[servers.NAME.oauth]`
+            table). Exclusive with `token` and `token_env`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -156,6 +222,18 @@ class McpServerConfig(BaseModel):
     sampling: Literal["allow", "approve", "refuse"] = "approve"
     url_elicitation: Literal["allow", "approver", "refuse"] = "allow"
     roots: list[str] = Field(default_factory=list[str])
+    oauth: McpOAuth | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _oauth_flag(cls, data: object) -> object:
+        """`oauth = true` is `McpOAuth()` with its defaults; `false` is none."""
+        if not isinstance(data, Mapping):
+            return data
+        fields = dict(cast(Mapping[str, object], data))
+        if isinstance(fields.get("oauth"), bool):
+            fields["oauth"] = McpOAuth() if fields["oauth"] else None
+        return fields
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
@@ -167,6 +245,10 @@ class McpServerConfig(BaseModel):
             raise ValueError("`args`, `env` and `cwd` apply to `command` servers only")
         if self.token is not None and self.token_env is not None:
             raise ValueError("give `token` or `token_env`, not both")
+        if self.oauth is not None and self.url is None:
+            raise ValueError("`oauth` applies to `url` servers only")
+        if self.oauth is not None and (self.token is not None or self.token_env is not None):
+            raise ValueError("give `oauth` or a bearer `token`/`token_env`, not both")
         for root in self.roots:
             if not (root.startswith("file:///") or Path(root).is_absolute()):
                 raise ValueError(f"root {root!r} must be an absolute path or a file:/// URI")

@@ -59,6 +59,7 @@ from durable_tools.mcp.client_side import (
     roots_of,
 )
 from durable_tools.mcp.config import McpServerConfig
+from durable_tools.mcp.oauth import OAUTH_REQUEST, oauth_auth, oauth_status_text
 from durable_tools.mcp.tasks import (
     CancelTaskRequest,
     CreateTaskResult,
@@ -246,7 +247,9 @@ class McpConnection:
                 token = config.bearer_token()
                 if token:
                     headers["Authorization"] = f"Bearer {token}"
-                http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+                http = await stack.enter_async_context(
+                    create_mcp_http_client(headers=headers, auth=oauth_auth(config))
+                )
                 http.event_hooks["response"].append(self._note_status)
                 streams = await stack.enter_async_context(
                     streamable_http_client(config.url, http_client=http)
@@ -263,6 +266,8 @@ class McpConnection:
         A GET (the optional server-to-client stream; 405 is a normal answer)
         and the DELETE that ends a session say nothing about a request.
         """
+        if OAUTH_REQUEST in response.request.extensions:  # the OAuth flow's own requests
+            return
         if response.request.method == "POST" and response.status_code >= 400:
             self._http_status = (int(response.status_code), str(response.reason_phrase))
 
@@ -274,7 +279,10 @@ class McpConnection:
             and leaf.message in HTTP_STAND_INS
             and self._http_status is not None
         ):
-            return MCPError(leaf.code, http_status_text(*self._http_status), leaf.data)
+            text = http_status_text(*self._http_status)
+            if self.config.oauth is not None:  # a 401 or 403 says how to log in
+                text = oauth_status_text(self.config.name, *self._http_status) or text
+            return MCPError(leaf.code, text, leaf.data)
         return exc
 
     def _describe(self, exc: BaseException) -> str:

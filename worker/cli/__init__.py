@@ -14,6 +14,7 @@ durable-tools answer ticket-42 call_1 '{"order_id": "A-1001"}'
 durable-tools send ticket-42 "any news?"
 durable-tools history ticket-42
 durable-tools policy explain ticket-42 call_2              # which policy rule decided it
+durable-tools mcp login notes --mcp-config mcp.toml        # OAuth for an MCP server
 ```
 
 Connection options read `DURABLE_TOOLS_ADDRESS` / `TEMPORAL_ADDRESS` (default
@@ -32,7 +33,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from durable_tools.worker.cli import budgets, conversing, deciding, operating, policies, serving
+from durable_tools.worker.cli import (
+    budgets,
+    conversing,
+    deciding,
+    mcp,
+    operating,
+    policies,
+    serving,
+)
 from durable_tools.worker.cli.conversing import print_followed
 from durable_tools.worker.cli.serving import dev_command as dev_command
 from durable_tools.worker.cli.shared import CliError, app
@@ -73,6 +82,7 @@ for _name, _command in _COMMANDS:
     app.command(_name)(_command)
 app.add_typer(policies.policy_app, name="policy")
 app.add_typer(budgets.budget_app, name="budget")
+app.add_typer(mcp.mcp_app, name="mcp")
 
 
 # Reached from outside by this name (tests replace `_out` to read what it prints).

@@ -1,0 +1,87 @@
+"""durable-tools as the client of the MCP conformance suite's auth scenarios.
+
+    conformance client --command "python tests/mcp/conformance_client.py" --suite auth
+
+The suite starts an authorization server and an MCP server per scenario and
+runs this command with the server's URL (and `MCP_CONFORMANCE_SCENARIO`,
+`MCP_CONFORMANCE_CONTEXT` in the environment). It does what an operator
+does: `durable-tools mcp login` (the browser is an httpx client that follows
+the suite's authorization page, which approves at once), then what a worker
+does: connect with the stored token, list the tools and call each one that
+takes no arguments. Tokens go to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import threading
+
+import httpx
+
+from durable_tools.mcp import McpOAuth, McpServerConfig, McpToolsets
+from durable_tools.mcp.oauth_login import login
+from durable_tools.results import ToolCall
+
+CIMD = "https://conformance-test.local/client-metadata.json"
+"""The client ID metadata document URL the suite's CIMD scenario expects."""
+
+
+def _follow(url: str) -> None:
+    """The person's browser: open the page and follow its redirects back to the listener."""
+
+    def browse() -> None:
+        with httpx.Client(follow_redirects=True, timeout=20) as browser:
+            browser.get(url)
+
+    threading.Thread(target=browse, daemon=True).start()
+
+
+def _oauth(tokens: str) -> McpOAuth:
+    """The OAuth settings: a pre-registered client when the scenario gives one."""
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    client_id = context.get("client_id") if isinstance(context, dict) else None
+    if not isinstance(client_id, str):
+        return McpOAuth(token_dir=tokens, login_timeout=20, client_metadata_url=CIMD)
+    secret = context.get("client_secret")
+    if isinstance(secret, str):
+        os.environ["DT_CONFORMANCE_CLIENT_SECRET"] = secret
+    return McpOAuth(
+        token_dir=tokens,
+        login_timeout=20,
+        client_id=client_id,
+        client_secret_env="DT_CONFORMANCE_CLIENT_SECRET" if isinstance(secret, str) else None,
+    )
+
+
+async def main(url: str) -> int:
+    with tempfile.TemporaryDirectory() as tokens:
+        config = McpServerConfig(
+            name="conformance", url=url, oauth=_oauth(tokens), needs_approval=False
+        )
+        result = await login(config, show_url=_follow)
+        print(f"logged in: issuer {result.issuer}, {result.tools} tool(s)", flush=True)
+        toolsets = McpToolsets([config])
+        await toolsets.start()
+        try:
+            if toolsets.skipped:
+                print(f"skipped: {toolsets.skipped}", file=sys.stderr)
+                return 1
+            kit = toolsets.toolkit()
+            for tool in kit:
+                required = tool.descriptor().parameters.get("required") or []
+                if required:
+                    continue
+                call = ToolCall(call_id=tool.name, name=tool.name, arguments="{}")
+                async for event in kit.run([call]):
+                    print(f"{tool.name}: {json.dumps(str(event))[:200]}", flush=True)
+        finally:
+            await toolsets.aclose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[-1])))
