@@ -183,6 +183,7 @@ class Phase:
     cache: Counter[str] = field(default_factory=Counter[str])
     heap_start: dict[str, float] = field(default_factory=dict[str, float])  # first worker's
     heap_after: dict[str, float] = field(default_factory=dict[str, float])
+    grown: list[str] = field(default_factory=list[str])  # `--tracemalloc`: sites that grew
     checked: Checked = field(default_factory=Checked)
 
 
@@ -268,7 +269,8 @@ async def run_phase(
         warm_runs = await _start_all(client, side, queue, warm, turns, bool(fanout), 8)
         for workflow_id, run_id in warm_runs.items():
             await client.get_workflow_handle(workflow_id, run_id=run_id).result()
-        warmed = await asyncio.gather(*(w.ask("gc") for w in workers))
+        mark = "mark" if args.tracemalloc else "gc"  # mark: gc, then a snapshot to compare
+        warmed = await asyncio.gather(*(w.ask(mark) for w in workers))
         phase.heap_start = warmed[0].get("heap", {})
         phase.rss_start = max(_memory(w.pid)[0] for w in workers)
         _, warm_closed = await _closed(client, queue)
@@ -337,6 +339,8 @@ async def run_phase(
         phase.fallback = _sum(stats, "fallback")
         phase.cache = _sum(stats, "cache")
         phase.heap_after = stats[0].get("heap", {})
+        if args.tracemalloc:
+            phase.grown = (await workers[0].ask("top"))["top"]
     finally:
         await asyncio.gather(*(w.stop() for w in workers))
     phase.checked = await check_histories(client, first_runs, turns, sample=args.replay)
@@ -472,6 +476,8 @@ def _details(phase: Phase) -> None:
             for k, v in phase.heap_after.items()
         )
         print(f"      heap at start -> after drain + gc (first worker): {shown}")
+    for line in phase.grown:
+        print(f"      grew since start: {line}")
     if c.stages:
         shown = ", ".join(f"{k} {v:.0f}" for k, v in sorted(c.stage_ms().items()))
         print(f"      mean ms per stage (event timestamps): {shown}")
@@ -616,4 +622,9 @@ if __name__ == "__main__":
         help="the dev server with system.enableActivityEagerExecution",
     )
     parser.add_argument("--skip-bare", action="store_true", help="ours only")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="trace the first worker's allocations: the sites that grew from start to drain",
+    )
     asyncio.run(main(parser.parse_args()))

@@ -32,8 +32,11 @@ import dataclasses
 import gc
 import json
 import logging
+import os
+import re
 import signal
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections import Counter
@@ -172,6 +175,59 @@ class _Mallinfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
+def _rss_by_mapping() -> dict[str, float]:
+    """Resident MB per kind of mapping (/proc/self/smaps): main heap, anonymous, files."""
+    kinds: Counter[str] = Counter()
+    kind = "files"
+    try:
+        with open("/proc/self/smaps") as smaps:  # noqa: PTH123 (a bench's probe)
+            for line in smaps:
+                head = line.split()
+                if "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                    start, end = (int(x, 16) for x in head[0].split("-"))
+                    name = head[5] if len(head) > 5 else ""
+                    if name == "[heap]":
+                        kind = "rss main heap"
+                    elif name.startswith("/"):
+                        kind = "rss files"
+                    elif not name:
+                        kind = "rss anonymous (pymalloc, thread arenas, stacks)"
+                    else:
+                        kind = "rss other"
+                elif head[0] == "Rss:":
+                    kinds[kind] += int(head[1])
+    except OSError:
+        return {}
+    return {k: round(v / 1024, 1) for k, v in sorted(kinds.items())}
+
+
+def _pymalloc() -> dict[str, float]:
+    """Python's small-object allocator, MB: its arenas and what their blocks hold.
+
+    An arena goes back to the system only when all its blocks are free, so
+    arenas much larger than their blocks are fragmentation.
+    """
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)  # `_debugmallocstats` writes to C's stderr
+        try:
+            sys._debugmallocstats()  # pyright: ignore[reportPrivateUsage]
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    found: dict[str, float] = {}
+    for label, key in (
+        ("pymalloc arenas", r"(\d+) arenas \* \d+ bytes/arena\s+=\s+([\d,]+)"),
+        ("pymalloc in blocks", r"# bytes in allocated blocks\s+=\s+([\d,]+)"),
+    ):
+        match = re.search(key, text)
+        if match:
+            found[label] = round(int(match.groups()[-1].replace(",", "")) / 1024 / 1024, 1)
+    return found
+
+
 def heap() -> dict[str, float]:
     """Where the process's heap is, MB: glibc's in use, free but kept, mmapped; Python's blocks.
 
@@ -185,12 +241,16 @@ def heap() -> dict[str, float]:
     except (OSError, AttributeError):
         return {}
     mb = 1024 * 1024
-    return {
-        "malloc in use": round((info.uordblks + info.hblkhd) / mb, 1),
-        "malloc free kept": round(info.fordblks / mb, 1),
-        "mmapped": round(info.hblkhd / mb, 1),
-        "python blocks (k)": round(sys.getallocatedblocks() / 1000, 1),
-    }
+    return (
+        {
+            "malloc in use": round((info.uordblks + info.hblkhd) / mb, 1),
+            "malloc free kept": round(info.fordblks / mb, 1),
+            "mmapped": round(info.hblkhd / mb, 1),
+            "python blocks (k)": round(sys.getallocatedblocks() / 1000, 1),
+        }
+        | _pymalloc()
+        | _rss_by_mapping()
+    )
 
 
 def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
