@@ -103,9 +103,18 @@ def _memory(pid: int) -> tuple[float, float]:
 class WorkerProcess:
     """One `scale_worker.py` process and its control port."""
 
-    def __init__(self, process: asyncio.subprocess.Process, port: int, log: Path) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, port: int, log: Path, executions: Path
+    ) -> None:
         self.process, self.port, self.log = process, port, log  # the log is kept
+        self.executions_file = executions
         self.pid = process.pid
+
+    def executions(self) -> Counter[str]:
+        """How often each tool call's `echo` ran on this worker (by idempotency key)."""
+        if not self.executions_file.is_file():
+            return Counter()
+        return Counter(self.executions_file.read_text().splitlines())
 
     @classmethod
     async def start(cls, address: str, queue: str, side: str, args: Any, fanout: int) -> Any:
@@ -136,7 +145,7 @@ class WorkerProcess:
             raise RuntimeError(f"worker did not start: {log.read_text()[-2000:]}")
         port = int(ready.read_text())
         ready.unlink()
-        return cls(process, port, log)
+        return cls(process, port, log, ready.with_suffix(".executions"))
 
     async def ask(self, command: str) -> dict[str, Any]:
         """Send `stats` or `gc`; the worker's counters."""
@@ -311,7 +320,8 @@ async def run_phase(
                 done, closed = await _closed(client, queue)
         phase.finished = done - len(warm)
         stats = await asyncio.gather(*(w.ask("stats") for w in workers))
-        phase.calls = sum(c for k, c in _sum(stats, "executions").items() if k.startswith(prefix))
+        executions = sum((w.executions() for w in workers), Counter[str]())
+        phase.calls = sum(c for k, c in executions.items() if k.startswith(prefix))
         if closed - len(warm) >= n:  # all closed: the calls took until the last one ran
             last = max(s["last_execution"] for s in stats)
             phase.calls_seconds = min(max(last - wall, 0.001), phase.seconds)
@@ -331,7 +341,7 @@ async def run_phase(
         memory = [_memory(w.pid) for w in workers]
         phase.rss_after = max(rss for rss, _ in memory)
         phase.rss_peak = max(peak for _, peak in memory)
-        executions = _sum(stats, "executions")
+        executions = sum((w.executions() for w in workers), Counter[str]())
         phase.reran = sum(1 for k, c in executions.items() if k.startswith(prefix) and c > 1)
         phase.failures = _sum(stats, "failures")
         phase.warnings = _sum(stats, "warnings")
