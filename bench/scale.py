@@ -103,9 +103,18 @@ def _memory(pid: int) -> tuple[float, float]:
 class WorkerProcess:
     """One `scale_worker.py` process and its control port."""
 
-    def __init__(self, process: asyncio.subprocess.Process, port: int, log: Path) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, port: int, log: Path, executions: Path
+    ) -> None:
         self.process, self.port, self.log = process, port, log  # the log is kept
+        self.executions_file = executions
         self.pid = process.pid
+
+    def executions(self) -> Counter[str]:
+        """How often each tool call's `echo` ran on this worker (by idempotency key)."""
+        if not self.executions_file.is_file():
+            return Counter()
+        return Counter(self.executions_file.read_text().splitlines())
 
     @classmethod
     async def start(cls, address: str, queue: str, side: str, args: Any, fanout: int) -> Any:
@@ -136,7 +145,7 @@ class WorkerProcess:
             raise RuntimeError(f"worker did not start: {log.read_text()[-2000:]}")
         port = int(ready.read_text())
         ready.unlink()
-        return cls(process, port, log)
+        return cls(process, port, log, ready.with_suffix(".executions"))
 
     async def ask(self, command: str) -> dict[str, Any]:
         """Send `stats` or `gc`; the worker's counters."""
@@ -183,6 +192,7 @@ class Phase:
     cache: Counter[str] = field(default_factory=Counter[str])
     heap_start: dict[str, float] = field(default_factory=dict[str, float])  # first worker's
     heap_after: dict[str, float] = field(default_factory=dict[str, float])
+    grown: list[str] = field(default_factory=list[str])  # `--tracemalloc`: sites that grew
     checked: Checked = field(default_factory=Checked)
 
 
@@ -268,7 +278,8 @@ async def run_phase(
         warm_runs = await _start_all(client, side, queue, warm, turns, bool(fanout), 8)
         for workflow_id, run_id in warm_runs.items():
             await client.get_workflow_handle(workflow_id, run_id=run_id).result()
-        warmed = await asyncio.gather(*(w.ask("gc") for w in workers))
+        mark = "mark" if args.tracemalloc else "gc"  # mark: gc, then a snapshot to compare
+        warmed = await asyncio.gather(*(w.ask(mark) for w in workers))
         phase.heap_start = warmed[0].get("heap", {})
         phase.rss_start = max(_memory(w.pid)[0] for w in workers)
         _, warm_closed = await _closed(client, queue)
@@ -309,7 +320,8 @@ async def run_phase(
                 done, closed = await _closed(client, queue)
         phase.finished = done - len(warm)
         stats = await asyncio.gather(*(w.ask("stats") for w in workers))
-        phase.calls = sum(c for k, c in _sum(stats, "executions").items() if k.startswith(prefix))
+        executions = sum((w.executions() for w in workers), Counter[str]())
+        phase.calls = sum(c for k, c in executions.items() if k.startswith(prefix))
         if closed - len(warm) >= n:  # all closed: the calls took until the last one ran
             last = max(s["last_execution"] for s in stats)
             phase.calls_seconds = min(max(last - wall, 0.001), phase.seconds)
@@ -329,7 +341,7 @@ async def run_phase(
         memory = [_memory(w.pid) for w in workers]
         phase.rss_after = max(rss for rss, _ in memory)
         phase.rss_peak = max(peak for _, peak in memory)
-        executions = _sum(stats, "executions")
+        executions = sum((w.executions() for w in workers), Counter[str]())
         phase.reran = sum(1 for k, c in executions.items() if k.startswith(prefix) and c > 1)
         phase.failures = _sum(stats, "failures")
         phase.warnings = _sum(stats, "warnings")
@@ -337,6 +349,8 @@ async def run_phase(
         phase.fallback = _sum(stats, "fallback")
         phase.cache = _sum(stats, "cache")
         phase.heap_after = stats[0].get("heap", {})
+        if args.tracemalloc:
+            phase.grown = (await workers[0].ask("top"))["top"]
     finally:
         await asyncio.gather(*(w.stop() for w in workers))
     phase.checked = await check_histories(client, first_runs, turns, sample=args.replay)
@@ -472,6 +486,8 @@ def _details(phase: Phase) -> None:
             for k, v in phase.heap_after.items()
         )
         print(f"      heap at start -> after drain + gc (first worker): {shown}")
+    for line in phase.grown:
+        print(f"      grew since start: {line}")
     if c.stages:
         shown = ", ".join(f"{k} {v:.0f}" for k, v in sorted(c.stage_ms().items()))
         print(f"      mean ms per stage (event timestamps): {shown}")
@@ -616,4 +632,9 @@ if __name__ == "__main__":
         help="the dev server with system.enableActivityEagerExecution",
     )
     parser.add_argument("--skip-bare", action="store_true", help="ours only")
+    parser.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="trace the first worker's allocations: the sites that grew from start to drain",
+    )
     asyncio.run(main(parser.parse_args()))

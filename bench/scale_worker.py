@@ -32,13 +32,16 @@ import dataclasses
 import gc
 import json
 import logging
+import os
+import re
 import signal
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from bare_loop import BareActivities, BareConversation, BareEchoArgs
 from long_conversation import Looping
@@ -60,14 +63,22 @@ from durable_tools.models.base import ModelRequest
 from durable_tools.worker.app import App
 from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
 
-EXECUTIONS: Counter[str] = Counter()
-"""`echo` runs by `"{workflow_id}/{call_id}"` (each attempt counts)."""
+EXECUTION_LOG: list[TextIO] = []
+"""Where each `echo` execution's key goes, one line each (`--ready-file` with `.executions`).
+
+A file and not a counter in the process, so the worker keeps nothing per
+tool call for the bench: its RSS after the drain is the worker's own."""
 FAILURES: Counter[str] = Counter()
 """Activity attempts that raised, by `activity type: error type`."""
 WARNINGS: Counter[str] = Counter()
 """Warning (and worse) log records of the SDK, by the start of their message."""
 LAST_EXECUTION = [0.0]
 """When `echo` last ran (`time.time()`)."""
+
+
+def _executed(key: str) -> None:
+    for log in EXECUTION_LOG:
+        log.write(key + "\n")  # line-buffered: whole lines reach the file as they run
 
 
 @tool(retry=1)
@@ -79,7 +90,7 @@ async def echo(size: int, turn: int, ctx: ToolContext) -> str:
         turn: Turn number, echoed.
         ctx: The call's context (its idempotency key names the call).
     """
-    EXECUTIONS[ctx.idempotency_key] += 1
+    _executed(ctx.idempotency_key)
     LAST_EXECUTION[0] = time.time()
     return f"{turn}:" + "y" * size
 
@@ -87,7 +98,7 @@ async def echo(size: int, turn: int, ctx: ToolContext) -> str:
 @activity.defn(name="tool.echo")
 async def bare_echo(call: ToolCall) -> str:
     """bare_loop.py's `echo`, counted by the same key."""
-    EXECUTIONS[f"{activity.info().workflow_id}/{call.call_id}"] += 1
+    _executed(f"{activity.info().workflow_id}/{call.call_id}")
     LAST_EXECUTION[0] = time.time()
     args = BareEchoArgs.model_validate_json(call.arguments)
     return f"{args.turn}:" + "y" * args.size
@@ -158,8 +169,12 @@ class _WarningCount(logging.Handler):
 
 def _grown(since: tracemalloc.Snapshot, limit: int = 15) -> list[str]:
     """The allocation sites that grew most since `since` (`--tracemalloc`), as lines."""
-    diff = tracemalloc.take_snapshot().compare_to(since, "lineno")
-    return [str(stat) for stat in diff[:limit]]
+    now = tracemalloc.take_snapshot()
+    lines = [str(stat) for stat in now.compare_to(since, "lineno")[:limit]]
+    for stat in now.compare_to(since, "traceback")[:2]:  # who made the two largest groups
+        lines.append(f"{stat.size_diff / 1024:+.0f} KiB, {stat.count_diff:+d} objects, from:")
+        lines += [f"  {frame.filename}:{frame.lineno}" for frame in stat.traceback]
+    return lines
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -170,6 +185,59 @@ class _Mallinfo2(ctypes.Structure):
             "fsmblks", "uordblks", "fordblks", "keepcost",
         )
     ]  # fmt: skip
+
+
+def _rss_by_mapping() -> dict[str, float]:
+    """Resident MB per kind of mapping (/proc/self/smaps): main heap, anonymous, files."""
+    kinds: Counter[str] = Counter()
+    kind = "files"
+    try:
+        with open("/proc/self/smaps") as smaps:  # noqa: PTH123 (a bench's probe)
+            for line in smaps:
+                head = line.split()
+                if "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                    start, end = (int(x, 16) for x in head[0].split("-"))
+                    name = head[5] if len(head) > 5 else ""
+                    if name == "[heap]":
+                        kind = "rss main heap"
+                    elif name.startswith("/"):
+                        kind = "rss files"
+                    elif not name:
+                        kind = "rss anonymous (pymalloc, thread arenas, stacks)"
+                    else:
+                        kind = "rss other"
+                elif head[0] == "Rss:":
+                    kinds[kind] += int(head[1])
+    except OSError:
+        return {}
+    return {k: round(v / 1024, 1) for k, v in sorted(kinds.items())}
+
+
+def _pymalloc() -> dict[str, float]:
+    """Python's small-object allocator, MB: its arenas and what their blocks hold.
+
+    An arena goes back to the system only when all its blocks are free, so
+    arenas much larger than their blocks are fragmentation.
+    """
+    with tempfile.TemporaryFile() as out:
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)  # `_debugmallocstats` writes to C's stderr
+        try:
+            sys._debugmallocstats()  # pyright: ignore[reportPrivateUsage]
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    found: dict[str, float] = {}
+    for label, key in (
+        ("pymalloc arenas", r"(\d+) arenas \* \d+ bytes/arena\s+=\s+([\d,]+)"),
+        ("pymalloc in blocks", r"# bytes in allocated blocks\s+=\s+([\d,]+)"),
+    ):
+        match = re.search(key, text)
+        if match:
+            found[label] = round(int(match.groups()[-1].replace(",", "")) / 1024 / 1024, 1)
+    return found
 
 
 def heap() -> dict[str, float]:
@@ -185,12 +253,16 @@ def heap() -> dict[str, float]:
     except (OSError, AttributeError):
         return {}
     mb = 1024 * 1024
-    return {
-        "malloc in use": round((info.uordblks + info.hblkhd) / mb, 1),
-        "malloc free kept": round(info.fordblks / mb, 1),
-        "mmapped": round(info.hblkhd / mb, 1),
-        "python blocks (k)": round(sys.getallocatedblocks() / 1000, 1),
-    }
+    return (
+        {
+            "malloc in use": round((info.uordblks + info.hblkhd) / mb, 1),
+            "malloc free kept": round(info.fordblks / mb, 1),
+            "mmapped": round(info.hblkhd / mb, 1),
+            "python blocks (k)": round(sys.getallocatedblocks() / 1000, 1),
+        }
+        | _pymalloc()
+        | _rss_by_mapping()
+    )
 
 
 def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
@@ -209,7 +281,6 @@ def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
             "planned calls": len(activities._planned),  # pyright: ignore[reportPrivateUsage]
         }
     return {
-        "executions": dict(EXECUTIONS),
         "last_execution": LAST_EXECUTION[0],
         "failures": dict(FAILURES),
         "warnings": dict(WARNINGS),
@@ -282,12 +353,15 @@ async def main(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     server = await asyncio.start_server(control, "127.0.0.1", 0)
+    executions = args.ready_file.with_suffix(".executions").open("a", buffering=1)
+    EXECUTION_LOG.append(executions)
     async with server, worker:
         port = server.sockets[0].getsockname()[1]
         partial = args.ready_file.with_suffix(".partial")
         partial.write_text(str(port))
         partial.rename(args.ready_file)  # whole, or not there
         await stop.wait()
+    executions.close()
 
 
 if __name__ == "__main__":
@@ -307,5 +381,5 @@ if __name__ == "__main__":
     parser.add_argument("--ready-file", type=Path, required=True, help="gets the control port")
     parsed = parser.parse_args()
     if parsed.tracemalloc:
-        tracemalloc.start()
+        tracemalloc.start(12)  # frames kept per allocation: enough to see who holds it
     asyncio.run(main(parsed))

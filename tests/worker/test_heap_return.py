@@ -27,6 +27,10 @@ class _Counting:
         self.released = 0
         self.let_go_calls = 0
         self.trims = 0
+        self.order: list[str] = []
+
+    def collect(self) -> None:
+        self.order.append("collect")
 
     def let_go(self) -> int:
         self.let_go_calls += 1
@@ -35,6 +39,7 @@ class _Counting:
 
     def trim(self) -> None:
         self.trims += 1
+        self.order.append("trim")
 
 
 def _runs(count: int) -> tuple[LiveRuns, list[_Run]]:
@@ -47,7 +52,7 @@ def _runs(count: int) -> tuple[LiveRuns, list[_Run]]:
 async def test_memory_goes_back_once_half_the_peak_has_ended() -> None:
     runs, held = _runs(10)
     counting = _Counting()
-    upkeep = HeapReturn(counting.let_go, runs=runs, trim=counting.trim)
+    upkeep = HeapReturn(counting.let_go, runs=runs, trim=counting.trim, collect=counting.collect)
     assert not await upkeep.check()  # nothing ended: a steady worker keeps its heap
     del held[:4]
     counting.released = 4
@@ -61,6 +66,8 @@ async def test_memory_goes_back_once_half_the_peak_has_ended() -> None:
     counting.released = 5
     assert await upkeep.check()  # the drain: 0 of the new peak of 5
     assert counting.trims == 2 and counting.let_go_calls == 5
+    # Each return collects the ended runs' cycles first: pages freed after a trim stay.
+    assert counting.order == ["collect", "trim"] * 2
 
 
 async def test_a_worker_under_steady_load_never_trims() -> None:
