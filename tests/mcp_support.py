@@ -7,12 +7,23 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from agent_support import MODELS, TOOLKITS
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.common import WorkerDeploymentVersion
+from temporalio.worker import Worker
+
+from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.mcp import McpServerConfig, McpToolsets
+from durable_tools.toolkit import compose
+from durable_tools.worker.plugin import sandbox_runner
+from durable_tools.worker.runner import deployment_config
+from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 
 @asynccontextmanager
@@ -70,3 +81,52 @@ def http_test_server(log: Path, token_env: str) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+@asynccontextmanager
+async def versioned_mcp_worker(
+    client: Client,
+    task_queue: str,
+    version: WorkerDeploymentVersion,
+    server: McpServerConfig,
+    *,
+    models: Mapping[str, Any] | None = None,
+) -> AsyncIterator[None]:
+    """A worker of one deployment version whose `tests` toolkit has `server`'s tools.
+
+    Sandboxed, with no cached runs (each workflow task replays), so a run
+    moved between versions is replayed by the version that takes it.
+    `models` adds to the test models (a `poet` for sampling); the model's
+    sampling activity runs too.
+    """
+    async with started(server) as toolsets:
+        toolkits = {**TOOLKITS, "tests": compose(TOOLKITS["tests"], toolsets.toolkit())}
+        acts = AgentActivities(toolkits, {**MODELS, **(models or {})})
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[AgentWorkflow],
+            activities=[acts.model_turn, acts.tool_call, acts.model_sample],
+            workflow_runner=sandbox_runner(),
+            deployment_config=deployment_config(version),
+            max_cached_workflows=0,
+        ):
+            yield
+
+
+async def runs_by_build(client: Client, workflow_id: str) -> list[tuple[set[str], WorkflowHistory]]:
+    """Each run's build ids (of its completed workflow tasks) and history, first run first."""
+    runs: list[tuple[set[str], WorkflowHistory]] = []
+    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        builds = {
+            e.workflow_task_completed_event_attributes.deployment_version.build_id
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        }
+        runs.append((builds, history))
+        first = history.events[0].workflow_execution_started_event_attributes
+        if not first.continued_execution_run_id:
+            return runs[::-1]
+        run_id = first.continued_execution_run_id

@@ -15,76 +15,36 @@ import asyncio
 import json
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from agent_support import AGENT, MODELS, TOOLKITS, turns
-from mcp_support import started
+from agent_support import AGENT, turns
+from mcp_support import runs_by_build, versioned_mcp_worker
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer
 from workflow_helpers import eventually, outputs_by_id, set_current_version
 
-from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions, PendingInteraction
 from durable_tools.mcp import McpServerConfig
-from durable_tools.toolkit import compose
 from durable_tools.worker.plugin import sandbox_runner
-from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 KEY = "a-key-both-versions-servers-share-0123456789"
 
 
-@asynccontextmanager
-async def _worker(
-    client: Client, task_queue: str, version: WorkerDeploymentVersion, log: Path
-) -> AsyncIterator[None]:
-    """A versioned worker whose `tests` toolkit has the test server's tools (its own process)."""
-    server = McpServerConfig(
+def _server(log: Path) -> McpServerConfig:
+    """The test server in its own process, its state key shared by both versions' servers."""
+    return McpServerConfig(
         name="notes",
         command=sys.executable,
         args=[str(SERVER), "stdio", "--log", str(log), "--state-key", KEY],
         trust_annotations=True,
     )
-    async with started(server) as toolsets:
-        toolkits = {**TOOLKITS, "tests": compose(TOOLKITS["tests"], toolsets.toolkit())}
-        acts = AgentActivities(toolkits, dict(MODELS))
-        async with Worker(
-            client,
-            task_queue=task_queue,
-            workflows=[AgentWorkflow],
-            activities=[acts.model_turn, acts.tool_call],
-            workflow_runner=sandbox_runner(),
-            deployment_config=deployment_config(version),
-            max_cached_workflows=0,
-        ):
-            yield
-
-
-async def _histories(client: Client, workflow_id: str) -> list[tuple[set[str], WorkflowHistory]]:
-    """Each run's build ids and history, first run first."""
-    runs: list[tuple[set[str], WorkflowHistory]] = []
-    run_id = (await client.get_workflow_handle(workflow_id).describe()).run_id
-    while True:
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        builds = {
-            e.workflow_task_completed_event_attributes.deployment_version.build_id
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-        }
-        runs.append((builds, history))
-        started_ = history.events[0].workflow_execution_started_event_attributes
-        if not started_.continued_execution_run_id:
-            return runs[::-1]
-        run_id = started_.continued_execution_run_id
 
 
 async def test_a_question_of_an_mcp_call_moves_to_the_new_version(
@@ -112,7 +72,7 @@ async def test_a_question_of_an_mcp_call_moves_to_the_new_version(
 
         return await eventually(probe, what=f"the question of round {round_}", timeout=30)
 
-    async with _worker(client, task_queue, v1, log):
+    async with versioned_mcp_worker(client, task_queue, v1, _server(log)):
         await set_current_version(dev_env, deployment, "v1")
         handle = await conversations.start(
             workflow_id,
@@ -124,11 +84,11 @@ async def test_a_question_of_an_mcp_call_moves_to_the_new_version(
             options=options,
         )
         first = await asked(1)
-        async with _worker(client, task_queue, v2, log):
+        async with versioned_mcp_worker(client, task_queue, v2, _server(log)):
             await set_current_version(dev_env, deployment, "v2")
 
             async def moved() -> bool:
-                return "v2" in (await _histories(client, workflow_id))[-1][0]
+                return "v2" in (await runs_by_build(client, workflow_id))[-1][0]
 
             await eventually(moved, what="the run on v2", timeout=30)
             still = await asked(1)
@@ -144,7 +104,7 @@ async def test_a_question_of_an_mcp_call_moves_to_the_new_version(
             )
             result = await asyncio.wait_for(handle.result(), 30)
             items = await conversations.history(workflow_id)
-            runs = await _histories(client, workflow_id)
+            runs = await runs_by_build(client, workflow_id)
     assert result.status == "finished"
     painted: Any = json.loads(json.loads(outputs_by_id(items)["p"].content)["result"])
     assert painted["name"] == {"name": "Gil"} and painted["color"]["color"] == "teal"

@@ -15,32 +15,25 @@ import asyncio
 import json
 import sys
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from agent_support import MODELS, TOOLKITS, directed, turns
-from mcp_support import started
+from agent_support import directed, turns
+from mcp_support import runs_by_build, versioned_mcp_worker
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
-from test_mcp_input_versions import _histories  # pyright: ignore[reportPrivateUsage]
+from temporalio.worker import Replayer
 from workflow_helpers import eventually, outputs_by_id, set_current_version
 
-from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
 from durable_tools.mcp import McpServerConfig
 from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
-from durable_tools.toolkit import compose
 from durable_tools.transcript import AssistantMessage
 from durable_tools.worker.plugin import sandbox_runner
-from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
@@ -54,30 +47,14 @@ def _poet(request: ModelRequest) -> AssistantMessage:
     return directed(request)
 
 
-@asynccontextmanager
-async def _worker(
-    client: Client, task_queue: str, version: WorkerDeploymentVersion, log: Path
-) -> AsyncIterator[ScriptedModel]:
-    server = McpServerConfig(
+def _server(log: Path) -> McpServerConfig:
+    """The test server in its own process, its state key shared by both versions' servers."""
+    return McpServerConfig(
         name="notes",
         command=sys.executable,
         args=[str(SERVER), "stdio", "--log", str(log), "--state-key", KEY],
         trust_annotations=True,
     )
-    model = ScriptedModel(_poet)
-    async with started(server) as toolsets:
-        toolkits = {**TOOLKITS, "tests": compose(TOOLKITS["tests"], toolsets.toolkit())}
-        acts = AgentActivities(toolkits, {**MODELS, "poet": model})
-        async with Worker(
-            client,
-            task_queue=task_queue,
-            workflows=[AgentWorkflow],
-            activities=[acts.model_turn, acts.tool_call, acts.model_sample],
-            workflow_runner=sandbox_runner(),
-            deployment_config=deployment_config(version),
-            max_cached_workflows=0,
-        ):
-            yield model
 
 
 async def test_a_sampling_approval_moves_to_the_new_version(
@@ -98,7 +75,10 @@ async def test_a_sampling_approval_moves_to_the_new_version(
 
         return await eventually(probe, what="the sampling approval", timeout=30)
 
-    async with _worker(client, task_queue, v1, log) as first_model:
+    first_model, second_model = ScriptedModel(_poet), ScriptedModel(_poet)
+    async with versioned_mcp_worker(
+        client, task_queue, v1, _server(log), models={"poet": first_model}
+    ):
         await set_current_version(dev_env, deployment, "v1")
         handle = await conversations.start(
             workflow_id,
@@ -110,11 +90,13 @@ async def test_a_sampling_approval_moves_to_the_new_version(
             options=options,
         )
         first = await approval()
-        async with _worker(client, task_queue, v2, log) as second_model:
+        async with versioned_mcp_worker(
+            client, task_queue, v2, _server(log), models={"poet": second_model}
+        ):
             await set_current_version(dev_env, deployment, "v2")
 
             async def moved() -> bool:
-                return "v2" in (await _histories(client, workflow_id))[-1][0]
+                return "v2" in (await runs_by_build(client, workflow_id))[-1][0]
 
             await eventually(moved, what="the run on v2", timeout=30)
             still = await approval()
@@ -124,7 +106,7 @@ async def test_a_sampling_approval_moves_to_the_new_version(
             )
             result = await asyncio.wait_for(handle.result(), 30)
             items = await conversations.history(workflow_id)
-            runs = await _histories(client, workflow_id)
+            runs = await runs_by_build(client, workflow_id)
     assert result.status == "finished"
     poem: Any = json.loads(json.loads(outputs_by_id(items)["s"].content)["result"])
     assert poem["poem"] == "Fog lifts from the pier"
