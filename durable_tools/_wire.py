@@ -6,7 +6,8 @@ as long as recorded histories still decode. Every type is a pydantic model
 recorded in workflow history: the `AgentWorkflow` input (`ConversationInput`,
 with the state carried across continue-as-new), the model activity's request
 and result (`ModelTurnRequest`, `ModelTurn` with its `PlannedCall`s and the
-`TranscriptDelta` it is sent), and the tool activity's input and result.
+`TranscriptDelta` it is sent), and the tool activity's input and result
+(`durable_tools._tool_wire`, re-exported here).
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ from pydantic import (
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from durable_tools._tool_wire import (
+    LOCAL_RESULT_BYTES,
+    MAX_LOCAL_CALLS_PER_TURN,
+    PAYLOAD_BUDGET_BYTES,
+    TOOL_ACTIVITY_PREFIX,
+    CallReference,
+    ToolActivityInput,
+    ToolActivityResult,
+)
 from durable_tools.approvals import Decision
 from durable_tools.arguments import summarize_call
 from durable_tools.budgets import Budget, BudgetState
@@ -44,12 +54,12 @@ from durable_tools.conversation import (
 from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
 from durable_tools.grants import Grant
-from durable_tools.input_requests import InputProgress, InputRequired, InputResume
+from durable_tools.input_requests import InputProgress
 from durable_tools.policy_document import InstalledPolicy
 from durable_tools.policy_verdict import PolicyDisagreement, PolicyVerdict
-from durable_tools.results import Failure, ToolCall, ToolResult
+from durable_tools.results import Failure, ToolCall
 from durable_tools.signals import SignalAction
-from durable_tools.tool_tasks import TaskProgress, TaskState
+from durable_tools.tool_tasks import TaskProgress
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, Usage
 from durable_tools.webhooks import WebhookDelivery
 
@@ -81,9 +91,6 @@ __all__ = [
 MODEL_TURN_ACTIVITY: Final[str] = "model.turn"
 """Activity type of the model request."""
 
-TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
-"""Tool activities are named `tool.<tool name>`."""
-
 VERIFY_DECISION_ACTIVITY: Final[str] = "decision.verify-v1"
 """Activity type of the signature check (a local activity)."""
 
@@ -95,21 +102,6 @@ AGENT_CONFIG_QUERY: Final[str] = "agent_config"
 
 TOOL_CALL_QUERY: Final[str] = "tool_call"
 """The query that reads a planned call's arguments by call id."""
-
-PAYLOAD_BUDGET_BYTES: Final[int] = 1_500_000
-"""Bytes of JSON a tool result, or a model turn's arguments, may take in one
-payload: well below Temporal's 2 MiB payload limit, which leaves room for
-the rest of the event."""
-
-LOCAL_RESULT_BYTES: Final[int] = 64 * 1024
-"""Bytes of JSON a local tool's result may take (`Tool.local`: a Temporal
-local activity). Local activity results are recorded as markers in the
-workflow task's completion, one gRPC message that Temporal refuses over
-4 MB; with `MAX_LOCAL_CALLS_PER_TURN` a turn's markers stay under 2 MiB."""
-
-MAX_LOCAL_CALLS_PER_TURN: Final[int] = 32
-"""Calls of one model turn that run as local activities; the turn's further
-calls of local tools run as ordinary activities (see `LOCAL_RESULT_BYTES`)."""
 
 
 class PlannedCall(BaseModel):
@@ -379,88 +371,6 @@ class ModelTurn(BaseModel):
                 plan = fields_of_plan  # a plan naming no call fails validation
             resolved.append(plan)
         return {**fields, "plans": resolved}
-
-
-class CallReference(BaseModel):
-    """A tool call named without its arguments (`ToolActivityInput.reference`).
-
-    Attributes:
-        call_id: The call's id.
-        name: The tool name.
-        digest: `durable_tools.approvals.call_digest(name, call_id, arguments)`,
-            the planned call's `arguments_hash`: arguments found elsewhere are
-            used only when they have this digest.
-    """
-
-    call_id: str
-    name: str
-    digest: str
-
-
-class ToolActivityInput(BaseModel):
-    """Input of a tool activity (activity type `tool.<name>`).
-
-    Attributes:
-        toolkit: Registered toolkit name.
-        call: The call.
-        workflow_id: The conversation's workflow id.
-        idempotency_key: `"{workflow_id}/{call_id}"`, stable across retries,
-            worker restarts and continue-as-new.
-        max_result_bytes: Results larger than this (JSON bytes) become Failure
-            `output_too_large` instead of an oversized payload.
-        reference: The call without its arguments, set instead of `call`: the
-            arguments are recorded once, in the model turn's result, and the
-            activity takes them from what its worker planned or from the
-            `tool_call` query, checked against `reference.digest`.
-        resume: Answers to what the call's previous activity asked, with its
-            exact `requestState` (`ToolContext.resume`). Left out otherwise.
-
-    Exactly one of `call` and `reference` is set. The call's `tool(arg=…)`
-    summary is the activity's summary (user metadata), not part of its input
-    (inputs recorded for a while held a copy as `summary`: ignored when read).
-    """
-
-    toolkit: str
-    call: ToolCall | None = None
-    workflow_id: str
-    idempotency_key: str
-    max_result_bytes: int = PAYLOAD_BUDGET_BYTES
-    reference: CallReference | None = None
-    resume: InputResume | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_resume(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        dumped: dict[str, Any] = handler(self)
-        if dumped.get("resume") is None:
-            dumped.pop("resume", None)
-        return dumped
-
-
-class ToolActivityResult(BaseModel):
-    """Result of a tool activity: exactly one tool result, or what the call asks.
-
-    Attributes:
-        result: `Ok` or `Failure`; `None` exactly when `input_required` is set.
-        attempt: The activity attempt that produced it (1-based; 1 in
-            histories recorded before the field existed).
-        input_required: What the call asks first (an MCP input-required
-            result); the loop asks, then retries. Left out otherwise.
-        task: The task the call runs as (MCP Tasks): the loop polls it.
-            Left out otherwise.
-    """
-
-    result: ToolResult | None = None
-    attempt: int = 1
-    input_required: InputRequired | None = None
-    task: TaskState | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        dumped: dict[str, Any] = handler(self)
-        for name in ("input_required", "task"):
-            if dumped.get(name) is None:
-                dumped.pop(name, None)
-        return dumped
 
 
 class CarriedCall(BaseModel):

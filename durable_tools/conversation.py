@@ -10,7 +10,10 @@ client asks for (`AgentConfig`) and the conversation's limits
 
 The workflow's own input and the activities' wire types (model-turn requests,
 planned calls, transcript deltas, the state carried across continue-as-new)
-are private: `durable_tools._wire`.
+are private: `durable_tools._wire`. The model turn's retry settings and
+failure (`durable_tools.model_failures`) and the transcript's pages
+(`durable_tools.transcript_pages`) live in their own modules and are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -31,8 +34,16 @@ from durable_tools.context import ContextPolicy
 from durable_tools.escalation import EscalationState
 from durable_tools.grants import Grant
 from durable_tools.input_requests import ElicitAction, InputQuestion
+from durable_tools.model_failures import (
+    AGENT_REFUSED,
+    MAX_FAILURE_MESSAGE_CHARS,
+    ModelFailure,
+    ModelRetry,
+    RetryRequest,
+)
 from durable_tools.policy_verdict import PolicyVerdict
-from durable_tools.transcript import TranscriptItem, Usage
+from durable_tools.transcript import Usage
+from durable_tools.transcript_pages import RunSpan, TranscriptPage, TranscriptSlice
 
 __all__ = [
     "AGENT_REFUSED",
@@ -78,88 +89,6 @@ DEFAULT_APPROVAL_DEADLINE: float = 7 * 24 * 3600.0
 
 DEFAULT_IDLE_TIMEOUT: float = 7 * 24 * 3600.0
 """Seconds a conversation waits for the next user message before it ends (7 days)."""
-
-
-AGENT_REFUSED: Final = "AgentRefused"
-"""`ModelFailure.type` when the worker refuses what the client asked for: an
-agent it does not declare, a model, setting, variable, context policy or
-instructions the agent does not allow, a missing template variable, an
-offline model or script it refuses. Not
-retryable: only the client can fix it (`durable-tools run` cancels the
-conversation it started when its first turn is refused)."""
-
-
-MAX_FAILURE_MESSAGE_CHARS: Final = 1000
-"""Longest failure message the model activity raises, in characters
-(`ModelFailure.message`; Temporal replaces a failure over its size limit,
-2 MiB by default, with "Failure exceeds size limit.")."""
-
-
-class ModelRetry(BaseModel):
-    """How the model activity is retried and watched.
-
-    Retryable failures (HTTP 408/409/429/5xx, connection errors, timeouts)
-    are retried with exponential backoff (a provider's `retry-after` replaces
-    the backoff for that attempt) until `max_attempts` or `timeout`; then, or
-    at once for a non-retryable failure, the conversation waits in state
-    `model_failed` for an operator (`retry`, `send` or `cancel`).
-
-    Attributes:
-        max_attempts: Attempts of one model turn, the first included (default 10).
-        timeout: Seconds all attempts of one model turn may take together
-            (default 1800: 30 minutes; Temporal's schedule-to-close timeout;
-            never less than `ConversationOptions.model_timeout`).
-        initial_interval: Seconds before the first retry (default 1).
-        maximum_interval: Most seconds between retries (default 60).
-        heartbeat_timeout: Seconds without a heartbeat after which an attempt
-            counts as lost (its worker died) and is retried (default 30);
-            the activity heartbeats every third of it.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    max_attempts: int = Field(default=10, ge=1)
-    timeout: float = Field(default=1800.0, gt=0)
-    initial_interval: float = Field(default=1.0, gt=0)
-    maximum_interval: float = Field(default=60.0, gt=0)
-    heartbeat_timeout: float = Field(default=30.0, gt=0)
-
-
-class ModelFailure(BaseModel):
-    """Why a model turn failed and the conversation waits (state `model_failed`).
-
-    Attributes:
-        message: The error's message: one line of at most 1,000 characters
-            (the worker's log has the full text).
-        type: The error's type: a provider error (`ProviderBadRequest`,
-            `ProviderUnavailable`, `ContextLengthExceeded`, ...; see
-            `durable_tools.models.errors`), `AgentRefused` (`AGENT_REFUSED`:
-            the worker refuses the agent, model or override the client asked
-            for), `ConfigurationError` (the worker lacks the conversation's
-            toolkit, e.g. during a rolling deploy, or cannot build its
-            model: a missing key or SDK), or a timeout
-            (`StartToClose`, `Heartbeat`, `ScheduleToClose`).
-        retries_exhausted: True when a retryable error ran out of attempts or
-            time; False when the error is not retryable.
-        turn: The model turn that failed (from 1).
-        failed_at: When (workflow time, UTC).
-    """
-
-    message: str
-    type: str = ""
-    retries_exhausted: bool = False
-    turn: int
-    failed_at: datetime
-
-
-class RetryRequest(BaseModel):
-    """Input of the `retry` signal and `retry_now` update (optional).
-
-    Attributes:
-        requested_by: Who asked for the retry.
-    """
-
-    requested_by: str = ""
 
 
 class AgentConfig(BaseModel):
@@ -513,80 +442,6 @@ class DecisionReceipt(BaseModel):
     call_id: str
     accepted: bool = True
     state: str = "queued"
-
-
-class TranscriptSlice(BaseModel):
-    """Argument of the `transcript_slice` query the model activity uses.
-
-    Attributes:
-        upto: Transcript items `[start, upto)` are returned.
-        start: First item to return (default 0).
-        max_bytes: Page size: return only as many items from `start` as fit
-            in this many bytes of JSON (at least one), so a transcript over
-            Temporal's 2 MB query-result limit is read in pages. `None`: all.
-        known_digest: The digest of items `[0, start)` the caller already
-            holds (`durable_tools.transcript_digest`; `EMPTY_DIGEST` for
-            `start=0`). When set, the answer is a `TranscriptPage` (the items
-            only if the workflow's prefix has this digest) instead of a list;
-            `""`: a `TranscriptPage` whatever the prefix (a reader that holds
-            nothing before `start`, e.g. `Conversations.history`); `None`
-            (the default, what older callers send): a list, empty when
-            `start` is before the run's `base`.
-
-    `start` and `upto` are conversation-wide indices: a run continued as new
-    holds items from its `base` on (`TranscriptPage.base`).
-    """
-
-    upto: int
-    start: int = 0
-    max_bytes: int | None = None
-    known_digest: str | None = None
-
-
-class RunSpan(BaseModel):
-    """An earlier run of a conversation and the first transcript item it holds.
-
-    Attributes:
-        run_id: The run's id (a closed run: a worker replays it to answer
-            `transcript_slice`).
-        base: The conversation-wide index of the first item it holds; it
-            holds every item up to the next run's `base` (and a few more).
-    """
-
-    run_id: str
-    base: int = Field(ge=0)
-
-
-class TranscriptPage(BaseModel):
-    """Answer of `transcript_slice` to a caller that sent `known_digest`.
-
-    Attributes:
-        matched: Whether the workflow's items `[0, start)` have the caller's
-            `known_digest` (always, for `known_digest=""`). When not,
-            `items` is empty: with `start < base` the caller asks an earlier
-            run (`earlier`), else its copy is stale (another conversation
-            with this workflow id, or a bug) and it reads again from 0.
-        items: Items from `start`, paged by `max_bytes` (at least one item
-            when any is asked for and `matched`).
-        digest: The digest of items `[0, start + len(items))` when `matched`,
-            else of `[0, start)` (`""` when `start` is past the transcript).
-        length: How many items the conversation's transcript has now (over
-            every run).
-        base: The conversation-wide index of the first item this run holds;
-            the items before it are in earlier runs (0 in runs recorded
-            before continue-as-new carried a bounded tail).
-        earlier: When `start < base` (then `matched` is False): the earlier
-            runs that hold the items before `base`, oldest first (at most
-            `durable_tools.carry.MAX_EARLIER_RUNS`; ask the oldest one for
-            older runs).
-    """
-
-    matched: bool
-    items: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
-    digest: str = ""
-    length: int = 0
-    base: int = 0
-    earlier: list[RunSpan] = Field(default_factory=list[RunSpan])
 
 
 class ConversationStatus(BaseModel):

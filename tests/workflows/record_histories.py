@@ -11,6 +11,9 @@ that continues as new writes one file per run, `<scenario>.run<k>.json`. The
 workflow id of every recording is the scenario's name, which the replay test
 reads back from the file name.
 
+The scenarios of approval policies, grants, escalation and budgets are
+`policy_scenarios.py`; what scenarios share is `scenario_support.py`.
+
 Re-record after a deliberate, versioned change of the workflow's commands
 (and keep the old files when old histories must still replay).
 """
@@ -31,15 +34,30 @@ for path in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(path))
 
 from agent_support import AGENT, LOCAL_AGENT, MODELS, SPECIALIST, TOOLKITS, turns  # noqa: E402
+from policy_scenarios import (  # noqa: E402
+    DECISION_KEY,
+    RECORDED_POLICY,
+    budget_raised,
+    grants_escalation,
+    policy_live_change,
+    policy_quorum,
+    signed_decisions,
+)
+from scenario_support import (  # noqa: E402
+    BUDGET_PRICES,
+    OPTIONS,
+    Scenario,
+    approval_digest,
+    holds,
+    interaction_digest,
+    until,
+)
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client, WorkflowFailureError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from durable_tools.budgets import Budget, ModelPrice  # noqa: E402
 from durable_tools.client import Conversations  # noqa: E402
 from durable_tools.context import ContextPolicy, Summarize  # noqa: E402
-from durable_tools.conversation import ConversationOptions  # noqa: E402
-from durable_tools.policies import Policy  # noqa: E402
 from durable_tools.transcript import (  # noqa: E402
     AssistantMessage,
     ContextSummary,
@@ -50,39 +68,6 @@ from durable_tools.worker.dev_server import DevServer  # noqa: E402
 from durable_tools.worker.plugin import DurableToolsPlugin  # noqa: E402
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-BUDGET_PRICES = {
-    "metered": ModelPrice(
-        input_per_million=1.0, cached_input_per_million=0.5, output_per_million=2.0
-    )
-}
-OPTIONS = ConversationOptions(idle_timeout=1.0)
-
-Scenario = Callable[[Conversations, str], Awaitable[None]]
-
-
-async def _until(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 20) -> None:
-    for _ in range(int(seconds / 0.05)):
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"timed out waiting for {what}")
-
-
-async def _approval(c: Conversations, wid: str, call_id: str) -> str:
-    async def pending() -> bool:
-        return any(a.call_id == call_id for a in (await c.pending(wid)).approvals)
-
-    await _until(pending, f"approval of {call_id}")
-    return next(a for a in (await c.pending(wid)).approvals if a.call_id == call_id).arguments_hash
-
-
-async def _interaction(c: Conversations, wid: str, call_id: str) -> str:
-    async def pending() -> bool:
-        return any(i.call_id == call_id for i in (await c.pending(wid)).interactions)
-
-    await _until(pending, f"interaction {call_id}")
-    items = (await c.pending(wid)).interactions
-    return next(i for i in items if i.call_id == call_id).arguments_hash
 
 
 async def approval_approved(c: Conversations, wid: str) -> None:
@@ -91,7 +76,7 @@ async def approval_approved(c: Conversations, wid: str) -> None:
         [("w1", "get_weather", {"city": "Paris"}), ("r1", "refund", {"order": "o1", "amount": 5})]
     )
     await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
-    digest = await _approval(c, wid, "r1")
+    digest = await approval_digest(c, wid, "r1")
     await c.approve(wid, "r1", arguments_hash=digest, decided_by="ana")
 
 
@@ -99,7 +84,7 @@ async def approval_denied(c: Conversations, wid: str) -> None:
     """A gated call denied through the validated `decide_now` update."""
     script = turns([("r1", "refund", {"order": "o2", "amount": 7})])
     await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
-    digest = await _approval(c, wid, "r1")
+    digest = await approval_digest(c, wid, "r1")
     await c.deny(wid, "r1", arguments_hash=digest, decided_by="bo", reason="no", wait=True)
 
 
@@ -126,146 +111,6 @@ async def early_decision(c: Conversations, wid: str) -> None:
     await c.send(wid, json.dumps({"turns": [[["r1", "refund", args]]]}))
 
 
-DECISION_KEY = b"record-histories-decision-key-k1"
-
-
-async def signed_decisions(c: Conversations, wid: str) -> None:
-    """Trusted decisions: an early one, an unsigned one and a forged one refused; a signed one runs.
-
-    The conversation requires signed decisions; the worker holds `k1`, and the
-    verdicts of the `verify_decision` local activity are recorded as markers.
-    """
-    from durable_tools.approvals import call_digest, sign_decision
-
-    args = {"order": "o5", "amount": 5}
-    options = OPTIONS.model_copy(update={"require_signed_decisions": True})
-    await c.start(wid, agent=AGENT, options=options)
-    await c.approve(wid, "r1", arguments_hash=call_digest("refund", "r1", args))  # early
-    await c.send(wid, turns([("r1", "refund", args)]))
-    digest = await _approval(c, wid, "r1")
-    [pending] = (await c.pending(wid)).approvals
-    await c.approve(wid, "r1", arguments_hash=digest, decided_by="mallory")  # unsigned
-    forged = sign_decision(
-        "k1", b"x" * 32, workflow_id=wid, instance=pending.instance, call_id="r1",
-        arguments_hash=digest,
-        approved=True, decided_by="forger",
-    )  # fmt: skip
-    await c.send_decision(wid, forged)
-
-    async def three_rejected() -> bool:
-        return len((await c.pending(wid)).rejected) >= 3
-
-    await _until(three_rejected, "three rejected decisions")
-    signed = sign_decision(
-        "k1", DECISION_KEY, workflow_id=wid, instance=pending.instance, call_id="r1",
-        arguments_hash=digest,
-        approved=True, decided_by="ana", groups=["finance"],
-    )  # fmt: skip
-    await c.send_decision(wid, signed)
-
-
-RECORDED_POLICY = Policy.from_text("""
-name: recorded
-rules:
-  - {id: policy-deny, when: 'tool == "refund" && args.order == "policy-deny"', outcome: deny,
-     reason: orders named policy-deny are never refunded}
-  - {id: policy-quorum, when: 'tool == "refund" && args.order == "policy-quorum"',
-     outcome: approve, groups: [finance], quorum: 2}
-  - {id: policy-escalate, when: 'tool == "refund" && args.order == "policy-escalate"',
-     outcome: approve, groups: [finance], remind_after: 1s, escalate_after: 2s,
-     escalate_to: [oncall]}
-""")
-"""The recorder's policy for the `tests` toolkit: it matches only the orders
-of `policy_quorum`, so the other scenarios record what they did before."""
-
-
-async def policy_quorum(c: Conversations, wid: str) -> None:
-    """Approval policies (issue 28): one call denied by a rule, one needing two distinct approvers.
-
-    ana approves twice (the second is refused: a person counts once), bob's
-    approval reaches the quorum and the call runs.
-    """
-    from durable_tools.approvals import sign_decision
-
-    script = turns(
-        [
-            ("q1", "refund", {"order": "policy-quorum", "amount": 500}),
-            ("d1", "refund", {"order": "policy-deny", "amount": 1}),
-        ]
-    )
-    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
-    digest = await _approval(c, wid, "q1")
-    [pending] = (await c.pending(wid)).approvals
-
-    def signed(who: str) -> Any:
-        return sign_decision(
-            "k1", DECISION_KEY, workflow_id=wid, instance=pending.instance, call_id="q1",
-            arguments_hash=digest, approved=True, decided_by=who, groups=["finance"],
-        )  # fmt: skip
-
-    await c.send_decision(wid, signed("ana"))
-
-    async def counted() -> bool:
-        return any(a.approved_by == ["ana"] for a in (await c.pending(wid)).approvals)
-
-    await _until(counted, "ana's approval counted")
-    await c.send_decision(wid, signed("ana"))
-
-    async def refused() -> bool:
-        return bool((await c.pending(wid)).rejected)
-
-    await _until(refused, "ana's second approval refused")
-    await c.send_decision(wid, signed("bob"))
-
-
-LIVE_POLICY = """
-name: live
-rules:
-  - {id: release, when: 'tool == "refund" && args.order == "policy-quorum"', outcome: run}
-  - {id: tight, when: 'tool == "refund" && args.order == "tight"', outcome: approve,
-     groups: [finance], quorum: 2}
-  - {id: never, when: 'tool == "refund" && args.order == "never"', outcome: deny,
-     reason: no longer refunded}
-"""
-"""The version `policy_live_change` installs while its calls wait."""
-
-
-async def policy_live_change(c: Conversations, wid: str) -> None:
-    """A live policy change (issue 28, item 4) while three calls wait for approval.
-
-    `set_policy` releases the call the recorder's policy gated (quorum 2),
-    tightens the one the tool itself gated to two finance approvers, and
-    denies the third; then a later call is planned under the new version.
-    The tightened call is denied by a person to end the turn.
-    """
-    script = turns(
-        [
-            ("q1", "refund", {"order": "policy-quorum", "amount": 500}),
-            ("t1", "refund", {"order": "tight", "amount": 7}),
-            ("n1", "refund", {"order": "never", "amount": 9}),
-        ],
-        [("n2", "refund", {"order": "never", "amount": 10})],
-    )
-    await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
-    for call_id in ("q1", "t1", "n1"):
-        await _approval(c, wid, call_id)
-    await c.set_policy(wid, LIVE_POLICY, installed_by="ops-lead", reason="recorded")
-
-    async def tightened() -> bool:
-        return any(a.quorum == 2 for a in (await c.pending(wid)).approvals if a.call_id == "t1")
-
-    await _until(tightened, "t1 tightened")
-    [pending] = (await c.pending(wid)).approvals
-    from durable_tools.approvals import sign_decision
-
-    denial = sign_decision(
-        "k1", DECISION_KEY, workflow_id=wid, instance=pending.instance, call_id="t1",
-        arguments_hash=pending.arguments_hash, approved=False, decided_by="ana",
-        groups=["finance"], reason="not today",
-    )  # fmt: skip
-    await c.send_decision(wid, denial)
-
-
 async def failures(c: Conversations, wid: str) -> None:
     """Every failure kind the model can cause, in one turn; the conversation goes on."""
     script = turns(
@@ -285,7 +130,7 @@ async def interaction_answered(c: Conversations, wid: str) -> None:
     """An interaction tool answered by the `answer` signal."""
     script = turns([("a1", "ask", {"question": "Refund it?"})])
     await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
-    digest = await _interaction(c, wid, "a1")
+    digest = await interaction_digest(c, wid, "a1")
     await c.answer(wid, "a1", "yes", arguments_hash=digest, answered_by="customer")
 
 
@@ -296,14 +141,14 @@ async def answer_with_format(c: Conversations, wid: str) -> None:
     )
     options = OPTIONS.model_copy(update={"approval_deadline": 2.0})
     await c.start(wid, agent=AGENT, message=script, options=options)
-    d1 = await _interaction(c, wid, "d1")
-    d2 = await _interaction(c, wid, "d2")
+    d1 = await interaction_digest(c, wid, "d1")
+    d2 = await interaction_digest(c, wid, "d2")
     await c.answer(wid, "d1", "next tuesday", arguments_hash=d1, answered_by="customer")
 
     async def rejected() -> bool:
         return any(r.call_id == "d1" for r in (await c.pending(wid)).rejected)
 
-    await _until(rejected, "the malformed date to be rejected")
+    await until(rejected, "the malformed date to be rejected")
     await c.answer(wid, "d2", "2026-11-24", arguments_hash=d2, answered_by="customer")
 
 
@@ -314,7 +159,7 @@ async def undecodable_inputs(c: Conversations, wid: str) -> None:
 
     script = turns([("r1", "refund", {"order": "o7", "amount": 4})])
     await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
-    digest = await _approval(c, wid, "r1")
+    digest = await approval_digest(c, wid, "r1")
     handle = c.client.get_workflow_handle(wid)
     await handle.signal("decide")
     await handle.signal("send", args=[{"text": "a"}, {"text": "b"}])
@@ -324,7 +169,7 @@ async def undecodable_inputs(c: Conversations, wid: str) -> None:
     async def rejected() -> bool:
         return len((await c.pending(wid)).rejected) == 3
 
-    await _until(rejected, "three rejected inputs")
+    await until(rejected, "three rejected inputs")
     await c.approve(wid, "r1", arguments_hash=digest, decided_by="ana")
 
 
@@ -342,7 +187,7 @@ async def pause_resume(c: Conversations, wid: str) -> None:
     async def paused() -> bool:
         return (await c.pending(wid)).paused is not None
 
-    await _until(paused, "the pause")
+    await until(paused, "the pause")
     await c.resume(wid, "the invoice arrived", resumed_by="ana")
 
 
@@ -350,7 +195,7 @@ async def superseded(c: Conversations, wid: str) -> None:
     """A new user message while an approval waits: the call is answered `cancelled`."""
     script = turns([("r1", "refund", {"order": "o5", "amount": 3})])
     await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
-    await _approval(c, wid, "r1")
+    await approval_digest(c, wid, "r1")
     await c.send(wid, "never mind")
 
 
@@ -388,12 +233,12 @@ async def cancelled(c: Conversations, wid: str) -> None:
         [("s1", "slow", {"seconds": 60}), ("r1", "refund", {"order": "o6", "amount": 2})]
     )
     await c.start(wid, agent=AGENT, message=script, options=OPTIONS)
-    await _approval(c, wid, "r1")
+    await approval_digest(c, wid, "r1")
 
     async def running() -> bool:
         return (await c.status(wid)).running_tools == 1
 
-    await _until(running, "the slow tool to run")
+    await until(running, "the slow tool to run")
     await asyncio.sleep(0.3)  # let the activity start on the worker
     await c.cancel(wid)
 
@@ -406,25 +251,8 @@ async def model_failed_retry(c: Conversations, wid: str) -> None:
     async def failed() -> bool:
         return (await c.status(wid)).state == "model_failed"
 
-    await _until(failed, "the model failure")
+    await until(failed, "the model failure")
     await c.retry(wid, requested_by="ops")
-
-
-async def budget_raised(c: Conversations, wid: str) -> None:
-    """Issue 28, item 6: a budget of 1,000 tokens stops the third model call (400 tokens
-    each, priced by `BUDGET_PRICES`) in state `budget_exceeded`; `raise_budget` resumes it."""
-    agent = AGENT.model_copy(update={"model": "metered"})
-    script = turns(
-        [("w1", "get_weather", {"city": "Oslo"})], [("w2", "get_weather", {"city": "Bergen"})]
-    )
-    options = OPTIONS.model_copy(update={"budget": Budget(max_tokens=1000)})
-    await c.start(wid, agent=agent, message=script, options=options)
-
-    async def exceeded() -> bool:
-        return (await c.status(wid)).state == "budget_exceeded"
-
-    await _until(exceeded, "the budget stop")
-    await c.raise_budget(wid, max_tokens=2000, requested_by="ops")
 
 
 async def start_and_wait(c: Conversations, wid: str) -> None:
@@ -448,7 +276,7 @@ async def events_followed(c: Conversations, wid: str) -> None:
             seen.append(event.kind)
 
     reader = asyncio.create_task(follow())
-    await _until(lambda: _true(seen.count("turn_finished") >= 2), "two turns in the stream")
+    await until(lambda: holds(seen.count("turn_finished") >= 2), "two turns in the stream")
     await asyncio.wait_for(reader, 30)  # ends with the conversation (idle timeout)
     assert "tool_attempt_failed" in seen and seen[-1] == "conversation_finished", seen
 
@@ -468,7 +296,7 @@ async def context_summarized(c: Conversations, wid: str) -> None:
             ]
             return len(replies) >= n
 
-        await _until(answered, f"reply {sent}")
+        await until(answered, f"reply {sent}")
         await c.send(wid, message)
 
 
@@ -503,7 +331,7 @@ async def who_said_it(c: Conversations, wid: str) -> None:
     async def failed() -> bool:
         return (await c.status(wid)).state == "model_failed"
 
-    await _until(failed, "the model failure")
+    await until(failed, "the model failure")
     await c.retry(wid, requested_by="ana")
 
     def answered(turns: int) -> Callable[[], Awaitable[bool]]:
@@ -513,11 +341,11 @@ async def who_said_it(c: Conversations, wid: str) -> None:
 
         return check
 
-    await _until(answered(1), "the retried turn")
+    await until(answered(1), "the retried turn")
     await c.send(wid, "please hold", sent_by="ana", operator=True)
-    await _until(answered(2), "the note's turn")
+    await until(answered(2), "the note's turn")
     await c.send(wid, "thanks", sent_by="customer-7")
-    await _until(answered(3), "the user's turn")
+    await until(answered(3), "the user's turn")
     await c.cancel(wid, cancelled_by="erin")
 
 
@@ -538,47 +366,8 @@ async def local_tools(c: Conversations, wid: str) -> None:
         ]
     )
     await c.start(wid, agent=LOCAL_AGENT, message=script, options=OPTIONS)
-    digest = await _approval(c, wid, "a1")
+    digest = await approval_digest(c, wid, "a1")
     await c.approve(wid, "a1", arguments_hash=digest, decided_by="ana")
-
-
-async def _true(value: bool) -> bool:
-    return value
-
-
-async def grants_escalation(c: Conversations, wid: str) -> None:
-    """Reminder and escalation, then a grant (issue 28 item 5).
-
-    e1 is reminded after 1 s and escalated to oncall after 2 s (real time),
-    then approved by olga of oncall (signed); g1 is approved with a grant for
-    `/order == "grant-me"`; g2, the same order, runs by the grant.
-    """
-    from durable_tools.approvals import sign_decision
-    from durable_tools.grants import GrantScope
-
-    script = turns(
-        [("e1", "refund", {"order": "policy-escalate", "amount": 5})],
-        [("g1", "refund", {"order": "grant-me", "amount": 1})],
-        [("g2", "refund", {"order": "grant-me", "amount": 2})],
-    )
-    await c.start(wid, agent=AGENT, message=script, options=ConversationOptions(idle_timeout=2))
-    digest = await _approval(c, wid, "e1")
-
-    async def escalated() -> bool:
-        return any(a.approvers == ["group:oncall"] for a in (await c.pending(wid)).approvals)
-
-    await _until(escalated, "e1 escalated")
-    [pending] = (await c.pending(wid)).approvals
-    await c.send_decision(
-        wid,
-        sign_decision(
-            "k1", DECISION_KEY, workflow_id=wid, instance=pending.instance, call_id="e1",
-            arguments_hash=digest, approved=True, decided_by="olga", groups=["oncall"],
-        ),
-    )  # fmt: skip
-    digest = await _approval(c, wid, "g1")
-    scope = GrantScope(tool="refund", arguments={"/order": "grant-me"})
-    await c.approve(wid, "g1", arguments_hash=digest, decided_by="ana", grant=scope)
 
 
 SCENARIOS: dict[str, Scenario] = {

@@ -41,6 +41,7 @@ from durable_tools.worker.cli import (
     operating,
     policies,
     serving,
+    watching,
 )
 from durable_tools.worker.cli.conversing import print_followed
 from durable_tools.worker.cli.serving import dev_command as dev_command
@@ -51,7 +52,7 @@ from durable_tools.worker.follow import Commands, Followed
 __all__ = ["CliError", "app"]
 
 # Who uses which command: serving.py and operating.py (operators), conversing.py
-# (people conversing), deciding.py (people deciding); shared.py holds the app,
+# and watching.py (people conversing), deciding.py (people deciding); shared.py holds the app,
 # the options they share and the connection. Registered here, in the order
 # `durable-tools --help` lists them.
 _COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
@@ -69,10 +70,10 @@ _COMMANDS: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("approve", deciding.approve_command),
     ("deny", deciding.deny_command),
     ("answer", deciding.answer_command),
-    ("history", conversing.history_command),
-    ("follow", conversing.follow_command),
-    ("status", conversing.status_command),
-    ("result", conversing.result_command),
+    ("history", watching.history_command),
+    ("follow", watching.follow_command),
+    ("status", watching.status_command),
+    ("result", watching.result_command),
     ("health", operating.health_command),
     ("check-upgrade", operating.check_upgrade_command),
     ("codec-server", operating.codec_server_command),

@@ -1,0 +1,128 @@
+"""Private wire types of the `tool.<name>` activities: their input, their result, their limits.
+
+Part of `durable_tools._wire` (which re-exports every name here), apart
+because the tool activity's side (`activities/tool_activity.py`,
+`workflows/tool_activity.py`) needs nothing of the model turn's or the
+carried state's types. Recorded in workflow history like the rest: fields
+may be added, never renamed, as long as recorded histories still decode.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
+
+from durable_tools.input_requests import InputRequired, InputResume
+from durable_tools.results import ToolCall, ToolResult
+from durable_tools.tool_tasks import TaskState
+
+__all__ = [
+    "LOCAL_RESULT_BYTES",
+    "MAX_LOCAL_CALLS_PER_TURN",
+    "PAYLOAD_BUDGET_BYTES",
+    "TOOL_ACTIVITY_PREFIX",
+    "CallReference",
+    "ToolActivityInput",
+    "ToolActivityResult",
+]
+
+TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
+"""Tool activities are named `tool.<tool name>`."""
+
+PAYLOAD_BUDGET_BYTES: Final[int] = 1_500_000
+"""Bytes of JSON a tool result, or a model turn's arguments, may take in one
+payload: well below Temporal's 2 MiB payload limit, which leaves room for
+the rest of the event."""
+
+LOCAL_RESULT_BYTES: Final[int] = 64 * 1024
+"""Bytes of JSON a local tool's result may take (`Tool.local`: a Temporal
+local activity). Local activity results are recorded as markers in the
+workflow task's completion, one gRPC message that Temporal refuses over
+4 MB; with `MAX_LOCAL_CALLS_PER_TURN` a turn's markers stay under 2 MiB."""
+
+MAX_LOCAL_CALLS_PER_TURN: Final[int] = 32
+"""Calls of one model turn that run as local activities; the turn's further
+calls of local tools run as ordinary activities (see `LOCAL_RESULT_BYTES`)."""
+
+
+class CallReference(BaseModel):
+    """A tool call named without its arguments (`ToolActivityInput.reference`).
+
+    Attributes:
+        call_id: The call's id.
+        name: The tool name.
+        digest: `durable_tools.approvals.call_digest(name, call_id, arguments)`,
+            the planned call's `arguments_hash`: arguments found elsewhere are
+            used only when they have this digest.
+    """
+
+    call_id: str
+    name: str
+    digest: str
+
+
+class ToolActivityInput(BaseModel):
+    """Input of a tool activity (activity type `tool.<name>`).
+
+    Attributes:
+        toolkit: Registered toolkit name.
+        call: The call.
+        workflow_id: The conversation's workflow id.
+        idempotency_key: `"{workflow_id}/{call_id}"`, stable across retries,
+            worker restarts and continue-as-new.
+        max_result_bytes: Results larger than this (JSON bytes) become Failure
+            `output_too_large` instead of an oversized payload.
+        reference: The call without its arguments, set instead of `call`: the
+            arguments are recorded once, in the model turn's result, and the
+            activity takes them from what its worker planned or from the
+            `tool_call` query, checked against `reference.digest`.
+        resume: Answers to what the call's previous activity asked, with its
+            exact `requestState` (`ToolContext.resume`). Left out otherwise.
+
+    Exactly one of `call` and `reference` is set. The call's `tool(arg=…)`
+    summary is the activity's summary (user metadata), not part of its input
+    (inputs recorded for a while held a copy as `summary`: ignored when read).
+    """
+
+    toolkit: str
+    call: ToolCall | None = None
+    workflow_id: str
+    idempotency_key: str
+    max_result_bytes: int = PAYLOAD_BUDGET_BYTES
+    reference: CallReference | None = None
+    resume: InputResume | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_resume(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("resume") is None:
+            dumped.pop("resume", None)
+        return dumped
+
+
+class ToolActivityResult(BaseModel):
+    """Result of a tool activity: exactly one tool result, or what the call asks.
+
+    Attributes:
+        result: `Ok` or `Failure`; `None` exactly when `input_required` is set.
+        attempt: The activity attempt that produced it (1-based; 1 in
+            histories recorded before the field existed).
+        input_required: What the call asks first (an MCP input-required
+            result); the loop asks, then retries. Left out otherwise.
+        task: The task the call runs as (MCP Tasks): the loop polls it.
+            Left out otherwise.
+    """
+
+    result: ToolResult | None = None
+    attempt: int = 1
+    input_required: InputRequired | None = None
+    task: TaskState | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        for name in ("input_required", "task"):
+            if dumped.get(name) is None:
+                dumped.pop(name, None)
+        return dumped
