@@ -24,6 +24,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, eventually, running
 
@@ -248,6 +249,42 @@ async def test_the_cli_shows_the_stop_and_raises_the_budget(
     assert raised.exit_code == 0, raised.output
     assert "set the conversation budget of" in raised.output
     await h.wait_assistant_text(wf, "done (metered)")
+
+
+async def test_start_and_run_take_a_budget_from_the_command_line(
+    metered_harness: Harness, dev_env: WorkflowEnvironment
+) -> None:
+    from typer.testing import CliRunner
+
+    from durable_tools.worker.cli import app
+
+    h = metered_harness
+    address = ["--address", dev_env.client.service_client.config.target_host, "--timeout", "20"]
+
+    def cli(*args: str) -> Any:
+        return CliRunner().invoke(app, [*args, *address], env={"COLUMNS": "300"})
+
+    wf = f"cli-budget-{h.task_queue}"
+    started = await asyncio.to_thread(
+        cli, "start", wf, "--agent", "main", "--message", TWO_TOOL_TURNS,
+        "--max-tokens", "1000", "--max-cost", "1.5", "--task-queue", h.task_queue,
+    )  # fmt: skip
+    assert started.exit_code == 0, started.output
+    await _exceeded(h, wf)  # 400 + 400 tokens ran; the third call would pass 1,000
+    budget = (await h.conversations.status(wf)).budget
+    assert budget is not None and budget.conversation == Budget(max_tokens=1000, max_cost_usd=1.5)
+    for command, flag, value in (
+        ("start", "--max-tokens", "-1"),
+        ("start", "--max-cost", "inf"),
+        ("run", "--max-cost", "-0.5"),
+    ):
+        args = [command, "hello"] if command == "run" else [command, f"{wf}-x", "--agent", "main"]
+        refused = await asyncio.to_thread(cli, *args, flag, value, "--task-queue", h.task_queue)
+        assert refused.exit_code == 2, refused.output
+        [line] = refused.output.strip().splitlines()
+        assert line.startswith(f"error: invalid {flag}: "), line
+    with pytest.raises(RPCError, match="not found"):  # refused before it connected
+        await h.client.get_workflow_handle(f"{wf}-x").describe()
 
 
 # ------------------------------------------------------------------ hostile raises

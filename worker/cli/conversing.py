@@ -15,9 +15,11 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from durable_tools.budgets import Budget
 from durable_tools.conversation import (
     AGENT_REFUSED,
     AgentConfig,
@@ -66,6 +68,21 @@ AgentName = Annotated[
         "--agent",
         help="An agent the worker declares (App(agents=...)); its model, toolkit and "
         "instructions come from the worker.",
+    ),
+]
+MaxTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        help="The conversation's token budget (input + output, every model call); "
+        "past it the conversation waits in state budget_exceeded until `budget raise`.",
+    ),
+]
+MaxCost = Annotated[
+    float | None,
+    typer.Option(
+        "--max-cost",
+        help="The conversation's budget in USD, priced by the worker's price table.",
     ),
 ]
 Variables = Annotated[
@@ -124,6 +141,8 @@ def start_command(
     ] = True,
     setting: ModelSettings = None,
     team: Team = None,
+    max_tokens: MaxTokens = None,
+    max_cost: MaxCost = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
@@ -132,7 +151,10 @@ def start_command(
     """Start a conversation (or attach to the running one with this id)."""
     _check_team(team)
     values = _variables(variables)
-    overrides: dict[str, Any] = {"search_attributes": search_attributes}
+    overrides: dict[str, Any] = {
+        "search_attributes": search_attributes,
+        "budget": _budget(max_tokens, max_cost),
+    }
     if approval_deadline is not None:
         overrides["approval_deadline"] = approval_deadline
     if idle_timeout is not None:
@@ -175,6 +197,22 @@ Team = Annotated[
         "(its DurableToolsTeam search attribute).",
     ),
 ]
+
+
+def _budget(max_tokens: int | None, max_cost: float | None) -> Budget | None:
+    """`--max-tokens`/`--max-cost` as the conversation's `Budget` (`None`: neither), or fail.
+
+    Fails with one line (exit 2) on a negative, non-finite or too large limit
+    (`durable_tools.budgets.Budget`'s bounds).
+    """
+    if max_tokens is None and max_cost is None:
+        return None
+    try:
+        return Budget(max_tokens=max_tokens, max_cost_usd=max_cost)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = "--max-tokens" if problem["loc"][0] == "max_tokens" else "--max-cost"
+        fail(f"invalid {where}: {problem['msg']}", EXIT_BAD_INPUT)
 
 
 def _check_team(team: str | None) -> None:
@@ -295,6 +333,8 @@ def run_command(
     ] = False,
     setting: ModelSettings = None,
     team: Team = None,
+    max_tokens: MaxTokens = None,
+    max_cost: MaxCost = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
@@ -313,6 +353,7 @@ def run_command(
     _check_team(team)
     values = _variables(variables)
     settings = _model_settings(setting)
+    options = ConversationOptions(budget=_budget(max_tokens, max_cost))
     if agent is None:  # development mode: the whole configuration from here
         model = model or "test"
         toolkit = toolkit or "default"
@@ -345,7 +386,9 @@ def run_command(
         try:
             async with asyncio.timeout(timeout):
                 conversations = await connection.conversations(task_queue)
-                await conversations.start(wf, agent=config, message=prompt, team=team)
+                await conversations.start(
+                    wf, agent=config, message=prompt, options=options, team=team
+                )
         except TimeoutError:
             raise CliError(
                 f"no answer within {timeout:g} s from Temporal at {address} "
