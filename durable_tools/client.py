@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from temporalio.client import WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
@@ -39,7 +39,6 @@ from durable_tools._client_support import (
     with_overrides,
 )
 from durable_tools.approvals import Decision, sign_decision
-from durable_tools.budgets import BudgetRaise
 from durable_tools.conversation import (
     CANCELLED_BY,
     AgentConfig,
@@ -540,40 +539,6 @@ class Conversations(ConversationReads, PolicyChanges):
             await checked_update(handle, "retry_now", request, RetryRejected)
         else:
             await handle.signal("retry", request)
-
-    async def raise_budget(
-        self,
-        workflow_id: str,
-        *,
-        max_tokens: int | None = None,
-        max_cost_usd: float | None = None,
-        scope: Literal["conversation", "agent"] = "conversation",
-        requested_by: str = "",
-    ) -> None:
-        """Set a conversation's budget (the `raise_budget` signal; durable, no worker needed).
-
-        A conversation in state `budget_exceeded` runs its model call once
-        the call fits in the new limits (docs/policies.md, "Budgets").
-
-        Args:
-            workflow_id: The conversation.
-            max_tokens: The new token limit (`None`: unchanged).
-            max_cost_usd: The new limit in USD (`None`: unchanged).
-            scope: `conversation` (default) or `agent`: the current agent's
-                limit in this conversation.
-            requested_by: Who sets it (the `budget_raised` event names them).
-
-        Raises:
-            pydantic.ValidationError: A negative, non-finite or too large
-                limit (`durable_tools.budgets.BudgetRaise`).
-        """
-        request = BudgetRaise(
-            scope=scope,
-            max_tokens=max_tokens,
-            max_cost_usd=max_cost_usd,
-            requested_by=requested_by,
-        )
-        await self._handle(workflow_id).signal("raise_budget", request)
 
     async def cancel(self, workflow_id: str, *, cancelled_by: str = "") -> None:
         """Cancel the conversation; open calls are answered `cancelled` or `interrupted`.

@@ -112,6 +112,7 @@ EventKind = Literal[
     "approval_escalated",
     "approval_expired",
     "approval_rejected",
+    "grant_revoked",
     "policy_disagreement",
     "policy_installed",
     "policy_reevaluated",

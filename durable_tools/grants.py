@@ -9,6 +9,12 @@ in the same conversation whose arguments match the scope runs without
 waiting, the grant recorded with it (`Grant.uses`, the `approval_decided`
 event with outcome `granted`).
 
+A grant may expire (`GrantScope.expires_after`, seconds from when the
+workflow took it) and may be revoked (the `revoke_grant` signal, a
+`GrantRevocation`: `Conversations.revoke_grant`, `durable-tools revoke-grant`);
+an expired or revoked grant stays in the record, marked, and runs nothing
+more.
+
 The pattern is deliberately small: each key of `arguments` is an RFC 6901
 JSON pointer into the call's arguments, each value a JSON scalar the
 pointed-at value must equal (same JSON type; numbers compared as numbers).
@@ -30,18 +36,28 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 __all__ = [
     "MAX_GRANTS",
     "MAX_GRANT_USES",
+    "MAX_GRANT_SECONDS",
     "Grant",
+    "GrantRevocation",
     "GrantScope",
     "JsonScalar",
     "describe_scope",
+    "expiry",
     "explain_grant",
     "scope_matches",
 ]
@@ -51,6 +67,9 @@ MAX_GRANTS: Final[int] = 100
 
 MAX_GRANT_USES: Final[int] = 100
 """Call ids a grant keeps of the calls it ran (the newest)."""
+
+MAX_GRANT_SECONDS: Final[float] = 366 * 24 * 3600.0
+"""Longest `GrantScope.expires_after`: a year (and a day)."""
 
 _MAX_POINTERS: Final[int] = 16
 _MAX_TEXT: Final[int] = 1000
@@ -82,12 +101,27 @@ class GrantScope(BaseModel):
             the value it must point at (a JSON scalar; strings at most
             1,000 characters, integers within ±2^53). At most 16. Empty:
             every call of the tool.
+        expires_after: Seconds after the workflow took the grant when it
+            stops running calls (more than 0, at most `MAX_GRANT_SECONDS`).
+            `None` (the default): for the rest of the conversation. Left out
+            of the JSON when `None`, so a signed decision without it signs
+            the bytes it signed before the field existed.
     """
 
     model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
 
     tool: str
     arguments: dict[str, JsonScalar] = Field(default_factory=dict[str, JsonScalar])
+    expires_after: float | None = Field(
+        default=None, gt=0, le=MAX_GRANT_SECONDS, allow_inf_nan=False
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_expiry(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("expires_after") is None:
+            dumped.pop("expires_after", None)
+        return dumped
 
     @field_validator("tool")
     @classmethod
@@ -135,6 +169,12 @@ class Grant(BaseModel):
         granted_at: When the workflow took it (its clock).
         call_id: The call whose approval carried it.
         uses: The calls it ran without waiting (the newest `MAX_GRANT_USES`).
+        expires_at: When it stops running calls (`granted_at` plus
+            `scope.expires_after`); `None`: never.
+        revoked_by: Who revoked it (`""`: not revoked, or revoked by
+            someone who did not say).
+        revoked_at: When the workflow took the revocation; `None`: in force.
+        revoke_reason: Why, as the revocation said.
     """
 
     id: str
@@ -145,6 +185,40 @@ class Grant(BaseModel):
     granted_at: datetime
     call_id: str
     uses: list[str] = Field(default_factory=list[str])
+    expires_at: datetime | None = None
+    revoked_by: str = ""
+    revoked_at: datetime | None = None
+    revoke_reason: str = ""
+
+    def in_force(self, now: datetime) -> bool:
+        """Whether it may still run a call at `now` (neither revoked nor expired)."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+
+class GrantRevocation(BaseModel):
+    """Input of the `revoke_grant` signal: end a grant before the conversation does.
+
+    Strict like `Decision`: exact JSON types, no unknown fields.
+
+    Attributes:
+        grant_id: The grant (`g1`, `g2`, ...: `PendingState.grants`).
+        revoked_by: Who revokes it (recorded; the inbox sends the signed-in
+            identity, like a decision's `decided_by`).
+        reason: Why (at most 500 characters shown).
+    """
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+    grant_id: str = Field(min_length=1, max_length=200)
+    revoked_by: str = Field(default="", max_length=500)
+    reason: str = Field(default="", max_length=2000)
+
+
+def expiry(granted_at: datetime, scope: GrantScope) -> datetime | None:
+    """When a grant of `scope` taken at `granted_at` expires (`None`: never)."""
+    if scope.expires_after is None:
+        return None
+    return granted_at + timedelta(seconds=scope.expires_after)
 
 
 def _resolve(document: Any, pointer: str) -> tuple[bool, Any]:
@@ -202,14 +276,18 @@ def scope_matches(scope: GrantScope, tool: str, arguments: str) -> bool:
 
 
 def describe_scope(scope: GrantScope) -> str:
-    """The scope in one line: `refund where /order == "A-1"` (or `every refund call`)."""
+    """The scope in one line: `refund where /order == "A-1"` (or `every refund call`).
+
+    With `expires_after`, `for 3600 s` follows.
+    """
+    lasting = f" for {scope.expires_after:g} s" if scope.expires_after is not None else ""
     if not scope.arguments:
-        return f"every {scope.tool} call"
+        return f"every {scope.tool} call{lasting}"
     terms = " and ".join(
         f"{pointer} == {json.dumps(value, ensure_ascii=False)}"
         for pointer, value in sorted(scope.arguments.items())
     )
-    return f"{scope.tool} where {terms}"
+    return f"{scope.tool} where {terms}{lasting}"
 
 
 def explain_grant(grant: Grant) -> str:

@@ -27,7 +27,7 @@ from durable_tools.conversation import (
     PendingState,
     SendMessage,
 )
-from durable_tools.grants import describe_scope
+from durable_tools.grants import Grant, describe_scope
 from durable_tools.input_requests import InputQuestion
 from durable_tools.policy_verdict import explain_verdict
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, UserMessage
@@ -206,7 +206,7 @@ def render_pending(state: PendingState) -> Group:
         )
     if state.grants:
         table = Table(title="Grants (rest of the conversation)", title_justify="left")
-        for column in ("grant", "scope", "by", "given", "on call", "ran"):
+        for column in ("grant", "scope", "by", "given", "on call", "ran", "state"):
             table.add_column(column, overflow="fold")
         for g in state.grants:
             table.add_row(
@@ -216,6 +216,7 @@ def render_pending(state: PendingState) -> Group:
                 when(g.granted_at),
                 escape(g.call_id),
                 escape(", ".join(g.uses) or "-"),
+                escape(_grant_state(g)),
             )
         parts.append(table)
     if state.rejected:
@@ -478,3 +479,13 @@ def render_pending_conversations(
         )
     hint = Text(f"details and call ids: {command('pending', 'WORKFLOW_ID')}")
     return Group(table, hint)
+
+
+def _grant_state(grant: Grant) -> str:
+    """`in force`, `until <time>`, or `revoked by ana at <time>: reason` (time of the reads)."""
+    if grant.revoked_at is not None:
+        why = f": {grant.revoke_reason}" if grant.revoke_reason else ""
+        return f"revoked by {grant.revoked_by or 'someone'} at {when(grant.revoked_at)}{why}"
+    if grant.expires_at is None:
+        return "in force"
+    return f"until {when(grant.expires_at)}"

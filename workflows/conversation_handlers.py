@@ -2,7 +2,8 @@
 
 `AgentWorkflow` (workflows/agent_workflow.py) runs the loop; this mixin holds
 what reaches it from outside while it runs: the `retry`, `send` and routed
-signals (`decide`, `answer`, `resume`, `raise_budget`, `set_policy`), the
+signals (`decide`, `answer`, `resume`, `raise_budget`, `set_policy`,
+`revoke_grant`), the
 `retry_now`, `decide_now`, `answer_now`, `resume_now` and `await_turn`
 updates, the `pending`, `status`, `history`, `followed` and activities'
 queries, and the in-process reads (`live_*`, durable_tools.live_runs).
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         TranscriptSlice,
         TurnOutcome,
     )
+    from durable_tools.grants import GrantRevocation
     from durable_tools.handler_input import clean_text
     from durable_tools.policy_document import PolicyChange
     from durable_tools.results import ToolCall
@@ -153,10 +155,11 @@ class ConversationHandlers:
 
     @workflow.signal(dynamic=True)
     async def _signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """Route the `decide`, `answer`, `send`, `resume`, `raise_budget` and `set_policy` signals.
+        """Route `decide`, `answer`, `send`, `resume`, `raise_budget`, `set_policy`, `revoke_grant`.
 
-        `decide` and `answer` go to the book (`DecisionBook.decide`,
-        `DecisionBook.answer`), `resume` to the pause
+        `decide`, `answer` and `revoke_grant` go to the book
+        (`DecisionBook.decide`, `DecisionBook.answer`,
+        `DecisionBook.revoke_grant`), `resume` to the pause
         (`SignalWaits.take_resume`), `set_policy` to `LivePolicy.change`.
         An input that cannot be decoded into the signal's model is recorded
         in `pending().rejected` with the reason; a signal of another name is
@@ -173,6 +176,8 @@ class ConversationHandlers:
             self._budget.raise_budget(decoded, self._agent)
         elif isinstance(decoded, PolicyChange):
             self._policy.change(decoded)
+        elif isinstance(decoded, GrantRevocation):
+            self._book.revoke_grant(decoded)
         elif decoded is not None:
             self._signal_waits.take_resume(decoded)
 

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         RejectedDecision,
     )
     from durable_tools.formats import check_answer
+    from durable_tools.grants import GrantRevocation
     from durable_tools.handler_input import clean_text
     from durable_tools.input_requests import InputQuestion, sendable
 
@@ -219,7 +220,7 @@ class DecisionBook:
             policy=verdict,
             quorum=verdict.quorum if verdict is not None and verdict.outcome == "approve" else 1,
         )
-        if self.grants.grants and self.grants.applying(self.approvals[call_id]) is not None:
+        if self.grants.grants and self.grants.applying(self.approvals[call_id], self._now()):
             del self.approvals[call_id]  # runs by a grant, without waiting
             self.early_decisions.pop(call_id, None)
             return None
@@ -433,6 +434,26 @@ class DecisionBook:
                 )
         self.take(decision)
         return DecisionReceipt(call_id=decision.call_id)
+
+    def revoke_grant(self, revocation: GrantRevocation) -> None:
+        """Apply a decoded `revoke_grant` input: end the grant, or record why not.
+
+        Never raises: an unknown, expired or already revoked grant is a
+        rejection (`pending().rejected`, signal `revoke_grant`). A revoked
+        grant runs no later call; calls it ran stay as they ran.
+        """
+        revoked = self.grants.revoke(revocation, self._now())
+        if isinstance(revoked, str):
+            self.reject("", f"grant not revoked: {revoked}", revocation.revoked_by, "revoke_grant")
+            return
+        self._event(
+            "grant_revoked",
+            call_id=revoked.call_id,
+            tool=revoked.scope.tool,
+            decided_by=revoked.revoked_by or None,
+            reason=clean_text(f"{self.grants.explain(revoked)}; {revoked.revoke_reason}", 500),
+            outcome="revoked",
+        )
 
     def take(self, decision: Decision) -> None:
         """Apply a decision that passed its checks: it decides the call or counts to its quorum.

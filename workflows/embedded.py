@@ -44,7 +44,16 @@ from durable_tools.workflows.agent_workflow import AgentWorkflow
 __all__ = ["EMBEDDED_HANDLERS", "run_agent", "start_child_conversation"]
 
 EMBEDDED_HANDLERS: dict[str, tuple[str, ...]] = {
-    "signals": ("decide", "answer", "send", "resume", "retry", "raise_budget"),
+    "signals": (
+        "decide",
+        "answer",
+        "send",
+        "resume",
+        "retry",
+        "raise_budget",
+        "set_policy",
+        "revoke_grant",
+    ),
     "updates": ("decide_now", "answer_now", "retry_now", "await_turn"),
     "queries": ("history", "pending", "status", TRANSCRIPT_QUERY),
 }

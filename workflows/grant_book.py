@@ -4,7 +4,9 @@
 checks a decision's grant before it applies (`problem`, pure, from the
 book's state alone, so a replay reaches the same verdict), records it when
 the decision decides its call (`add`), and finds the grant that lets a new
-gated call run without waiting (`applying`). The grants are carried across
+gated call run without waiting (`applying`: only one in force, neither
+expired by the workflow's clock nor revoked), and ends one on a
+`revoke_grant` signal (`revoke`). The grants are carried across
 continue-as-new (`CarriedState.grants`). Histories without grants (all
 recorded before they existed) never reach any of this: nothing they replay
 changes.
@@ -23,7 +25,9 @@ with workflow.unsafe.imports_passed_through():
         MAX_GRANT_USES,
         MAX_GRANTS,
         Grant,
+        GrantRevocation,
         describe_scope,
+        expiry,
         explain_grant,
         scope_matches,
     )
@@ -94,15 +98,21 @@ class Grants:
             signed=pending.signed and bool(decision.signature),
             granted_at=now,
             call_id=clean_text(pending.call_id, _MAX_ID_CHARS),
+            expires_at=expiry(now, scope),
         )
         self.grants.append(grant)
         return grant
 
-    def applying(self, pending: PendingApproval) -> Grant | None:
-        """The first grant that lets `pending`'s call run without waiting, marked used."""
+    def applying(self, pending: PendingApproval, now: datetime) -> Grant | None:
+        """The first grant in force at `now` that lets `pending`'s call run without waiting.
+
+        The grant is marked used (`Grant.uses`).
+        """
         if pending.quorum > 1 or pending.input_request is not None:
             return None
         for index, grant in enumerate(self.grants):
+            if not grant.in_force(now):
+                continue
             if not scope_matches(grant.scope, pending.tool, pending.arguments):
                 continue
             if pending.signed and not _vouches(grant, pending):
@@ -112,6 +122,35 @@ class Grants:
             self.used[pending.call_id] = grant
             return grant
         return None
+
+    def revoke(self, revocation: GrantRevocation, now: datetime) -> Grant | str:
+        """End the grant `revocation` names: the grant as revoked, or why it cannot be.
+
+        A grant revoked already, or expired, is refused (nothing changes);
+        so is an id the conversation does not hold.
+        """
+        wanted = revocation.grant_id
+        for index, grant in enumerate(self.grants):
+            if grant.id != wanted:
+                continue
+            if grant.revoked_at is not None:
+                return f"grant {grant.id} was revoked already, by {grant.revoked_by or 'someone'}"
+            if not grant.in_force(now):
+                return f"grant {grant.id} has expired"
+            revoked = grant.model_copy(
+                update={
+                    "revoked_by": clean_text(revocation.revoked_by, _MAX_ID_CHARS),
+                    "revoked_at": now,
+                    "revoke_reason": clean_text(revocation.reason, 500),
+                }
+            )
+            self.grants[index] = revoked
+            return revoked
+        held = ", ".join(g.id for g in self.grants[-10:]) or "none"
+        return (
+            f"no grant {clean_text(wanted, _MAX_ID_CHARS)!r} in this conversation "
+            f"(it holds: {held})"
+        )
 
     @staticmethod
     def explain(grant: Grant) -> str:

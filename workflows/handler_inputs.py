@@ -20,12 +20,14 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.budgets import BudgetRaise
     from durable_tools.conversation import CANCELLED_BY, Answer, Resume, SendMessage
     from durable_tools.events import MAX_EVENT_TEXT
+    from durable_tools.grants import GrantRevocation
     from durable_tools.handler_input import Undecodable, clean_sender, clean_text, decode_input
     from durable_tools.policy_document import PolicyChange
 
 __all__ = [
     "MAX_NAME_CHARS",
     "SIGNAL_INPUTS",
+    "SignalInput",
     "UPDATE_INPUTS",
     "after_turns",
     "cancellation",
@@ -40,15 +42,19 @@ __all__ = [
 MAX_NAME_CHARS = 100
 """Characters of a client-sent name (handler, call id) kept in a message, log line or summary."""
 
-SIGNAL_INPUTS: dict[
-    str, tuple[type[Decision | Answer | SendMessage | Resume | BudgetRaise | PolicyChange], Any]
-] = {
+SignalInput = (
+    Decision | Answer | SendMessage | Resume | BudgetRaise | PolicyChange | GrantRevocation
+)
+"""What a routed signal's input decodes to."""
+
+SIGNAL_INPUTS: dict[str, tuple[type[SignalInput], Any]] = {
     "decide": (Decision, None),
     "answer": (Answer, None),
     "send": (SendMessage, None),
     "resume": (Resume, Resume()),
     "raise_budget": (BudgetRaise, None),
     "set_policy": (PolicyChange, None),
+    "revoke_grant": (GrantRevocation, None),
 }
 """The signals the dynamic signal handler routes: each one's input model and default."""
 
@@ -63,7 +69,7 @@ default (for no input) and the error type its rejections carry."""
 
 def decoded_signal(
     name: str, args: Sequence[RawValue], reject: Callable[[str, str, str, str], None]
-) -> Decision | Answer | SendMessage | Resume | BudgetRaise | PolicyChange | None:
+) -> SignalInput | None:
     """The input of signal `name`, or `None` when there is none to act on.
 
     A signal of a name not in `SIGNAL_INPUTS` is logged and ignored; an

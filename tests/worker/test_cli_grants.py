@@ -31,6 +31,9 @@ async def cli(*args: str) -> Result:
         (["--grant", "refund", "--grant-arg", "/order"], "expected POINTER=VALUE"),
         (["--grant", "refund", "--grant-arg", "order=A-1"], "is not a JSON pointer"),
         (["--grant", "", "--grant-arg", "/order=A-1"], "tool: 1 to 200 characters"),
+        (["--grant-for", "60"], "--grant-for needs --grant TOOL"),
+        (["--grant", "refund", "--grant-for", "0"], "greater than 0"),
+        (["--grant", "refund", "--grant-for", "1e9"], "less than or equal to"),
     ],
 )
 def test_bad_grants_exit_before_anything_is_sent(args: list[str], problem: str) -> None:

@@ -105,6 +105,15 @@ async def test_run_agent_inside_a_user_workflow_with_namespaced_handlers(
             return (await handle.query("agent.pending", result_type=PendingState)).rejected
 
         assert any(r.signal == "decide" for r in await eventually(rejected, what="rejection"))
+        # So is garbage to the rule-changing signals: they reach the embedded loop too.
+        await handle.signal("agent.revoke_grant", "g9")
+        await handle.signal("agent.set_policy", "not a policy")
+
+        async def rule_rejections() -> Any:
+            signals = {r.signal for r in await rejected()}
+            return signals >= {"revoke_grant", "set_policy"} or None
+
+        await eventually(rule_rejections, what="revoke_grant and set_policy rejected")
         await handle.signal(
             "agent.decide",
             Decision(

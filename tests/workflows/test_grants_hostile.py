@@ -54,7 +54,10 @@ grants = (
             )
             | json_values,
         },
-        optional={"extra": json_values},
+        optional={
+            "extra": json_values,
+            "expires_after": st.sampled_from([60, 0.5, 0, -1, 10**9]) | scalars,
+        },
     )
     | st.just(
         {"tool": "refund", "arguments": {"/order": "o1" * 600}}  # a value over 1,000 characters

@@ -37,6 +37,7 @@ from durable_tools.worker.cli import (
     budgets,
     conversing,
     deciding,
+    granting,
     mcp,
     operating,
     policies,
@@ -83,6 +84,7 @@ for _name, _command in _COMMANDS:
     app.command(_name)(_command)
 app.add_typer(policies.policy_app, name="policy")
 app.add_typer(budgets.budget_app, name="budget")
+app.add_typer(granting.grant_app, name="grant")
 app.add_typer(mcp.mcp_app, name="mcp")
 
 

@@ -349,6 +349,15 @@ def approve_command(
             "parses as a scalar, else text), e.g. /order=A-1, /amount=500. Repeatable.",
         ),
     ] = None,
+    grant_for: Annotated[
+        float | None,
+        typer.Option(
+            "--grant-for",
+            metavar="SECONDS",
+            help="With --grant: the grant ends this many seconds after the conversation "
+            "takes it (default: with the conversation).",
+        ),
+    ] = None,
     address: Address = DEFAULT_ADDRESS,
     namespace: Namespace = DEFAULT_NAMESPACE,
     timeout: Timeout = DEFAULT_TIMEOUT,
@@ -372,19 +381,25 @@ def approve_command(
         groups=group or [],
         signal=signal,
         connection=Connection(address, namespace, timeout),
-        grant=grant_scope(grant, grant_arg or []),
+        grant=grant_scope(grant, grant_arg or [], grant_for),
     )
 
 
-def grant_scope(tool: str | None, pairs: Sequence[str]) -> GrantScope | None:
-    """The `GrantScope` of `--grant TOOL --grant-arg POINTER=VALUE ...` (`None`: no `--grant`).
+def grant_scope(
+    tool: str | None, pairs: Sequence[str], seconds: float | None = None
+) -> GrantScope | None:
+    """The `GrantScope` of `--grant TOOL --grant-arg POINTER=VALUE ... --grant-for SECONDS`.
 
-    Exits with `EXIT_BAD_INPUT` for a `--grant-arg` without `--grant`, a pair
-    without `=`, or a scope `GrantScope` refuses (not a pointer, too long...).
+    `None`: no `--grant`. Exits with `EXIT_BAD_INPUT` for a `--grant-arg` or
+    `--grant-for` without `--grant`, a pair without `=`, or a scope
+    `GrantScope` refuses (not a pointer, too long, a duration not in
+    (0, a year]...).
     """
     if tool is None:
         if pairs:
             fail("--grant-arg needs --grant TOOL", EXIT_BAD_INPUT)
+        if seconds is not None:
+            fail("--grant-for needs --grant TOOL", EXIT_BAD_INPUT)
         return None
     arguments: dict[str, Any] = {}
     for pair in pairs:
@@ -402,7 +417,9 @@ def grant_scope(tool: str | None, pairs: Sequence[str]) -> GrantScope | None:
             value if value is None or isinstance(value, str | int | float) else text
         )
     try:
-        return GrantScope.model_validate({"tool": tool, "arguments": arguments})
+        return GrantScope.model_validate(
+            {"tool": tool, "arguments": arguments, "expires_after": seconds}
+        )
     except ValidationError as exc:
         problem = "; ".join(str(e["msg"]) for e in exc.errors())
         fail(f"--grant: {problem}", EXIT_BAD_INPUT)
