@@ -469,7 +469,15 @@ class ModelActivity(ActivitiesBase):
                 failure = failed(plan.call, "input_validation_error", problem)
                 plans[index] = plan.model_copy(update={"kind": "unknown", "failure": failure})
         if self.notify:
-            plans = [_with_notify(plan, self.notify) for plan in plans]
+            mcp = self.mcp
+            plans = [
+                _with_notify(
+                    plan,
+                    self.notify,
+                    may_ask=mcp is not None and mcp.server_of(plan.call.name) is not None,
+                )
+                for plan in plans
+            ]
         for plan in plans:
             if plan.kind == "local":  # read back by its tool activity (`ToolActivity._call`)
                 self._planned.put(
@@ -572,9 +580,15 @@ def _bound_arguments(message: AssistantMessage, limit: int) -> AssistantMessage:
     return message.model_copy(update={"tool_calls": tuple(calls)})
 
 
-def _with_notify(plan: PlannedCall, notify: dict[str, list[str]]) -> PlannedCall:
-    """`plan` with the worker's webhooks when its call waits for a person."""
+def _with_notify(
+    plan: PlannedCall, notify: dict[str, list[str]], *, may_ask: bool = False
+) -> PlannedCall:
+    """`plan` with the worker's webhooks when its call waits, or may wait, for a person.
+
+    `may_ask`: the call's tool is an MCP server's, which may ask a question
+    or ask to sample or open a link while it runs (`workflows/input_rounds.py`).
+    """
     waits = plan.failure is None and (
-        (plan.kind == "local" and plan.needs_approval) or plan.kind == "interaction"
+        (plan.kind == "local" and (plan.needs_approval or may_ask)) or plan.kind == "interaction"
     )
     return plan.model_copy(update={"notify": notify}) if waits else plan

@@ -36,6 +36,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from durable_tools.workflows.model_failure import model_retry_policy
+from durable_tools.workflows.notifications import MCP_QUESTION_WEBHOOKS_PATCH
 from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
 
 with workflow.unsafe.imports_passed_through():
@@ -191,6 +192,14 @@ class InputApprovals:
             self._event(
                 "approval_requested", call_id=call_id, tool=call.name, outcome=question.kind
             )
+            book.notifier.notify(
+                plan,
+                "approval_requested",
+                requested_at=pending.requested_at,
+                approvers=pending.approvers,
+                deadline=pending.deadline,
+                patch=MCP_QUESTION_WEBHOOKS_PATCH,
+            )
         self._set_state("waiting")
         calls.publish()
         timed_out = False
@@ -233,11 +242,21 @@ class InputApprovals:
             result = denied(call, reason + "; the call was not completed")
         else:
             result = decision
+        outcome = "approved" if isinstance(result, Decision) else result.kind
+        decided_by = clean_text(decision.decided_by, 200) if decision is not None else None
         self._event(
             "approval_decided" if decision is not None else "approval_expired",
             call_id=call_id,
             tool=call.name,
-            outcome="approved" if isinstance(result, Decision) else result.kind,
-            decided_by=clean_text(decision.decided_by, 200) if decision is not None else None,
+            outcome=outcome,
+            decided_by=decided_by,
+        )
+        book.notifier.notify(
+            plan,
+            "approval_expired" if outcome == "expired" else "approval_decided",
+            requested_at=pending.requested_at,
+            outcome=outcome,
+            decided_by=decided_by,
+            patch=MCP_QUESTION_WEBHOOKS_PATCH,
         )
         return result

@@ -39,12 +39,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from temporalio import workflow
 
 from durable_tools.workflows.input_approvals import InputApprovals, Sampler
+from durable_tools.workflows.notifications import MCP_QUESTION_WEBHOOKS_PATCH
 from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
 
 with workflow.unsafe.imports_passed_through():
@@ -314,6 +315,13 @@ class InputRounds:
                 else f"{question.message} (a link to {question.host})",
                 answer_schema=schema,
             )
+            book.notifier.notify(
+                plan,
+                "question_asked",
+                requested_at=pending.requested_at,
+                deadline=pending.deadline,
+                patch=MCP_QUESTION_WEBHOOKS_PATCH,
+            )
         self._set_state("waiting")
         calls.publish()
         timed_out = False
@@ -333,6 +341,7 @@ class InputRounds:
         if timed_out:
             return self._finished(
                 plan,
+                pending.requested_at,
                 expired(
                     call,
                     f"no answer to MCP server {question.server!r}'s question within "
@@ -346,6 +355,7 @@ class InputRounds:
         if answer is None:
             return self._finished(
                 plan,
+                pending.requested_at,
                 interrupted(
                     call,
                     f"a new user message arrived before MCP server {question.server!r}'s "
@@ -354,18 +364,29 @@ class InputRounds:
                 ),
                 calls.superseded_by,
             )
+        sent_by = clean_sender(answer.answered_by)
         self._event(
             "question_answered",
             call_id=call_id,
             tool=call.name,
             outcome=answer.action,
-            sent_by=clean_sender(answer.answered_by) or None,
+            sent_by=sent_by or None,
+        )
+        book.notifier.notify(
+            plan,
+            "question_answered",
+            requested_at=pending.requested_at,
+            outcome=answer.action,
+            decided_by=sent_by or None,
+            patch=MCP_QUESTION_WEBHOOKS_PATCH,
         )
         if answer.action != "accept":
             return InputAnswer(action=answer.action)
         return InputAnswer(action="accept", content=answer.value)
 
-    def _finished(self, plan: PlannedCall, result: Failure, sent_by: str = "") -> Failure:
+    def _finished(
+        self, plan: PlannedCall, requested_at: datetime, result: Failure, sent_by: str = ""
+    ) -> Failure:
         """Publish how a question ended without an answer; `result` is the call's output."""
         call = plan.call
         self._event(
@@ -374,5 +395,13 @@ class InputRounds:
             tool=call.name,
             outcome=result.kind,
             sent_by=sent_by or None,
+        )
+        self._calls.book.notifier.notify(
+            plan,
+            "question_expired" if result.kind == "expired" else "question_answered",
+            requested_at=requested_at,
+            outcome=result.kind,
+            decided_by=sent_by or None,
+            patch=MCP_QUESTION_WEBHOOKS_PATCH,
         )
         return result

@@ -35,7 +35,12 @@ with workflow.unsafe.imports_passed_through():
         event_id,
     )
 
-__all__ = ["DELIVERY_RETRY", "DELIVERY_TIMEOUT", "Notifier"]
+__all__ = ["DELIVERY_RETRY", "DELIVERY_TIMEOUT", "MCP_QUESTION_WEBHOOKS_PATCH", "Notifier"]
+
+MCP_QUESTION_WEBHOOKS_PATCH = "mcp-question-webhooks"
+"""What a running call's MCP server asks (a question, a sampling request or a
+link to approve) is sent to the webhooks too; runs recorded before it send
+nothing for them."""
 
 DELIVERY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
@@ -79,6 +84,7 @@ class Notifier:
         *,
         requested_at: datetime,
         round: str = "",
+        patch: str | None = None,
         **fields: Any,
     ) -> None:
         """Send `kind` about `plan`'s call to each webhook its plan says is sent it.
@@ -89,10 +95,14 @@ class Notifier:
             requested_at: When the call started waiting (the event's round
                 unless `round` is given).
             round: Which occurrence (a reminder's number), default the wait's start.
+            patch: A `workflow.patched` id the sending depends on: a run
+                whose history was recorded without it sends nothing here
+                (checked only when a webhook is to be sent, so histories
+                without webhooks carry no marker).
             **fields: `WebhookEvent` fields (`approvers`, `deadline`, `outcome`, `decided_by`).
         """
         routes = [name for name, kinds in sorted((plan.notify or {}).items()) if kind in kinds]
-        if not routes:
+        if not routes or (patch is not None and not workflow.patched(patch)):
             return
         call = plan.call
         which = round or requested_at.isoformat()
