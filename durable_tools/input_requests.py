@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Final, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -61,6 +62,7 @@ __all__ = [
     "TaskAction",
     "question_digest",
     "sendable",
+    "with_defaults",
 ]
 
 ElicitAction = Literal["accept", "decline", "cancel"]
@@ -374,3 +376,42 @@ def sendable(value: Any) -> bool:
     except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
         return False
     return True
+
+
+def _form_value(value: Any) -> bool:
+    """Whether `value` is what an elicitation form field may hold (MCP: a primitive)."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return not isinstance(value, float) or value == value and abs(value) != float("inf")
+    return isinstance(value, list) and all(isinstance(v, str) for v in cast(list[Any], value))
+
+
+def with_defaults(schema: Any, content: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An accepted form answer with the schema's defaults for the fields it leaves out.
+
+    SEP-1034: a requested schema's properties may carry `default`; a client
+    applies them to fields the answer omits. Only a default a form field
+    can hold (a string, number, boolean, list of strings or null) is
+    applied; the answer's own values always win. Pure: the loop applies it
+    to a recorded answer, and a replay sends the same values.
+
+    Args:
+        schema: The requested schema (`{"type": "object", "properties": ...}`;
+            anything else adds nothing).
+        content: The answer's values (`None`: none given).
+
+    Returns:
+        A new dict: the answer's values, then the missing defaults.
+    """
+    values = dict(content or {})
+    properties = (
+        cast(Mapping[str, Any], schema).get("properties") if isinstance(schema, Mapping) else None
+    )
+    if not isinstance(properties, Mapping):
+        return values
+    for name, field in cast(Mapping[Any, Any], properties).items():
+        if not isinstance(name, str) or name in values or not isinstance(field, Mapping):
+            continue
+        field = cast(Mapping[str, Any], field)
+        if "default" in field and _form_value(field["default"]):
+            values[name] = field["default"]
+    return values

@@ -40,7 +40,7 @@ import asyncio
 import builtins
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from temporalio import workflow
 
@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         InputRequired,
         InputResume,
         question_digest,
+        with_defaults,
     )
     from durable_tools.results import Failure, Ok, expired, failed, interrupted
     from durable_tools.tool_tasks import TaskState
@@ -382,7 +383,11 @@ class InputRounds:
         )
         if answer.action != "accept":
             return InputAnswer(action=answer.action)
-        return InputAnswer(action="accept", content=answer.value)
+        # SEP-1034: fields the person left out take the requested schema's defaults.
+        value: Any = answer.value
+        if isinstance(value, dict):
+            value = with_defaults(schema, cast(dict[str, Any], value))
+        return InputAnswer(action="accept", content=value)
 
     def _finished(
         self, plan: PlannedCall, requested_at: datetime, result: Failure, sent_by: str = ""

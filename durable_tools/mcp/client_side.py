@@ -8,7 +8,11 @@ answers durably (`input_required.py`); a server at an older protocol that
 asks mid-call (a server-initiated `elicitation/create` or
 `sampling/createMessage`) is refused here, because answering would hold
 the tool activity, and its worker slot, while a person or a model decides.
-`roots/list` is answered from the configuration at once.
+One exception, opted in per server (`McpServerConfig.mid_call_elicitation
+= "defaults"`): a form elicitation whose schema gives a default for every
+field it requires is accepted at once with those defaults (SEP-1034), since
+no one decides anything (`mid_call_elicitation`). `roots/list` is answered
+from the configuration at once.
 
 Server log messages (`notifications/message`, opted in at level `info`)
 become records of the worker's logger `durable_tools.mcp.server`, cut at
@@ -19,15 +23,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import mcp_types as types
 
 from durable_tools.handler_input import clean_text
+from durable_tools.input_requests import with_defaults
 from durable_tools.mcp.config import McpServerConfig
 
 __all__ = [
     "log_server_message",
+    "mid_call_elicitation",
     "no_mid_call_elicitation",
     "no_mid_call_sampling",
     "roots_of",
@@ -79,6 +85,52 @@ async def no_mid_call_elicitation(
         message="durable-tools answers elicitation only in input-required results "
         "(MCP 2026-07-28), not mid-call",
     )
+
+
+def mid_call_elicitation(config: McpServerConfig) -> Any:
+    """The elicitation callback for `config`'s server: refuse, or accept with the defaults.
+
+    Args:
+        config: The server's configuration (`mid_call_elicitation`).
+
+    Returns:
+        `no_mid_call_elicitation` unless the server is set to `"defaults"`;
+        then a callback that accepts a form elicitation with the requested
+        schema's defaults (`with_defaults`) when every required field has
+        one, logs what it sent, and refuses anything else (a URL
+        elicitation, a required field without a default) as
+        `no_mid_call_elicitation` does, naming the field.
+    """
+    if config.mid_call_elicitation != "defaults":
+        return no_mid_call_elicitation
+    server = config.name
+
+    async def accept_defaults(
+        context: Any, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        if not isinstance(params, types.ElicitRequestFormParams):
+            return await no_mid_call_elicitation(context, params)
+        schema = params.requested_schema
+        values = with_defaults(schema, None)
+        required: Any = schema.get("required")
+        names: list[Any] = cast(list[Any], required) if isinstance(required, list) else []
+        missing = [name for name in names if isinstance(name, str) and name not in values]
+        if missing:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message=f"durable-tools answers mid-call elicitation only with the schema's "
+                f"defaults, and {clean_text(missing[0], 100)!r} has none; at MCP 2026-07-28 "
+                "a person answers in an input-required result",
+            )
+        _server_log.info(
+            "MCP server %r asked mid-call (%s); accepted with the schema's defaults: %s",
+            server,
+            clean_text(params.message, 200),
+            clean_text(", ".join(sorted(values)), 500) or "no fields",
+        )
+        return types.ElicitResult(action="accept", content=values)
+
+    return accept_defaults
 
 
 async def no_mid_call_sampling(

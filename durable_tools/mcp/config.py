@@ -191,6 +191,14 @@ class McpServerConfig(BaseModel):
             `"approver"` (only an approver of the tool may answer: a signed
             answer is not required, the answerer's identity must be one of
             the tool's approvers), `"refuse"` (Failure `input_request_refused`).
+        mid_call_elicitation: What a form elicitation a server at a
+            protocol before 2026-07-28 sends while a call runs gets:
+            `"refuse"` (default: an error, which the tool usually reports;
+            a person answers only input-required results, durably) or
+            `"defaults"` (accepted at once with the requested schema's
+            default values, SEP-1034, when every field it requires has one;
+            refused otherwise): for servers that ask only to confirm values
+            they chose. No one decides, so nothing waits.
         roots: Roots (`file://` URIs or absolute paths) the client declares
             and answers `roots/list` requests with (default none: the
             roots capability is not declared).
@@ -221,6 +229,7 @@ class McpServerConfig(BaseModel):
     tool_policy: dict[str, McpToolPolicy] = Field(default_factory=dict[str, McpToolPolicy])
     sampling: Literal["allow", "approve", "refuse"] = "approve"
     url_elicitation: Literal["allow", "approver", "refuse"] = "allow"
+    mid_call_elicitation: Literal["refuse", "defaults"] = "refuse"
     roots: list[str] = Field(default_factory=list[str])
     oauth: McpOAuth | None = None
 

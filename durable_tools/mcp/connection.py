@@ -54,7 +54,7 @@ from durable_tools.mcp._streams import (
 )
 from durable_tools.mcp.client_side import (
     log_server_message,
-    no_mid_call_elicitation,
+    mid_call_elicitation,
     no_mid_call_sampling,
     roots_of,
 )
@@ -317,8 +317,8 @@ class McpConnection:
                 # Declares elicitation (form and URL) and sampling: MCP
                 # 2026-07-28 servers ask inside input-required results, which
                 # the loop answers durably. Mid-call requests (older
-                # protocols) are refused; roots are answered from the config.
-                elicitation_callback=no_mid_call_elicitation,
+                # protocols): `client_side`. Roots: from the config.
+                elicitation_callback=mid_call_elicitation(self.config),
                 sampling_callback=no_mid_call_sampling,
                 list_roots_callback=self._roots if self.config.roots else None,
                 logging_callback=self._on_log,

