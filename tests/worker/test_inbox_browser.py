@@ -16,13 +16,13 @@ import base64
 import json
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from browser_support import chromium, needs_chromium
 from inbox_support import (
     DECISION_KEY,
     FORMS,
@@ -35,7 +35,7 @@ from inbox_support import (
     reset_to_first_task,
     turns,
 )
-from playwright.async_api import Browser, Page, Route, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, expect
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, eventually, running
 
@@ -57,23 +57,12 @@ DEMO_AGENT = AGENT.model_copy(
     }
 )
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 IMAGES = (
     Path(__file__).resolve().parents[2] / "docs" / "images"
     if os.environ.get("DT_UPDATE_SCREENSHOTS") == "1"
     else Path(tempfile.gettempdir()) / "durable-tools-inbox-screenshots"
 )
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="Debian's chromium is missing (`make test` installs it)"
-)
+pytestmark = needs_chromium
 
 
 class BrokenModel:
@@ -180,14 +169,8 @@ async def _shot(page: Page, name: str) -> None:
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            await browser.close()
+    async with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture
