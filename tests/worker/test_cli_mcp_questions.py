@@ -8,22 +8,29 @@ terminal sees each question with `durable-tools pending` and answers it:
   in a second conversation, `--decline`); the server's tool body sees
   `cancel` / `decline`; bad input (two actions, a value with `--decline`,
   `--done` for a form, an answer breaking the schema) is one `error:` line
-  and a non-zero exit, and nothing reaches the server;
+  and a non-zero exit, and nothing reaches the server; an interaction
+  tool's question cannot be declined;
 * `connect`'s link: without `--yes` the command shows the link and its
   host and asks for consent; "n" sends nothing, "y" sends *done*;
 * `poem`'s sampling request under `sampling = "approve"`: `durable-tools
   approve` lets the conversation's model answer it;
 * `survey`, a task that outlives its tool activity's timeout: its question
-  mid-task is answered with `durable-tools answer`.
+  mid-task is answered with `durable-tools answer`;
+* a server that requires OAuth (tests/mcp/oauth_test_servers.py with
+  `--ask`): `durable-tools mcp login`, then its `open_notes` asks whose
+  notes, answered with `durable-tools answer`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from cli_process import Completed, cli
+from cli_process import Completed, Running, cli
+from inbox_support import FORMS, FORMS_AGENT
+from mcp_oauth_support import consent, oauth_servers
 from mcp_support import (
     HAIKU,
     POET,
@@ -84,7 +91,15 @@ async def test_a_form_answered_then_cancelled_or_declined_and_bad_input_refused(
     log = tmp_path / "server.jsonl"
     server = stdio_test_server(log, trust_annotations=True)
     term = _Terminal(dev_env)
-    async with running(dev_env, task_queue, tmp_path / "l.jsonl", mcp_servers=[server]) as h:
+    async with running(
+        dev_env, task_queue, tmp_path / "l.jsonl", mcp_servers=[server], toolkits={"forms": FORMS}
+    ) as h:
+        # An interaction tool's question is answered, never declined (that is an MCP server's).
+        tools = await h.start(_turns(("q", "open_account", {"question": "?"})), agent=FORMS_AGENT)
+        await h.wait_interaction(tools, "q")
+        refused = await term.run("answer", tools, "q", "--decline", "--yes")
+        assert "--decline is for a question an MCP server asked" in refused.error_line()
+
         wf = await h.start(_turns(("p", "notes__paint", {"thing": "shed"})))
         await _asked(h, wf, "p")
         shown = await term.ok("pending", wf)
@@ -188,3 +203,33 @@ async def test_a_tasks_question_answered_with_the_cli_while_it_runs(
     assert "survey of tides for Ada (accept)" in outputs["p"].content
     (call,) = server_log(log, "call")
     assert [u["keys"] for u in server_log(log, "task_update")] == [[f"who-{call['task_id']}"]]
+
+
+async def test_an_oauth_servers_form_after_mcp_login_with_the_cli(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    term = _Terminal(dev_env)
+    with oauth_servers(tmp_path, "--ask") as servers:
+        config = servers.config(tmp_path, needs_approval=False)  # its tokens in tmp_path/tokens
+        config_file = tmp_path / "mcp.toml"
+        config_file.write_text(
+            f'[servers.notes]\nurl = "{servers.url}"\n'
+            f'[servers.notes.oauth]\ntoken_dir = "{tmp_path / "tokens"}"\n'
+        )
+        login = await Running.start("mcp", "login", "notes", "--mcp-config", str(config_file))
+        try:
+            url = await login.wait_for_line("/authorize?", timeout=30)
+            await asyncio.to_thread(consent, url.strip())  # the person, in their browser
+            logged_in = await login.finish(timeout=30)
+        finally:
+            await login.kill()
+        assert logged_in.code == 0 and "Logged in to notes" in logged_in.stdout, logged_in
+        async with running(dev_env, task_queue, tmp_path / "l.jsonl", mcp_servers=[config]) as h:
+            wf = await h.start(_turns(("o", "notes__open_notes", {})))
+            await _asked(h, wf, "o")
+            assert "Whose notes should I open?" in await term.ok("pending", wf)
+            await term.ok("answer", wf, "o", '{"name": "Ada"}', "--yes")
+            outputs = await h.wait_outputs(wf, "o")
+        calls = servers.events("call")
+    assert "the notes of Ada" in outputs["o"].content, outputs["o"]
+    assert [c.get("owner") for c in calls] == ["Ada"]  # once, with the person's answer

@@ -310,6 +310,8 @@ async def test_the_answer_form_follows_the_schema_and_shows_descriptions(inbox: 
     await expect(form.get_by_label("bic")).to_have_accessible_description(
         "The bank's BIC, if you know it."
     )
+    # An interaction tool's question is answered, never declined (that is an MCP server's).
+    await expect(page.get_by_role("button", name="Decline")).to_have_count(0)
     await _accessible(page)
 
     await iban.fill("not an iban")

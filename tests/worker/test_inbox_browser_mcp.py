@@ -12,7 +12,10 @@ on 127.0.0.1 and `ana` answers in the page:
 * `poem`'s sampling request under `sampling = "approve"`: Approve lets the
   conversation's model answer it;
 * `survey`, a task that outlives its tool activity's timeout: its question
-  mid-task is answered in the page and sent with `tasks/update`.
+  mid-task is answered in the page and sent with `tasks/update`;
+* a server that requires OAuth (tests/mcp/oauth_test_servers.py with
+  `--ask`), once logged in: its `open_notes` asks whose notes, answered in
+  the page.
 
 Every wait is bounded by what it waits for: a click by the inbox's update
 timeout (`UPDATE_TIMEOUT`), a question by the worker's round trip
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,7 @@ from typing import Any
 import pytest
 from browser_support import chromium, needs_chromium
 from inbox_support import basic, served
+from mcp_oauth_support import consent, oauth_servers
 from mcp_support import (
     HAIKU,
     POET,
@@ -44,6 +50,8 @@ from playwright.async_api import Locator, Page, expect
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import WAIT_SECONDS, Harness, running
 
+from durable_tools.mcp import McpServerConfig
+from durable_tools.mcp.oauth_login import login
 from durable_tools.testing import ScriptedModel
 from durable_tools.worker.inbox.conflicts import UPDATE_TIMEOUT
 
@@ -81,18 +89,16 @@ async def _shown(inbox: McpInbox, wf: str, what: Locator, *, timeout: float = WA
             await asyncio.sleep(0.25)
 
 
-@pytest.fixture
-async def inbox(
-    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+@asynccontextmanager
+async def _inbox_on(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    servers: list[McpServerConfig],
+    log: Path,
 ) -> AsyncIterator[McpInbox]:
-    """A worker with the test server twice (`notes`: forms, links, sampling to approve;
-    `tasks`: a 1 s call timeout, for `survey`), the inbox on 127.0.0.1 (token auth, `ana`)
+    """A worker with `servers` (and the `poet` model), the inbox on 127.0.0.1 (token auth)
     and a page signed in as `ana`."""
-    log = tmp_path / "notes.jsonl"
-    servers = [
-        stdio_test_server(log, trust_annotations=True, sampling="approve"),
-        task_test_server(tmp_path / "tasks.jsonl", "tasks"),
-    ]
     async with (
         running(
             dev_env,
@@ -111,6 +117,21 @@ async def inbox(
             yield McpInbox(url, harness, page, log)
         finally:
             await context.close()
+
+
+@pytest.fixture
+async def inbox(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> AsyncIterator[McpInbox]:
+    """The test server twice (`notes`: forms, links, sampling to approve; `tasks`: a 1 s call
+    timeout, for `survey`) on a worker, the inbox, and `ana`'s page."""
+    log = tmp_path / "notes.jsonl"
+    servers = [
+        stdio_test_server(log, trust_annotations=True, sampling="approve"),
+        task_test_server(tmp_path / "tasks.jsonl", "tasks"),
+    ]
+    async with _inbox_on(dev_env, task_queue, tmp_path, servers, log) as inbox:
+        yield inbox
 
 
 async def test_a_form_in_two_rounds_answered_declined_and_cancelled(inbox: McpInbox) -> None:
@@ -214,3 +235,30 @@ async def test_a_tasks_question_is_answered_in_the_page_while_it_runs(inbox: Mcp
     log = inbox.log.with_name("tasks.jsonl")
     (call,) = server_log(log, "call")
     assert [u["keys"] for u in server_log(log, "task_update")] == [[f"who-{call['task_id']}"]]
+
+
+async def test_an_oauth_servers_form_is_answered_in_the_page(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    with oauth_servers(tmp_path, "--ask") as servers:
+        config = servers.config(tmp_path, needs_approval=False)
+
+        def browse(url: str) -> None:  # the person consents in a browser of their own
+            threading.Thread(target=consent, args=(url,), daemon=True).start()
+
+        await login(config, show_url=browse)
+        async with _inbox_on(dev_env, task_queue, tmp_path, [config], servers.log) as inbox:
+            page = inbox.page
+            wf = await _start(inbox, "o", "notes__open_notes", {})
+            name = page.get_by_label("name (required)")
+            await _shown(inbox, wf, name)
+            await expect(page.locator('li.item[data-call-id="o"] .summary')).to_contain_text(
+                "Whose notes should I open?"
+            )
+            await name.fill("Ada")
+            await page.get_by_role("button", name="Send answer").click()
+            await expect(page.get_by_role("status")).to_have_text("Answered call o.")
+            outputs = await inbox.harness.wait_outputs(wf, "o")
+        calls = servers.events("call")
+    assert "the notes of Ada" in outputs["o"].content, outputs["o"]
+    assert [c.get("owner") for c in calls] == ["Ada"]
