@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import chromium, needs_chromium
+from browser_support import accessible, chromium, needs_chromium, shot
 from inbox_support import basic, served
 from mcp_oauth_support import consent, oauth_servers
 from mcp_support import (
@@ -137,29 +137,31 @@ async def inbox(
 async def test_a_form_in_two_rounds_answered_declined_and_cancelled(inbox: McpInbox) -> None:
     page = inbox.page
     wf = await _start(inbox, "p", "notes__paint", {"thing": "boat"})
-    name = page.get_by_label("name (required)")
+    name = page.get_by_label("Name (required)")
     await _shown(inbox, wf, name)
     item = page.locator('li.item[data-call-id="p"]')
     await expect(item.locator(".summary")).to_contain_text("What is your name?")
     # The page generated the field from the requested schema; refuse and dismiss are offered.
     await expect(item.get_by_role("button", name="Decline", exact=True)).to_be_visible()
     await expect(item.get_by_role("button", name="Cancel", exact=True)).to_be_visible()
+    await shot(page, "mcp-form")
+    await accessible(page)
     await name.fill("Eve")
     await item.get_by_role("button", name="Send answer").click()
     await expect(page.get_by_role("status")).to_have_text("Answered call p.")
 
     await _shown(inbox, wf, page.get_by_text("Which color, Eve?"))
-    await expect(page.get_by_label("color (required)")).to_be_visible()
-    await expect(page.get_by_label("coats")).to_be_visible()
+    await expect(page.get_by_label("Color (required)")).to_be_visible()
+    await expect(page.get_by_label("Coats")).to_be_visible()
     await page.get_by_role("button", name="Decline", exact=True).click()
     await expect(page.get_by_role("status")).to_have_text("Declined call p.")
     declined = await inbox.harness.wait_outputs(wf, "p")
 
     other = await _start(inbox, "p", "notes__paint", {"thing": "gate"})
-    await _shown(inbox, other, page.get_by_label("name (required)"))
+    await _shown(inbox, other, page.get_by_label("Name (required)"))
     await page.get_by_role("button", name="Cancel", exact=True).click()
     await expect(page.get_by_role("status")).to_have_text("Cancelled call p.")
-    color = page.get_by_label("color (required)")
+    color = page.get_by_label("Color (required)")
     await _shown(inbox, other, color)
     await expect(page.locator('li.item[data-call-id="p"] .summary')).to_contain_text(
         "Which color, stranger?"
@@ -193,6 +195,9 @@ async def test_a_link_shows_its_host_and_is_done_or_declined(inbox: McpInbox) ->
         await expect(link).to_have_attribute("href", f"{LINK}?token=one-time-7f3a")
         await expect(link).to_have_attribute("rel", "noopener noreferrer")
         await expect(link).to_have_attribute("target", "_blank")
+        if not outcomes:
+            await shot(page, "mcp-link")
+            await accessible(page)
         assert len(server_log(inbox.log, "call")) == len(outcomes)  # nothing sent yet
         await page.get_by_role("button", name=button, exact=True).click()
         verb = "Answered" if button == "I am done there" else "Declined"
@@ -222,7 +227,7 @@ async def test_a_sampling_request_is_approved_in_the_page(inbox: McpInbox) -> No
 async def test_a_tasks_question_is_answered_in_the_page_while_it_runs(inbox: McpInbox) -> None:
     page = inbox.page
     wf = await _start(inbox, "t", "tasks__survey", {"topic": "tides", "seconds": SURVEY_SECONDS})
-    name = page.get_by_label("name (required)")
+    name = page.get_by_label("Name (required)")
     await _shown(inbox, wf, name, timeout=SURVEY_SECONDS)  # asked halfway through the task
     await expect(page.locator('li.item[data-call-id="t"] .summary')).to_contain_text(
         "Who is the survey for?"
@@ -250,7 +255,7 @@ async def test_an_oauth_servers_form_is_answered_in_the_page(
         async with _inbox_on(dev_env, task_queue, tmp_path, [config], servers.log) as inbox:
             page = inbox.page
             wf = await _start(inbox, "o", "notes__open_notes", {})
-            name = page.get_by_label("name (required)")
+            name = page.get_by_label("Name (required)")
             await _shown(inbox, wf, name)
             await expect(page.locator('li.item[data-call-id="o"] .summary')).to_contain_text(
                 "Whose notes should I open?"
