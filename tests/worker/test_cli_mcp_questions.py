@@ -99,20 +99,21 @@ async def test_a_form_answered_then_cancelled_or_declined_and_bad_input_refused(
         await h.wait_interaction(tools, "q")
         refused = await term.run("answer", tools, "q", "--decline", "--yes")
         assert "--decline is for a question an MCP server asked" in refused.error_line()
+        assert refused.code == 2
 
         wf = await h.start(_turns(("p", "notes__paint", {"thing": "shed"})))
         await _asked(h, wf, "p")
         shown = await term.ok("pending", wf)
         assert "What is your name?" in shown and "--decline" in shown and "--cancel" in shown
-        for args, says in (
-            (("--decline", "--cancel"), "give one of --decline, --cancel and --done"),
-            (('{"name": "x"}', "--decline"), "--decline takes no JSON answer"),
-            (("--done",), "--done is for a link"),
-            (('{"nom": 1}',), "answer schema"),
-            (("{not json",), "not valid JSON"),
+        for args, says, code in (  # 2: refused before sending; 1: the workflow refused it
+            (("--decline", "--cancel"), "give one of --decline, --cancel and --done", 2),
+            (('{"name": "x"}', "--decline"), "--decline takes no JSON answer", 2),
+            (("--done",), "--done is for a link", 2),
+            (("{not json",), "not valid JSON", 2),
+            (('{"nom": 1}',), "answer schema", 1),
         ):
             refused = await term.run("answer", wf, "p", *args, "--yes")
-            assert says in refused.error_line(), (args, refused.stderr)
+            assert says in refused.error_line() and refused.code == code, (args, refused)
         await term.ok("answer", wf, "p", '{"name": "Cy"}', "--yes", "--by", "cy")
         await _asked(h, wf, "p", 2)
         assert "Which color, Cy?" in await term.ok("pending", wf)
@@ -148,6 +149,8 @@ async def test_a_link_is_shown_with_its_host_and_needs_consent(
         await _asked(h, wf, "u")
         listed = await term.ok("pending", wf)
         assert "auth.example.com" in listed and "--done" in listed
+        with_value = await term.run("answer", wf, "u", '{"x": 1}', "--yes")
+        assert "asks you to open a link (auth.example.com)" in with_value.error_line()
         refused = await term.run("answer", wf, "u", "--done", stdin="n\n")
         assert "not confirmed; nothing was sent" in refused.stderr
         assert refused.code != 0 and server_log(log, "call") == []

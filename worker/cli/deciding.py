@@ -507,13 +507,19 @@ def answer_command(
     connection = Connection(address, namespace, timeout)
 
     def fits(call: PendingApproval | PendingInteraction) -> None:
-        """`--done` answers a link; `--decline` / `--cancel` only what an MCP server asked."""
+        """Only `--done` answers a link; `--decline` / `--cancel` only a server's question."""
         asked = call.input_request
         if done and (asked is None or asked.kind != "url"):
             what = "a form" if asked is not None else "an answer"
             fail(
                 f"--done is for a link's question; call {call_id!r} asks for {what}: "
                 "give the answer as JSON" + (" (or --decline / --cancel)" if asked else ""),
+                EXIT_BAD_INPUT,
+            )
+        if value is not None and asked is not None and asked.kind == "url":
+            fail(
+                f"call {call_id!r} asks you to open a link ({asked.host}): answer with --done "
+                "once you are done there (or --decline / --cancel), with no JSON",
                 EXIT_BAD_INPUT,
             )
         if action != "accept" and asked is None:
