@@ -89,6 +89,25 @@ async def _shown(inbox: McpInbox, wf: str, what: Locator, *, timeout: float = WA
             await asyncio.sleep(0.25)
 
 
+async def _answer(
+    inbox: McpInbox,
+    wf: str,
+    call_id: str,
+    asks: str,
+    field: tuple[str, str],
+    *,
+    timeout: float = WAIT_SECONDS,
+) -> None:
+    """Once the page shows the question `asks`, fill `field` (label, value) and send it."""
+    page = inbox.page
+    control = page.get_by_label(field[0])
+    await _shown(inbox, wf, control, timeout=timeout)
+    await expect(page.locator(f'li.item[data-call-id="{call_id}"] .summary')).to_contain_text(asks)
+    await control.fill(field[1])
+    await page.get_by_role("button", name="Send answer").click()
+    await expect(page.get_by_role("status")).to_have_text(f"Answered call {call_id}.")
+
+
 @asynccontextmanager
 async def _inbox_on(
     dev_env: WorkflowEnvironment,
@@ -161,14 +180,7 @@ async def test_a_form_in_two_rounds_answered_declined_and_cancelled(inbox: McpIn
     await _shown(inbox, other, page.get_by_label("Name (required)"))
     await page.get_by_role("button", name="Cancel", exact=True).click()
     await expect(page.get_by_role("status")).to_have_text("Cancelled call p.")
-    color = page.get_by_label("Color (required)")
-    await _shown(inbox, other, color)
-    await expect(page.locator('li.item[data-call-id="p"] .summary')).to_contain_text(
-        "Which color, stranger?"
-    )
-    await color.fill("red")
-    await page.get_by_role("button", name="Send answer").click()
-    await expect(page.get_by_role("status")).to_have_text("Answered call p.")
+    await _answer(inbox, other, "p", "Which color, stranger?", ("Color (required)", "red"))
     cancelled = await inbox.harness.wait_outputs(other, "p")
 
     painted = [json.loads(json.loads(o["p"].content)["result"]) for o in (declined, cancelled)]
@@ -225,16 +237,9 @@ async def test_a_sampling_request_is_approved_in_the_page(inbox: McpInbox) -> No
 
 
 async def test_a_tasks_question_is_answered_in_the_page_while_it_runs(inbox: McpInbox) -> None:
-    page = inbox.page
     wf = await _start(inbox, "t", "tasks__survey", {"topic": "tides", "seconds": SURVEY_SECONDS})
-    name = page.get_by_label("Name (required)")
-    await _shown(inbox, wf, name, timeout=SURVEY_SECONDS)  # asked halfway through the task
-    await expect(page.locator('li.item[data-call-id="t"] .summary')).to_contain_text(
-        "Who is the survey for?"
-    )
-    await name.fill("Ada")
-    await page.get_by_role("button", name="Send answer").click()
-    await expect(page.get_by_role("status")).to_have_text("Answered call t.")
+    asks = "Who is the survey for?"  # halfway through the task
+    await _answer(inbox, wf, "t", asks, ("Name (required)", "Ada"), timeout=SURVEY_SECONDS)
     outputs = await inbox.harness.wait_outputs(wf, "t", timeout=SURVEY_SECONDS + WAIT_SECONDS)
     assert "survey of tides for Ada (accept)" in outputs["t"].content
     log = inbox.log.with_name("tasks.jsonl")
@@ -253,16 +258,9 @@ async def test_an_oauth_servers_form_is_answered_in_the_page(
 
         await login(config, show_url=browse)
         async with _inbox_on(dev_env, task_queue, tmp_path, [config], servers.log) as inbox:
-            page = inbox.page
             wf = await _start(inbox, "o", "notes__open_notes", {})
-            name = page.get_by_label("Name (required)")
-            await _shown(inbox, wf, name)
-            await expect(page.locator('li.item[data-call-id="o"] .summary')).to_contain_text(
-                "Whose notes should I open?"
-            )
-            await name.fill("Ada")
-            await page.get_by_role("button", name="Send answer").click()
-            await expect(page.get_by_role("status")).to_have_text("Answered call o.")
+            asks = "Whose notes should I open?"
+            await _answer(inbox, wf, "o", asks, ("Name (required)", "Ada"))
             outputs = await inbox.harness.wait_outputs(wf, "o")
         calls = servers.events("call")
     assert "the notes of Ada" in outputs["o"].content, outputs["o"]
