@@ -553,7 +553,7 @@ class InboxService(InboxListing, InboxReading):
             return Conflict("not_allowed", f"The worker refused the decision: {reason}.")
         if "does not match the answer schema" in reason or "answer schema" in reason:
             return Conflict("invalid_answer", reason)
-        if "cannot be declined" in reason or "carries no value" in reason or "no value" in reason:
+        if "cannot be declined" in reason or "no value" in reason:
             # a decline of an interaction tool's question, or a value with a decline or a link
             return Conflict("invalid_answer", f"The worker refused the answer: {reason}.")
         if "unknown call id" in reason:
