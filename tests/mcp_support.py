@@ -1,8 +1,10 @@
-"""Shared helpers of the MCP tests (tests/mcp/): start toolsets, run the test server."""
+"""Shared helpers of the MCP tests (tests/mcp/, and the CLI's and inbox's MCP tests in
+tests/worker/): start toolsets, run the test server, read its log, a model that samples."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -12,15 +14,18 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from agent_support import MODELS, TOOLKITS
+from agent_support import MODELS, TOOLKITS, directed
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker
 
 from durable_tools.activities.agent_activities import AgentActivities
+from durable_tools.conversation import AgentConfig
 from durable_tools.mcp import McpServerConfig, McpToolsets
+from durable_tools.models.base import ModelRequest
 from durable_tools.toolkit import compose
+from durable_tools.transcript import AssistantMessage, Usage
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow
@@ -51,6 +56,52 @@ def stdio_test_server(log: Path, name: str = "notes", **fields: Any) -> McpServe
         args=[str(TEST_SERVER), "stdio", "--log", str(log)],
         **fields,
     )
+
+
+def server_log(log: Path, event: str) -> list[dict[str, Any]]:
+    """The test server's log records (`--log`, JSON lines) of one `event` kind, oldest first."""
+    if not log.exists():
+        return []
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["event"] == event]
+
+
+TASK_ACTIVITY_TIMEOUT = 10 + 1 + 10
+"""The tool activity's start-to-close timeout of `task_test_server`: handshake + call + 10 s."""
+
+
+def task_test_server(log: Path, name: str = "notes") -> McpServerConfig:
+    """The test server, trusted (`survey` needs no approval), with a 1 s call timeout.
+
+    Its tool activity's timeout is `TASK_ACTIVITY_TIMEOUT`: a `survey` of
+    more seconds outlives any one activity. The handshake keeps 10 s: a
+    server that starts slower (a loaded machine) would be skipped, and its
+    tools unknown to the model.
+    """
+    return stdio_test_server(
+        log,
+        name,
+        trust_annotations=True,
+        needs_approval=False,
+        handshake_timeout=10,
+        call_timeout=1,
+    )
+
+
+HAIKU = "Waves fold into foam"
+"""What `poet` answers a server's sampling request with."""
+
+POET = AgentConfig(name="main", model="poet", toolkit="tests")
+"""An agent on the `poet` model (register `{"poet": ScriptedModel(poet)}`)."""
+
+
+def poet(request: ModelRequest) -> AssistantMessage:
+    """A conversation's model: directed turns, and `HAIKU` when a server samples."""
+    if request.purpose == "sampling":
+        return AssistantMessage(
+            text=HAIKU, usage=Usage(input_tokens=7, output_tokens=5), stop_reason="end_turn"
+        )
+    return directed(request).model_copy(update={"usage": Usage(input_tokens=1, output_tokens=1)})
 
 
 @contextmanager

@@ -18,7 +18,8 @@
   verifier that introspects at the authorization server, `AuthSettings` that
   publish protected resource metadata naming it, and `validate_token_resource`
   (tokens must be bound to this server). Its tool `whoami` answers the
-  token's client id.
+  token's client id; with `--ask`, `open_notes` asks whose notes first (a
+  form, as an input-required result).
 
 Every secret the servers issue or receive (client secrets, codes, PKCE
 verifiers, access and refresh tokens) is appended to the JSON-lines `--log`,
@@ -35,7 +36,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -48,7 +49,15 @@ from authlib.oauth2.rfc9207 import IssuerParameter
 from flask import Flask, jsonify, request
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import (
+    AcceptedElicitation,
+    Context,
+    Elicit,
+    ElicitationResult,
+    MCPServer,
+    Resolve,
+)
+from pydantic import BaseModel
 from werkzeug.serving import make_server
 
 parser = argparse.ArgumentParser()
@@ -58,6 +67,7 @@ parser.add_argument("--rs-port", type=int, required=True)
 parser.add_argument("--access-ttl", type=int, default=3600)
 parser.add_argument("--authorization-servers", default="")
 parser.add_argument("--authorize-endpoint", default="")
+parser.add_argument("--ask", action="store_true")
 options = parser.parse_args()
 LOG = Path(options.log)
 ISSUER = f"http://127.0.0.1:{options.as_port}"
@@ -394,6 +404,25 @@ async def whoami(ctx: Context) -> str:
     """Say which OAuth client called (read-only)."""
     log(event="call", tool="whoami")
     return "a client of the notes server"
+
+
+class Owner(BaseModel):
+    name: str
+
+
+def ask_owner() -> Elicit[Owner]:
+    return Elicit("Whose notes should I open?", Owner)
+
+
+async def open_notes(owner: Annotated[ElicitationResult[Owner], Resolve(ask_owner)]) -> str:
+    """Open someone's notes: asks whose first (a form the person answers; read-only)."""
+    said = owner.data.name if isinstance(owner, AcceptedElicitation) else owner.action
+    log(event="call", tool="open_notes", owner=said)
+    return f"the notes of {said}"
+
+
+if options.ask:  # off by default: the other OAuth tests count one tool
+    mcp.tool()(open_notes)
 
 
 if __name__ == "__main__":

@@ -23,32 +23,20 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from agent_support import directed
+from mcp_support import HAIKU, POET, poet
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 from workflow_helpers import Harness, eventually, running
 
-from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
+from durable_tools.conversation import ConversationOptions, PendingApproval
 from durable_tools.mcp import McpServerConfig
-from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
-from durable_tools.transcript import AssistantMessage, Usage
+from durable_tools.transcript import Usage
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.workflows.agent_workflow import StrictAgentWorkflow
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
-POET = AgentConfig(name="main", model="poet", toolkit="tests")
-HAIKU = "Waves fold into foam"
-
-
-def _poet(request: ModelRequest) -> AssistantMessage:
-    """The conversation's model: directed turns, and a haiku when a server samples."""
-    if request.purpose == "sampling":
-        return AssistantMessage(
-            text=HAIKU, usage=Usage(input_tokens=7, output_tokens=5), stop_reason="end_turn"
-        )
-    return directed(request).model_copy(update={"usage": Usage(input_tokens=1, output_tokens=1)})
 
 
 def _turns(*calls: tuple[str, str, dict[str, Any]]) -> str:
@@ -109,7 +97,7 @@ async def _replays(h: Harness, workflow_id: str) -> None:
 async def test_an_approved_sampling_request_is_answered_by_the_conversations_model(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
-    model = ScriptedModel(_poet)
+    model = ScriptedModel(poet)
     async with _harness(dev_env, task_queue, tmp_path, "approve", model) as (h, log):
         workflow_id = await h.start(_turns(("s", "notes__poem", {"topic": "the sea"})), agent=POET)
         approval = await _sampling_approval(h, workflow_id, "s")
@@ -148,7 +136,7 @@ async def test_an_approved_sampling_request_is_answered_by_the_conversations_mod
 async def test_a_denied_sampling_request_ends_the_call_denied(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
-    model = ScriptedModel(_poet)
+    model = ScriptedModel(poet)
     async with _harness(dev_env, task_queue, tmp_path, "approve", model) as (h, log):
         workflow_id = await h.start(_turns(("s", "notes__poem", {"topic": "rain"})), agent=POET)
         approval = await _sampling_approval(h, workflow_id, "s")
@@ -167,14 +155,14 @@ async def test_a_denied_sampling_request_ends_the_call_denied(
 async def test_allowed_sampling_is_answered_at_once_and_refused_sampling_fails_the_call(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
-    model = ScriptedModel(_poet)
+    model = ScriptedModel(poet)
     async with _harness(dev_env, task_queue, tmp_path / "a", "allow", model) as (h, log):
         workflow_id = await h.start(_turns(("s", "notes__poem", {"topic": "snow"})), agent=POET)
         outputs = await h.wait_outputs(workflow_id, "s")
         await _replays(h, workflow_id)
     assert HAIKU in outputs["s"].content
     assert len(_log_events(log, "call")) == 1
-    refused = ScriptedModel(_poet)
+    refused = ScriptedModel(poet)
     async with _harness(dev_env, task_queue, tmp_path / "r", "refuse", refused) as (h, log):
         workflow_id = await h.start(_turns(("s", "notes__poem", {"topic": "ice"})), agent=POET)
         outputs = await h.wait_outputs(workflow_id, "s")
@@ -187,7 +175,7 @@ async def test_allowed_sampling_is_answered_at_once_and_refused_sampling_fails_t
 async def test_a_sampling_request_not_approved_in_time_expires_the_call(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
-    model = ScriptedModel(_poet)
+    model = ScriptedModel(poet)
     async with _harness(dev_env, task_queue, tmp_path, "approve", model) as (h, log):
         workflow_id = await h.start(
             _turns(("s", "notes__poem", {"topic": "fog"})),

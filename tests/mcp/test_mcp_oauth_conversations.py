@@ -14,6 +14,9 @@ Then:
 * none of the secrets the servers issued or received (client secret, code,
   PKCE verifier, access and refresh tokens) is in the workflows' histories,
   their events, the spans or the log records (every logger at DEBUG).
+
+A protected tool that asks (the servers' `--ask`: `open_notes`, a form) is
+answered through the client API.
 """
 
 from __future__ import annotations
@@ -203,3 +206,24 @@ async def test_a_worker_without_a_login_names_the_command(
         async with asyncio.timeout(30):
             await listed.start()
     assert not servers.events("client")  # a worker never registers a client
+
+
+async def test_a_protected_tools_question_is_answered_through_the_client_api(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """The server's `--ask` tool asks whose notes (a form) behind OAuth; the answer reaches it."""
+    with oauth_servers(tmp_path, "--ask") as asking:
+        config = asking.config(tmp_path, needs_approval=False)
+        await login(config, show_url=_browse)
+        async with running(dev_env, task_queue, tmp_path / "l.jsonl", mcp_servers=[config]) as h:
+            workflow_id = await h.start(json.dumps({"turns": [[["o", "notes__open_notes", {}]]]}))
+            asked = await h.wait_interaction(workflow_id, "o")
+            assert asked.input_request is not None
+            assert asked.input_request.message == "Whose notes should I open?"
+            await h.conversations.answer(
+                workflow_id, "o", {"name": "Ada"}, arguments_hash=asked.arguments_hash, wait=True
+            )
+            outputs = await h.wait_outputs(workflow_id, "o")
+        calls = asking.events("call")
+    assert "the notes of Ada" in outputs["o"].content, outputs["o"]
+    assert [c.get("owner") for c in calls] == ["Ada"]

@@ -26,7 +26,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mcp_support import stdio_test_server
+from mcp_support import TASK_ACTIVITY_TIMEOUT as ACTIVITY_TIMEOUT
+from mcp_support import task_test_server as server
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -35,23 +36,8 @@ from temporalio.worker import Replayer
 from workflow_helpers import Harness, eventually, running
 
 from durable_tools.conversation import ConversationOptions, PendingInteraction
-from durable_tools.mcp import McpServerConfig
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.workflows.agent_workflow import StrictAgentWorkflow
-
-# The tool activity's start-to-close timeout: handshake + call + 10 s margin.
-ACTIVITY_TIMEOUT = 10 + 1 + 10
-
-
-def server(log: Path) -> McpServerConfig:
-    """The test server, trusted (`survey` needs no approval), with a short call timeout.
-
-    The handshake keeps 10 s: a server that starts slower (a loaded machine)
-    would be skipped, and its tools unknown to the model.
-    """
-    return stdio_test_server(
-        log, trust_annotations=True, needs_approval=False, handshake_timeout=10, call_timeout=1
-    )
 
 
 def turns(*calls: tuple[str, str, dict[str, Any]]) -> str:

@@ -53,16 +53,19 @@ async def cli(
     cwd: Path = ROOT,
     shell: str | None = None,
     env: dict[str, str] | None = None,
+    stdin: str = "",
 ) -> Completed:
     """Run `durable-tools ARGS` (or a shell command line) to completion within `timeout` s.
 
     `env`: variables added to `cli_env()` (e.g. a `DURABLE_TOOLS_*` one it removes).
+    `stdin`: what the person types (e.g. `"y\\n"` at a confirmation); closed after it.
     """
     if shell is not None:
         process = await asyncio.create_subprocess_shell(
             shell,
             cwd=cwd,
             env=cli_env(**(env or {})),
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -72,12 +75,13 @@ async def cli(
             *args,
             cwd=cwd,
             env=cli_env(**(env or {})),
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
     try:
         async with asyncio.timeout(timeout):
-            out, err = await process.communicate()
+            out, err = await process.communicate(stdin.encode())
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             process.kill()

@@ -14,15 +14,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from browser_support import accessible, chromium, needs_chromium, shot
 from inbox_support import (
     DECISION_KEY,
     FORMS,
@@ -35,7 +33,7 @@ from inbox_support import (
     reset_to_first_task,
     turns,
 )
-from playwright.async_api import Browser, Page, Route, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, expect
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, eventually, running
 
@@ -57,23 +55,7 @@ DEMO_AGENT = AGENT.model_copy(
     }
 )
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-IMAGES = (
-    Path(__file__).resolve().parents[2] / "docs" / "images"
-    if os.environ.get("DT_UPDATE_SCREENSHOTS") == "1"
-    else Path(tempfile.gettempdir()) / "durable-tools-inbox-screenshots"
-)
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="Debian's chromium is missing (`make test` installs it)"
-)
+pytestmark = needs_chromium
 
 
 class BrokenModel:
@@ -112,82 +94,10 @@ class Inbox:
     browser: Browser
 
 
-UNLABELLED = """() => [...document.querySelectorAll('input, select, textarea, button, a[href]')]
-  .filter((el) => el.type !== 'hidden' && !el.hidden && el.offsetParent !== null)
-  .filter((el) => !((el.labels && el.labels.length) || el.getAttribute('aria-label')
-                    || (['BUTTON', 'A'].includes(el.tagName) && el.textContent.trim())))
-  .map((el) => el.outerHTML)"""
-
-
-LOW_CONTRAST = """() => {
-  const parse = (c) => {
-    const m = c.match(/rgba?\\(([^)]+)\\)/);
-    if (!m) return null;
-    const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
-    return { r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1 };
-  };
-  const lum = ({ r, g, b }) => {
-    const f = (v) => {
-      v /= 255;
-      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
-    };
-    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
-  };
-  const background = (el) => {
-    for (let e = el; e; e = e.parentElement) {
-      const c = parse(getComputedStyle(e).backgroundColor);
-      if (c && c.a > 0) return c;
-    }
-    return { r: 255, g: 255, b: 255, a: 1 };
-  };
-  const low = [];
-  for (const el of document.querySelectorAll("body *")) {
-    if (el.offsetParent === null) continue;
-    const text = [...el.childNodes].filter((n) => n.nodeType === 3)
-      .map((n) => n.textContent).join("").trim();
-    if (!text) continue;
-    const style = getComputedStyle(el);
-    const a = lum(parse(style.color)), b = lum(background(el));
-    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
-    const size = parseFloat(style.fontSize), bold = Number(style.fontWeight) >= 700;
-    const large = size >= 24 || (size >= 18.66 && bold);
-    if (ratio < (large ? 3 : 4.5)) {
-      low.push(el.tagName + " " + ratio.toFixed(2) + " " + text.slice(0, 40));
-    }
-  }
-  return low;
-}"""
-"""Visible text whose contrast with its background is under WCAG AA (4.5:1; 3:1 when large)."""
-
-
-async def _accessible(page: Page) -> None:
-    """Every visible control has a label (or text), visible text meets WCAG AA contrast, the
-    skip link comes first and shows on focus."""
-    assert await page.evaluate(UNLABELLED) == []
-    assert await page.evaluate(LOW_CONTRAST) == []
-    first = "document.querySelector('a[href], button, input, select, textarea').textContent"
-    assert await page.evaluate(first) == "Skip to content"
-    skip = page.get_by_role("link", name="Skip to content")
-    await skip.focus()
-    box = await skip.bounding_box()
-    assert box is not None and box["x"] >= 0
-
-
-async def _shot(page: Page, name: str) -> None:
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(IMAGES / f"inbox-{name}.png"), full_page=True)
-
-
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            await browser.close()
+    async with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture
@@ -267,14 +177,14 @@ async def test_approve_the_demo_write_then_answer_its_question(inbox: Inbox) -> 
     await expect(item.locator(".countdown")).to_contain_text("d ")
     await expect(entry.locator(".meta")).to_contain_text("agent reporter")
     await expect(page.get_by_test_id("identity")).to_have_text("ana")
-    await _shot(page, "list")
-    await _accessible(page)
+    await shot(page, "list")
+    await accessible(page)
 
     await item.get_by_role("link", name="Open to decide").click()
     await expect(page.get_by_role("heading", name="Transcript")).to_be_visible()
     await expect(page.locator("ol.transcript")).to_contain_text("check_service")
-    await _shot(page, "approval")
-    await _accessible(page)
+    await shot(page, "approval")
+    await accessible(page)
     await page.get_by_role("button", name="Approve").click()
     await expect(page.get_by_role("status")).to_have_text("Approved call write.")
 
@@ -284,11 +194,11 @@ async def test_approve_the_demo_write_then_answer_its_question(inbox: Inbox) -> 
     form = page.locator("form.answer")
     field = form.get_by_label("recipient (required)")
     await expect(field).to_be_visible()
-    await _accessible(page)
+    await accessible(page)
     await form.get_by_role("button", name="Send answer").click()  # empty: refused in the page
     await expect(form.locator(".errors")).to_contain_text("recipient is required")
     await expect(field).to_be_focused()
-    await _shot(page, "answer-refused")
+    await shot(page, "answer-refused")
     assert [i.call_id for i in (await harness.conversations.pending(wf)).interactions] == ["ask"]
 
     await field.fill("ops@example.com")
@@ -327,7 +237,9 @@ async def test_the_answer_form_follows_the_schema_and_shows_descriptions(inbox: 
     await expect(form.get_by_label("bic")).to_have_accessible_description(
         "The bank's BIC, if you know it."
     )
-    await _accessible(page)
+    # An interaction tool's question is answered, never declined (that is an MCP server's).
+    await expect(page.get_by_role("button", name="Decline")).to_have_count(0)
+    await accessible(page)
 
     await iban.fill("not an iban")
     await form.get_by_label("Account holder (required)").fill("Ana Example")
@@ -380,7 +292,7 @@ async def test_a_denial_with_a_reason_reaches_the_model(inbox: Inbox) -> None:
     tool_output = page.locator('li.msg.tool[data-call-id="r1"]')
     await expect(tool_output).to_contain_text("failed: denied")
     await expect(tool_output).to_contain_text("over the limit")
-    await _shot(page, "denied")
+    await shot(page, "denied")
 
 
 async def test_a_stale_page_shows_the_conflict(inbox: Inbox) -> None:
@@ -402,7 +314,7 @@ async def test_a_stale_page_shows_the_conflict(inbox: Inbox) -> None:
         "data-conflict", "already_decided"
     )
     assert "Traceback" not in await page.content()
-    await _shot(page, "conflict")
+    await shot(page, "conflict")
     assert harness.ledger_rows("refund") == []
 
 
@@ -434,7 +346,7 @@ async def test_a_stale_page_whose_arguments_changed_shows_the_conflict(inbox: In
     # The page under the message shows the call as it is now, to decide on again.
     await expect(page.locator("li.item dl.arguments")).to_contain_text("900")
     assert "Traceback" not in await page.content()
-    await _shot(page, "arguments-changed")
+    await shot(page, "arguments-changed")
     pending = await harness.conversations.pending(wf)
     assert [(a.call_id, a.arguments_hash) for a in pending.approvals] == [("r1", current)]
     assert harness.ledger_rows("refund") == []
@@ -455,8 +367,8 @@ async def test_someone_outside_the_approvers_cannot_approve(inbox: Inbox) -> Non
         "Only group:approvers may decide on this call; you are signed in as bo (groups: support)."
     )
     await expect(page.get_by_role("button", name="Approve")).to_have_count(0)
-    await _shot(page, "not-allowed")
-    await _accessible(page)
+    await shot(page, "not-allowed")
+    await accessible(page)
     # Posting the decision anyway (the page's own CSRF token) is refused on the server.
     token = await page.locator('form.send input[name="csrf_token"]').input_value()
     digest = (await harness.conversations.pending(wf)).approvals[0].arguments_hash
@@ -506,7 +418,7 @@ async def test_the_transcript_changes_live_without_a_reload(inbox: Inbox) -> Non
     await expect(page.locator("ol.transcript")).to_contain_text("echo: anything new?")
     await expect(page.get_by_test_id("live")).to_contain_text("Live: ")
     assert await page.evaluate("window.sameDocument") is True
-    await _shot(page, "live")
+    await shot(page, "live")
 
 
 @pytest.mark.parametrize("inbox", [0.5], indirect=True)
@@ -644,4 +556,4 @@ async def test_an_ended_conversation_stops_offering_a_message(inbox: Inbox) -> N
     )
     await expect(page.locator("form.send")).to_have_count(0)
     await expect(page.locator("#meta")).to_contain_text("ended (terminated)")
-    await _accessible(page)
+    await accessible(page)

@@ -10,39 +10,28 @@ sender, marked as an operator's note, in the transcript.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
+from browser_support import chromium, needs_chromium
 from inbox_support import turns
-from playwright.async_api import Browser, BrowserContext, async_playwright, expect
+from playwright.async_api import Browser, BrowserContext, expect
 from workflow_helpers import Harness
 
 from durable_tools.worker.dev_server import free_port
 from durable_tools.worker.inbox import Authenticators, serve_inbox
 from durable_tools.worker.inbox.auth import TokenAuth
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run"]
 CREDENTIALS = "sam:sam-secret:support\nfay:fay-secret:finance\n"
 REFUND = {"order": "o1", "amount": 5}
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="Debian's chromium is missing (`make test` installs it)"
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            await browser.close()
+    async with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture

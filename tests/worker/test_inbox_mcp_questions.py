@@ -5,6 +5,8 @@ input-required rounds). The inbox's JSON API lists each round as a question
 of the call, its summary the server's message and its `answer_schema` the
 requested schema; an answer that violates it is refused (422), a valid one
 reaches the server. The server's `requestState` is in no inbox answer.
+`"action": "decline"` / `"cancel"` reach the server as such; a decline
+carrying a value is refused (422).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from inbox_support import basic, csrf_token, inbox_client, listed
+from mcp_support import server_log, stdio_test_server
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, eventually, running
 
@@ -120,3 +123,36 @@ async def test_the_inbox_shows_a_link_with_its_host_and_says_done(
             assert done.status_code == 200, done.text
         outputs = await h.wait_outputs(workflow_id, "u")
     assert json.loads(outputs["u"].content) == {"result": "connect: accept"}
+
+
+async def test_the_api_declines_and_cancels_an_mcp_servers_form(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    server = stdio_test_server(log, trust_annotations=True)
+    async with running(dev_env, task_queue, tmp_path / "l.jsonl", mcp_servers=[server]) as h:
+        message = json.dumps({"turns": [[["p", "notes__paint", {"thing": "cart"}]]]})
+        workflow_id = await h.start(message)
+        url = f"/api/conversations/{workflow_id}/calls/p/answer"
+        async with inbox_client(h) as client:
+            headers = {**ANA, "X-CSRF-Token": await csrf_token(client, ANA)}
+            first = await _question(h, workflow_id, 1)
+            with_value = await client.post(
+                url,
+                json={"value": {"name": "x"}, "arguments_hash": first.arguments_hash}
+                | {"action": "decline"},
+                headers=headers,
+            )
+            assert with_value.status_code == 422 and with_value.json()["error"] == "invalid_answer"
+            for round_, action in ((1, "decline"), (2, "cancel")):
+                asked = await _question(h, workflow_id, round_)
+                sent = await client.post(
+                    url,
+                    json={"arguments_hash": asked.arguments_hash, "action": action},
+                    headers=headers,
+                )
+                assert sent.status_code == 200, sent.text
+        outputs = await h.wait_outputs(workflow_id, "p")
+    painted = json.loads(json.loads(outputs["p"].content)["result"])
+    assert (painted["name"], painted["color"]) == ("decline", "cancel")
+    assert [(c["name"], c["color"]) for c in server_log(log, "call")] == [("decline", "cancel")]

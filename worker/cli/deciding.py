@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Annotated, Any
 
@@ -228,11 +228,18 @@ def _digest_to_send(
     action: str,
     interaction: bool,
     connection: Connection,
+    check: Callable[[PendingApproval | PendingInteraction], None] | None = None,
 ) -> tuple[str, str]:
-    """The digest to send and the call's summary: given, looked up (`--yes`), or confirmed."""
+    """The digest to send and the call's summary: given, looked up (`--yes`), or confirmed.
+
+    `check` sees the pending call once looked up (not with `--hash`) and may
+    `fail` before anything is shown or sent.
+    """
     if given is not None:
         return given, call_id
     call = _pending_call(workflow_id, call_id, interaction=interaction, connection=connection)
+    if check is not None:
+        check(call)
     summary = call.summary if isinstance(call, PendingApproval) else f"{call.tool} ({call_id})"
     if yes:
         out.print(
@@ -515,6 +522,30 @@ def answer_command(
         except json.JSONDecodeError as exc:
             fail(f"the answer is not valid JSON: {exc}", EXIT_BAD_INPUT)
     connection = Connection(address, namespace, timeout)
+
+    def fits(call: PendingApproval | PendingInteraction) -> None:
+        """Only `--done` answers a link; `--decline` / `--cancel` only a server's question."""
+        asked = call.input_request
+        if done and (asked is None or asked.kind != "url"):
+            what = "a form" if asked is not None else "an answer"
+            fail(
+                f"--done is for a link's question; call {call_id!r} asks for {what}: "
+                "give the answer as JSON" + (" (or --decline / --cancel)" if asked else ""),
+                EXIT_BAD_INPUT,
+            )
+        if value is not None and asked is not None and asked.kind == "url":
+            fail(
+                f"call {call_id!r} asks you to open a link ({asked.host}): answer with --done "
+                "once you are done there (or --decline / --cancel), with no JSON",
+                EXIT_BAD_INPUT,
+            )
+        if action != "accept" and asked is None:
+            fail(
+                f"--{action} is for a question an MCP server asked; call {call_id!r} is "
+                f"{call.tool}'s question: give the answer as JSON",
+                EXIT_BAD_INPUT,
+            )
+
     digest, _ = _digest_to_send(
         workflow_id,
         call_id,
@@ -523,6 +554,7 @@ def answer_command(
         action="Answer",
         interaction=True,
         connection=connection,
+        check=fits,
     )
     connection.on(
         workflow_id,

@@ -82,6 +82,11 @@ class AnswerBody(BaseModel):
 
     value: Any = None
     arguments_hash: str = Field(min_length=1)
+    action: Literal["accept", "decline", "cancel"] = Field(
+        default="accept",
+        description="`decline` or `cancel` (with no value) a question an MCP server asked; "
+        "the server is told which.",
+    )
 
 
 class MessageBody(BaseModel):
@@ -369,7 +374,12 @@ def add_api_routes(app: FastAPI, state: State) -> None:
     ) -> Accepted:
         """Answer a question; the value must satisfy its answer schema."""
         receipt = await state.service.answer(
-            workflow_id, call_id, who, value=body.value, arguments_hash=body.arguments_hash
+            workflow_id,
+            call_id,
+            who,
+            value=body.value,
+            arguments_hash=body.arguments_hash,
+            action=body.action,
         )
         return Accepted.decided(receipt, "answer")
 

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from durable_tools.input_requests import ElicitAction
 from durable_tools.worker.inbox.auth import CSRF_FIELD, Identity, already_approved, refusal
 from durable_tools.worker.inbox.conflicts import Conflict
 from durable_tools.worker.inbox.params import filter_waiting, parse_ages
@@ -36,6 +37,13 @@ __all__ = ["AGE_CHOICES", "add_page_routes"]
 
 AGE_CHOICES = [("5m", "5 min"), ("1h", "1 hour"), ("1d", "1 day"), ("7d", "7 days")]
 """The ages the list page offers (the API takes any)."""
+
+ANSWERED: dict[str, tuple[ElicitAction, str]] = {
+    "accept": ("accept", "Answered"),
+    "decline": ("decline", "Declined"),
+    "cancel": ("cancel", "Cancelled"),
+}
+"""An answer form's `action` button: what is sent, and the notice's verb."""
 
 
 def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> None:
@@ -251,23 +259,34 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         call_id: Annotated[str, Form()] = "",
         arguments_hash: Annotated[str, Form()] = "",
         value_json: Annotated[str, Form()] = "",
+        action: Annotated[str, Form()] = "accept",
     ) -> Response:
         _form_checked(request, who, csrf)
+        if action not in ANSWERED:
+            conflict = Conflict("invalid_answer", "Choose Send answer, Decline or Cancel.")
+            return await _conversation_page(request, who, workflow_id, conflict=conflict)
         try:
-            value = json.loads(value_json)
+            # Decline and Cancel (an MCP server's question) carry no value.
+            value = json.loads(value_json) if action == "accept" else None
         except ValueError:
             conflict = Conflict("invalid_answer", "The answer is not valid JSON.")
             return await _conversation_page(request, who, workflow_id, conflict=conflict)
         answer = state.service.answer(
-            workflow_id, call_id, who, value=value, arguments_hash=arguments_hash
+            workflow_id,
+            call_id,
+            who,
+            value=value,
+            arguments_hash=arguments_hash,
+            action=ANSWERED[action][0],
         )
+        said = f"{ANSWERED[action][1]} call {call_id}."
         return await _act(
             request,
             who,
             workflow_id,
             answer,
-            f"Answered call {call_id}.",
-            signalled=f"Answered call {call_id}. " + SIGNALLED.format(what="answer"),
+            said,
+            signalled=f"{said} " + SIGNALLED.format(what="answer"),
         )
 
     @app.post("/conversations/{workflow_id:segment}/send", include_in_schema=False)

@@ -53,6 +53,7 @@ from durable_tools.conversation import (
 from durable_tools.decision_keys import SigningKey
 from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected
 from durable_tools.grants import GrantScope
+from durable_tools.input_requests import ElicitAction
 from durable_tools.policy_document import PolicyDocument
 from durable_tools.transcript import ToolCallOutput
 from durable_tools.worker.inbox.auth import Identity, already_approved, may_decide
@@ -306,11 +307,15 @@ class InboxService(InboxListing, InboxReading):
         *,
         value: Any,
         arguments_hash: str,
+        action: ElicitAction = "accept",
     ) -> DecisionReceipt | None:
         """Answer a question, for the arguments hash the person saw.
 
         Sends the validated `answer_now` update, or the durable `answer`
         signal when the update capacity is exhausted (as `decide`).
+        `action` `"decline"` or `"cancel"` (with `value` `None`) declines
+        or dismisses a question an MCP server asked; the server is told
+        which (`Conversations.answer`).
 
         Returns:
             The workflow's receipt; `None` when the answer went as the signal.
@@ -332,6 +337,7 @@ class InboxService(InboxListing, InboxReading):
                 arguments_hash=arguments_hash,
                 answered_by=identity.name,
                 wait=wait,
+                action=action,
             )
 
         try:
@@ -547,6 +553,9 @@ class InboxService(InboxListing, InboxReading):
             return Conflict("not_allowed", f"The worker refused the decision: {reason}.")
         if "does not match the answer schema" in reason or "answer schema" in reason:
             return Conflict("invalid_answer", reason)
+        if "cannot be declined" in reason or "no value" in reason:
+            # a decline of an interaction tool's question, or a value with a decline or a link
+            return Conflict("invalid_answer", f"The worker refused the answer: {reason}.")
         if "unknown call id" in reason:
             return Conflict("unknown_call", f"Call {call_id} is unknown to this conversation.")
         output = await self._output_of(workflow_id, call_id)

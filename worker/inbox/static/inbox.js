@@ -174,7 +174,9 @@ function readControl(input) {
 }
 
 function setupAnswerForm(form) {
-  const schema = JSON.parse(form.querySelector(".answer-schema").textContent || "{}");
+  const schemaElement = form.querySelector(".answer-schema");
+  if (!schemaElement) return;  // a link's "done" form: no value, nothing to check
+  const schema = JSON.parse(schemaElement.textContent || "{}");
   const generated = form.querySelector(".generated");
   const raw = form.querySelector("textarea.raw");
   const rawLabel = form.querySelector(".raw-label");
