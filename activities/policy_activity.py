@@ -3,8 +3,9 @@
 A live change (`set_policy`, docs/policies.md "Live change") reaches the
 calls that wait for approval through this activity: it plans each call
 again (`planning.plan_calls`) with the installed version in the agent's
-policy's place, the same facts the call's first planning saw (history
-counts and caller sent by the workflow), and returns what the version
+policy's place (loaded by version, `policy_versions.py`), the same facts
+the call's first planning saw (history counts and caller sent by the
+workflow), and returns what the version
 makes of it. The result is recorded in history: a replay applies the same
 answer whatever policy the replaying worker has.
 """
@@ -56,14 +57,21 @@ class PolicyActivity(ModelActivity):
             turn=0,
             upto=0,
             team=request.team,
-            policy=request.policy,
+        )
+        installed = await self.installed_policy(
+            request.workflow_id, request.run_id, request.policy_ref, request.policy
         )
         answers: list[Reevaluated] = []
         for call, position in zip(request.calls, request.positions, strict=True):
             calls = Counter(request.earlier)
             calls.update(request.turn[:position])
             policies = self._call_policies(
-                agent, turn, [], history=(dict(calls), request.ran), caller=request.caller
+                agent,
+                turn,
+                [],
+                history=(dict(calls), request.ran),
+                caller=request.caller,
+                installed=installed,
             )
             [plan] = plan_calls(
                 toolkit,
