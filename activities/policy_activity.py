@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from durable_tools._policy_wire import (
     REEVALUATE_ACTIVITY,
@@ -25,6 +26,7 @@ from durable_tools._policy_wire import (
 from durable_tools._wire import ModelTurnRequest, PlannedCall
 from durable_tools.activities.model_activity import ModelActivity
 from durable_tools.activities.planning import plan_calls
+from durable_tools.activities.policy_versions import UnloadedPolicy
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 
 __all__ = ["PolicyActivity"]
@@ -47,7 +49,10 @@ class PolicyActivity(ModelActivity):
 
         Raises:
             ApplicationError: The agent is not one this worker serves
-                (non-retryable).
+                (non-retryable), or the version could not be loaded or
+                verified (`PolicyNotLoaded`; retried only when a query
+                failed): the workflow records it, and the calls wait as
+                before.
         """
         agent = self._resolve(request.agent)
         toolkit = self._toolkit(request.toolkit or agent.toolkit)
@@ -61,6 +66,11 @@ class PolicyActivity(ModelActivity):
         installed = await self.installed_policy(
             request.workflow_id, request.run_id, request.policy_ref, request.policy
         )
+        if isinstance(installed, UnloadedPolicy):
+            # Gating them "for anyone" would loosen who may approve: they wait as before.
+            raise ApplicationError(
+                installed.error, type="PolicyNotLoaded", non_retryable=not installed.transient
+            )
         answers: list[Reevaluated] = []
         for call, position in zip(request.calls, request.positions, strict=True):
             calls = Counter(request.earlier)

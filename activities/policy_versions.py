@@ -19,8 +19,10 @@ Whatever it reads, it digests again and compares with the version asked
 for: a document whose digest is another is never used. A version it cannot
 load or verify fails closed, as a rule that does not compile does: every
 call the policy sees needs approval, and the verdict's `error` says why
-(`UnloadedPolicy`). Inputs recorded before versions were loaded, with the
-whole document, are checked the same way.
+(`UnloadedPolicy`); calls already waiting are not decided again
+(`policy.reevaluate-v1` fails, and they wait as before). Inputs recorded
+before versions were loaded, with the whole document, are checked the
+same way.
 """
 
 from __future__ import annotations
@@ -68,9 +70,12 @@ class UnloadedPolicy(Policy):
     Args:
         ref: The version asked for.
         error: Why it could not be used (one line).
+        transient: Whether a later attempt may load it (the query failed or
+            timed out), rather than never (a digest that is another, a run
+            that does not hold the version).
     """
 
-    def __init__(self, ref: PolicyRef, error: str) -> None:
+    def __init__(self, ref: PolicyRef, error: str, *, transient: bool = False) -> None:
         # No rules to compile: `Policy.__init__` is not for this.
         self.name = clean_text(ref.name, 100) or "(unknown)"
         self.version = clean_text(ref.version, 100)
@@ -79,6 +84,7 @@ class UnloadedPolicy(Policy):
         self.default = "approve"
         self.text = ""
         self.error = clean_text(error, MAX_ERROR_CHARS)
+        self.transient = transient
         self._programs = {}
         self._errors = {}
 
@@ -206,6 +212,7 @@ class PolicyVersions:
         if document is not None:
             self._reads.local += 1
             return self._verified(ref, document, "live")
+        transient = True
         try:
             document = await self._query(workflow_id, run_id, ref.version)
         except TimeoutError:
@@ -215,7 +222,7 @@ class PolicyVersions:
         else:
             if document is not None:
                 return self._verified(ref, document, "query")
-            problem = "the run does not hold that version"
+            problem, transient = "the run does not hold that version", False
         self._count("refused")
         activity.logger.warning(
             "policy %s %s not loaded: %s", ref.name, ref.version[:19], problem[:300]
@@ -224,6 +231,7 @@ class PolicyVersions:
             ref,
             f"policy {ref.name!r} {ref.version[:80]} not loaded, every call needs approval: "
             f"{problem}",
+            transient=transient,
         )
 
     async def _query(self, workflow_id: str, run_id: str, version: str) -> PolicyDocument | None:

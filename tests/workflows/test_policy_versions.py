@@ -252,6 +252,24 @@ async def test_a_document_whose_digest_is_another_is_refused(
         assert "refused" in verdict.error and "digests to sha256:" in verdict.error
         assert plugin.agent_activities.policy_versions.loaded == {"refused": 1}
 
+        # A call already waiting is not decided again: it waits for finance, as before.
+        other = f"{workflow_id}-waiting"
+        large = turns([("large", "refund", {"order": "o2", "amount_cents": 60000})])
+        await conversations.start(other, agent=AgentConfig(name="refunds"), message=large)
+        await approvals(conversations, other)
+        await conversations.set_policy(other, OPEN, installed_by="ops-lead")
+
+        async def recorded() -> list[str] | None:
+            pending = await conversations.pending(other)
+            found = [r.reason for r in pending.rejected if r.signal == "set_policy"]
+            return found or None
+
+        [reason] = await eventually(recorded, what="the re-evaluation's refusal recorded")
+        assert "not decided again" in reason and "refused" in reason and "wait as before" in reason
+        [still] = (await conversations.pending(other)).approvals
+        assert (still.call_id, still.approvers, still.quorum) == ("large", ["group:finance"], 1)
+        assert plugin.agent_activities.policy_versions.loaded == {"refused": 2}
+
 
 # ------------------------------------------------- the query's hostile inputs
 
