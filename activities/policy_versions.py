@@ -195,19 +195,20 @@ class PolicyVersions:
             run_id: The run that installed it (to query).
             live: The run, when this process holds it.
             recorded: The document an input recorded before versions were
-                loaded sent whole (checked like any other).
+                loaded sent whole (read when the version is not compiled,
+                and checked like any other).
 
         Returns:
             The compiled policy; never raises for a version it cannot load
             (fails closed instead), only if the activity is cancelled.
         """
-        if recorded is not None:
-            return self._verified(ref, recorded, "recorded")
         policy = self._compiled.get(ref.version)
         if policy is not None:
             self._compiled.move_to_end(ref.version)
             self._count("compiled")
             return policy
+        if recorded is not None:
+            return self._verified(ref, recorded, "recorded")
         document = live.live_policy(ref.version) if live is not None else None
         if document is not None:
             self._reads.local += 1

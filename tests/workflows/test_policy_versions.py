@@ -12,6 +12,7 @@ Hostile arguments to the query never fail a workflow task.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from collections.abc import AsyncIterator, Coroutine
@@ -346,3 +347,29 @@ async def test_hostile_policy_version_queries_never_fail_a_workflow_task(
         await conversations.send(workflow_id, small)
         assert not (await answered(conversations, workflow_id, "small")).is_error
         await scheduled_inputs(conversations, workflow_id)  # asserts no workflow task failed
+
+
+def test_the_recorded_history_holds_the_document_in_the_signal_and_the_carry_only() -> None:
+    # `record_histories.py policy_by_version`: replayed with the others
+    # (test_agent_workflow_replay.py); here, where its document is.
+    histories = Path(__file__).resolve().parent / "histories"
+    where: list[str] = []
+    for path in sorted(histories.glob("policy_by_version.run*.json")):
+        for event in json.loads(path.read_text())["events"]:
+            for key, attributes in event.items():
+                if not key.endswith("EventAttributes") or "input" not in attributes:
+                    continue
+                payloads = attributes["input"].get("payloads", [])
+                data = b"".join(base64.b64decode(p["data"]) for p in payloads)
+                if b'"rules"' in data:
+                    name = attributes.get("signalName") or attributes.get("activityType") or ""
+                    where.append(f"{path.stem}: {key.removesuffix('EventAttributes')} {name}")
+                if key == "activityTaskScheduledEventAttributes":
+                    kind = attributes["activityType"]["name"]
+                    if kind in ("model.turn", "policy.reevaluate-v1"):
+                        assert b'"policy_ref"' in data, (path.stem, kind)
+    assert where == [
+        "policy_by_version.run1: workflowExecutionSignaled set_policy",
+        "policy_by_version.run1: workflowExecutionContinuedAsNew ",  # the carried state
+        "policy_by_version.run2: workflowExecutionStarted ",  # the same, as the next run's input
+    ]
