@@ -38,6 +38,7 @@ from durable_tools._wire import (
 from durable_tools.activities.context_window import ContextWindow
 from durable_tools.activities.conversation_memory import ByConversation
 from durable_tools.activities.failure_log import install_expected_failure_filter
+from durable_tools.activities.policy_versions import PolicyVersions
 from durable_tools.activities.transcript_cache import (
     DEFAULT_CACHE_ENTRIES,
     ProducedItems,
@@ -190,8 +191,6 @@ class ActivitiesBase:
         self._descriptors: OrderedDict[int, tuple[Toolkit, list[ToolDescriptor], str]] = (
             OrderedDict()
         )
-        # Policies that live changes installed, by version (`installed_policy`).
-        self._installed_policies: OrderedDict[str, Policy] = OrderedDict()
         self.deps: Any = None
         self.mcp = mcp
         self._with_mcp: dict[str, tuple[int, Toolkit]] = {}
@@ -212,6 +211,8 @@ class ActivitiesBase:
         self._releases = LIVE_RUNS.feed()
         self.reads = Reads()
         """Reads of what runs hold: in process, or by query."""
+        self.policy_versions = PolicyVersions(self.reads, FALLBACK_QUERIES.slot)
+        """Policy versions live changes installed: loaded by version, compiled once each."""
         self.live_reads = True
         """Read what a run in this process holds without a query (off: always query)."""
 

@@ -60,7 +60,7 @@ from durable_tools.models.errors import CONTEXT_LENGTH_EXCEEDED, bounded_failure
 from durable_tools.models.registry import resolve_model
 from durable_tools.models.streaming import text_sink
 from durable_tools.policies import Policy
-from durable_tools.policy_document import InstalledPolicy
+from durable_tools.policy_document import InstalledPolicy, PolicyRef
 from durable_tools.results import ToolCall, failed
 from durable_tools.signals import finish_tool
 from durable_tools.toolkit import Toolkit
@@ -114,17 +114,17 @@ class ModelActivity(ActivitiesBase):
         transcript: list[TranscriptItem],
         history: tuple[dict[str, int], dict[str, int]] | None = None,
         caller: str | None = None,
+        installed: Policy | None = None,
     ) -> CallPolicies | None:
         """The approval policies of this turn's calls (`None`: none apply).
 
-        A policy installed in the conversation (`ModelTurnRequest.policy`,
-        docs/policies.md "Live change") takes the agent's policy's place.
-        `history`, `caller`: what rules see as `history.calls`,
-        `history.ran` and `conversation.caller` (default: read from
-        `transcript`).
+        `installed`: the policy a live change installed in the conversation
+        (`installed_policy`, docs/policies.md "Live change"); it takes the
+        agent's policy's place. `history`, `caller`: what rules see as
+        `history.calls`, `history.ran` and `conversation.caller` (default:
+        read from `transcript`).
         """
-        installed = request.policy
-        own = self.installed_policy(installed) if installed is not None else agent.policy
+        own = installed if installed is not None else agent.policy
         defaults = [p for p in (self.policies.get(agent.toolkit),) if p is not None]
         ordered = [p for p in (own, *defaults) if p is not None]
         shadow = agent.shadow_policy
@@ -156,17 +156,26 @@ class ModelActivity(ActivitiesBase):
             chain(ordered), transcript, conversation, trusted, candidates, history=history
         )
 
-    def installed_policy(self, installed: InstalledPolicy) -> Policy:
-        """The `Policy` of a version a live change installed, built once per version.
+    async def installed_policy(
+        self, workflow_id: str, run_id: str, ref: PolicyRef | None, recorded: InstalledPolicy | None
+    ) -> Policy | None:
+        """The policy version a live change installed (`None`: none), loaded by version.
 
-        Rules that do not compile fail closed (`check=False`): the document
-        came from a client at run time, and the workflow could not compile it.
+        See `policy_versions.py`: compiled once per version, read from the
+        run, checked by digest; one that cannot be loaded fails closed.
+        `recorded`: the whole document an older input carried.
         """
-        policy = self._installed_policies.get(installed.version)
-        if policy is None:
-            policy = Policy.from_document(installed.document, check=False)
-            remember(self._installed_policies, installed.version, policy, _MAX_TOOLKITS)
-        return policy
+        if recorded is not None:
+            ref = recorded.ref()
+        if ref is None:
+            return None
+        return await self.policy_versions.load(
+            ref,
+            workflow_id=workflow_id,
+            run_id=run_id,
+            live=self.live_run(workflow_id, run_id),
+            recorded=recorded.document if recorded is not None else None,
+        )
 
     def _descriptors_of(self, toolkit: Toolkit) -> tuple[list[ToolDescriptor], str]:
         """The toolkit's descriptors (a new list of the same frozen descriptors) and digest.
@@ -452,6 +461,10 @@ class ModelActivity(ActivitiesBase):
         message, problems = safe_turn(message)
         message = _unique_call_ids(message, transcript)
         message = _bound_arguments(message, self.max_payload_bytes or PAYLOAD_BUDGET_BYTES)
+        installed = None
+        if message.tool_calls:
+            ids = (request.workflow_id, request.run_id)
+            installed = await self.installed_policy(*ids, request.policy_ref, request.policy)
         plans = plan_calls(
             toolkit,
             message.tool_calls,
@@ -459,7 +472,7 @@ class ModelActivity(ActivitiesBase):
             message=message,
             max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
             redact=self.redact,
-            policies=self._call_policies(agent, request, transcript)
+            policies=self._call_policies(agent, request, transcript, installed=installed)
             if message.tool_calls
             else None,
         )

@@ -3,8 +3,9 @@
 A live change (`set_policy`, docs/policies.md "Live change") reaches the
 calls that wait for approval through this activity: it plans each call
 again (`planning.plan_calls`) with the installed version in the agent's
-policy's place, the same facts the call's first planning saw (history
-counts and caller sent by the workflow), and returns what the version
+policy's place (loaded by version, `policy_versions.py`), the same facts
+the call's first planning saw (history counts and caller sent by the
+workflow), and returns what the version
 makes of it. The result is recorded in history: a replay applies the same
 answer whatever policy the replaying worker has.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from durable_tools._policy_wire import (
     REEVALUATE_ACTIVITY,
@@ -24,6 +26,7 @@ from durable_tools._policy_wire import (
 from durable_tools._wire import ModelTurnRequest, PlannedCall
 from durable_tools.activities.model_activity import ModelActivity
 from durable_tools.activities.planning import plan_calls
+from durable_tools.activities.policy_versions import UnloadedPolicy
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 
 __all__ = ["PolicyActivity"]
@@ -46,7 +49,10 @@ class PolicyActivity(ModelActivity):
 
         Raises:
             ApplicationError: The agent is not one this worker serves
-                (non-retryable).
+                (non-retryable), or the version could not be loaded or
+                verified (`PolicyNotLoaded`; retried only when a query
+                failed): the workflow records it, and the calls wait as
+                before.
         """
         agent = self._resolve(request.agent)
         toolkit = self._toolkit(request.toolkit or agent.toolkit)
@@ -56,14 +62,26 @@ class PolicyActivity(ModelActivity):
             turn=0,
             upto=0,
             team=request.team,
-            policy=request.policy,
         )
+        installed = await self.installed_policy(
+            request.workflow_id, request.run_id, request.policy_ref, request.policy
+        )
+        if isinstance(installed, UnloadedPolicy):
+            # Gating them "for anyone" would loosen who may approve: they wait as before.
+            raise ApplicationError(
+                installed.error, type="PolicyNotLoaded", non_retryable=not installed.transient
+            )
         answers: list[Reevaluated] = []
         for call, position in zip(request.calls, request.positions, strict=True):
             calls = Counter(request.earlier)
             calls.update(request.turn[:position])
             policies = self._call_policies(
-                agent, turn, [], history=(dict(calls), request.ran), caller=request.caller
+                agent,
+                turn,
+                [],
+                history=(dict(calls), request.ran),
+                caller=request.caller,
+                installed=installed,
             )
             [plan] = plan_calls(
                 toolkit,

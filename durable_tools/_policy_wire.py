@@ -14,7 +14,7 @@ from typing import Final
 from pydantic import BaseModel, Field
 
 from durable_tools.conversation import AgentConfig
-from durable_tools.policy_document import InstalledPolicy
+from durable_tools.policy_document import InstalledPolicy, PolicyRef
 from durable_tools.policy_verdict import PolicyOutcome, PolicyVerdict
 from durable_tools.results import ToolCall
 
@@ -27,6 +27,8 @@ REEVALUATE_ACTIVITY: Final[str] = "policy.reevaluate-v1"
 class Reevaluation(BaseModel):
     """What the worker needs to decide the waiting calls again.
 
+    One of `policy_ref` (sent now) and `policy` (older inputs) is set.
+
     Attributes:
         workflow_id: The conversation.
         run_id: The run.
@@ -34,7 +36,11 @@ class Reevaluation(BaseModel):
         toolkit: The toolkit the calls' turn ran in.
         team: The conversation's team (`conversation.team`), `None`: none.
         caller: Who sent the latest user message (`conversation.caller`).
-        policy: The version just installed.
+        policy: The version just installed, whole, as inputs recorded before
+            workers loaded policies by version sent it (decoded, never sent
+            now; `policy_ref` instead).
+        policy_ref: The version just installed (the worker loads its
+            document by version, `activities/policy_versions.py`).
         calls: The waiting calls, in the turn's order.
         earlier: Tool name → calls the model made before the calls' turn
             (`history.calls` starts from it).
@@ -50,7 +56,8 @@ class Reevaluation(BaseModel):
     toolkit: str
     team: str | None = None
     caller: str = ""
-    policy: InstalledPolicy
+    policy: InstalledPolicy | None = None
+    policy_ref: PolicyRef | None = None
     calls: list[ToolCall]
     earlier: dict[str, int] = Field(default_factory=dict[str, int])
     ran: dict[str, int] = Field(default_factory=dict[str, int])

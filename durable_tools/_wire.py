@@ -55,7 +55,7 @@ from durable_tools.descriptor import ToolDescriptor
 from durable_tools.errors import ConfigurationError
 from durable_tools.grants import Grant
 from durable_tools.input_requests import InputProgress
-from durable_tools.policy_document import InstalledPolicy
+from durable_tools.policy_document import InstalledPolicy, PolicyRef
 from durable_tools.policy_verdict import PolicyDisagreement, PolicyVerdict
 from durable_tools.results import Failure, ToolCall
 from durable_tools.signals import SignalAction
@@ -66,6 +66,7 @@ from durable_tools.webhooks import WebhookDelivery
 __all__ = [
     "AGENT_CONFIG_QUERY",
     "MODEL_TURN_ACTIVITY",
+    "POLICY_VERSION_QUERY",
     "TOOL_ACTIVITY_PREFIX",
     "TOOL_CALL_QUERY",
     "TRANSCRIPT_QUERY",
@@ -102,6 +103,9 @@ AGENT_CONFIG_QUERY: Final[str] = "agent_config"
 
 TOOL_CALL_QUERY: Final[str] = "tool_call"
 """The query that reads a planned call's arguments by call id."""
+
+POLICY_VERSION_QUERY: Final[str] = "policy_version"
+"""The query that reads a policy document the run installed, by version (its digest)."""
 
 
 class PlannedCall(BaseModel):
@@ -236,9 +240,14 @@ class ModelTurnRequest(BaseModel):
         team: The conversation's team (`durable_tools.teams.TEAM`), which
             approval policies see as `conversation.team`; `None`: no team
             (and every request recorded before policies).
-        policy: The policy version installed in the conversation by a live
-            change (`set_policy`; docs/policies.md "Live change"): it takes
-            the agent's own policy's place. `None`: none installed.
+        policy: The installed policy's whole document, as requests
+            recorded before workers loaded policies by version sent it
+            (decoded, never sent now; `policy_ref` instead).
+        policy_ref: The policy version installed in the conversation by a
+            live change (`set_policy`; docs/policies.md "Live change"): it
+            takes the agent's own policy's place. The worker loads the
+            document by version (`activities/policy_versions.py`). `None`:
+            none installed.
 
     `agent` is set in a run's first request and after a handoff (the worker
     keeps it by `agent_name`), in requests recorded before configurations were
@@ -257,6 +266,7 @@ class ModelTurnRequest(BaseModel):
     delta: TranscriptDelta | None = None
     team: str | None = None
     policy: InstalledPolicy | None = None
+    policy_ref: PolicyRef | None = None
 
 
 _MISSING = object()

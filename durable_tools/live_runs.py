@@ -2,7 +2,8 @@
 
 A conversation's activities need what its workflow holds: the transcript
 (`model.turn`), the agent configuration named by a request, the open call
-a `tool.<name>` activity runs. The request carries most of it, and a worker
+a `tool.<name>` activity runs, the document of the policy version a live
+change installed. The request carries most of it, and a worker
 keeps what its own activities returned (`activities/transcript_cache.py`);
 what is missing was read with a query to the workflow. A query competes
 with workflow tasks: on a worker whose workflow slots are saturated (2,000
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 
     from durable_tools.agents import AgentConfig
     from durable_tools.conversation import TranscriptPage, TranscriptSlice
+    from durable_tools.policy_document import PolicyDocument
     from durable_tools.results import ToolCall
 
 __all__ = [
@@ -86,6 +88,10 @@ class LiveRun(Protocol):
         """The run's open call `call_id` (the `tool_call` query's answer)."""
         ...
 
+    def live_policy(self, version: str) -> PolicyDocument | None:
+        """The document of policy `version` the run installed (the `policy_version` answer)."""
+        ...
+
     def live_transcript(self, request: TranscriptSlice) -> TranscriptPage | None:
         """The `transcript_slice` query's page, once the run holds items `[0, request.upto)`."""
         ...
@@ -102,7 +108,7 @@ class Reads:
     Attributes:
         local: Reads answered by a run in this process (no query).
         queries: Queries sent to a workflow (`agent_config`, `tool_call`,
-            `transcript_slice`, `followed`).
+            `transcript_slice`, `followed`, `policy_version`).
     """
 
     local: int = 0

@@ -5,8 +5,9 @@ worker): this module is what the workflow, clients and the CLI need of a
 policy without the `policy` extra. The workflow validates a
 `PolicyChange` (the `set_policy` signal, docs/policies.md "Live change")
 and computes its version here, deterministically (RFC 8785 JSON and
-SHA-256 of pure data), keeps the `InstalledPolicy` and passes it to the
-activities that evaluate it.
+SHA-256 of pure data) and keeps the `InstalledPolicy`; the activities that
+evaluate it get a `PolicyRef` (name and version), and the worker loads the
+document by version (`activities/policy_versions.py`), checking its digest.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "InstalledPolicy",
     "PolicyChange",
     "PolicyDocument",
+    "PolicyRef",
     "Rule",
     "canonical_text",
     "change_problem",
@@ -35,8 +37,8 @@ __all__ = [
 
 MAX_DOCUMENT_BYTES = 64 * 1024
 """Bytes of a policy's canonical text a live change may carry (it is recorded in
-history with the signal, carried across continue-as-new and sent with each
-model turn)."""
+history with the signal and carried across continue-as-new; activities get
+its version only)."""
 
 
 class Rule(BaseModel):
@@ -222,3 +224,36 @@ class InstalledPolicy(BaseModel):
     version: str
     installed_by: str = ""
     installed_at: datetime
+
+    def ref(self) -> PolicyRef:
+        """What an activity is sent instead of the document: name, version, who and when."""
+        return PolicyRef(
+            name=self.document.name,
+            version=self.version,
+            installed_by=self.installed_by,
+            installed_at=self.installed_at,
+        )
+
+
+class PolicyRef(BaseModel):
+    """A policy version installed in a conversation, named by its digest (no rules).
+
+    What the `model.turn` and `policy.reevaluate-v1` activities are sent
+    (`ModelTurnRequest.policy_ref`, `Reevaluation.policy_ref`): history
+    holds the document once, with the `set_policy` signal (and in a
+    continue-as-new's carried state). The worker loads the document by
+    `version` and refuses one whose digest is another
+    (`activities/policy_versions.py`).
+
+    Attributes:
+        name: The policy's name (recorded with a fail-closed verdict when
+            the version cannot be loaded).
+        version: The document's digest (`document_version`).
+        installed_by: Who installed it.
+        installed_at: When the workflow took it.
+    """
+
+    name: str
+    version: str
+    installed_by: str = ""
+    installed_at: datetime | None = None

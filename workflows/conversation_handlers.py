@@ -39,6 +39,7 @@ from durable_tools.workflows.visibility import SENDER_EVENTS_PATCH, settled
 with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import (
         AGENT_CONFIG_QUERY,
+        POLICY_VERSION_QUERY,
         TOOL_CALL_QUERY,
         TRANSCRIPT_QUERY,
         ConversationInput,
@@ -59,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.grants import GrantRevocation
     from durable_tools.handler_input import clean_text
-    from durable_tools.policy_document import PolicyChange
+    from durable_tools.policy_document import PolicyChange, PolicyDocument
     from durable_tools.results import ToolCall
     from durable_tools.transcript import TranscriptItem, Usage, is_reconciled
 
@@ -210,14 +211,17 @@ class ConversationHandlers:
     @workflow.query(dynamic=True)
     def _query(
         self, name: str, args: Sequence[RawValue]
-    ) -> list[TranscriptItem] | TranscriptPage | AgentConfig | ToolCall | None:
-        """Route the activities' queries: `transcript_slice`, `agent_config`, `tool_call`.
+    ) -> list[TranscriptItem] | TranscriptPage | AgentConfig | ToolCall | PolicyDocument | None:
+        """Route the activities' queries (`transcript_slice`, `agent_config`, ...).
 
         `transcript_slice`: an argument with `known_digest` gets a
         `TranscriptPage`, any other a list; an undecodable argument reads the
         first page. `agent_config` (argument: a name) answers this run's
         configuration of that agent, `tool_call` (argument: a call id) the
-        open call of that id; either answers `None` for what it does not have.
+        open call of that id, `policy_version` (argument: a version,
+        `sha256:...`) the document of that digest a live change installed in
+        this run (`LivePolicy.document`); each answers `None` for what it
+        does not have, and for an argument it cannot decode.
 
         Raises:
             ApplicationError: For a query name this workflow does not have
@@ -227,6 +231,8 @@ class ConversationHandlers:
             return self._input.agents.get(text_argument(args))
         if name == TOOL_CALL_QUERY:
             return self._calls.open.get(text_argument(args))
+        if name == POLICY_VERSION_QUERY:
+            return self._policy.document(text_argument(args))
         if name != TRANSCRIPT_QUERY:
             raise unknown_query(name)
         return self._log.query(args)
@@ -240,6 +246,10 @@ class ConversationHandlers:
     def live_open_call(self, call_id: str) -> ToolCall | None:
         """The `tool_call` query's answer, for an activity in this process."""
         return self._calls.open.get(call_id)
+
+    def live_policy(self, version: str) -> PolicyDocument | None:
+        """The `policy_version` query's answer, for an activity in this process."""
+        return self._policy.document(version)
 
     def live_transcript(self, request: TranscriptSlice) -> TranscriptPage | None:
         """The `transcript_slice` page, once the run holds items `[0, request.upto)`."""

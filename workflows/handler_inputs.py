@@ -95,7 +95,8 @@ def unknown_query(name: str) -> ApplicationError:
     """The error a query of a name `AgentWorkflow` does not have fails with (not the workflow)."""
     return ApplicationError(
         f"no query named {clean_text(name, MAX_NAME_CHARS)!r}; known queries: "
-        "agent_config, followed, history, pending, status, tool_call, transcript_slice",
+        "agent_config, followed, history, pending, policy_version, status, tool_call, "
+        "transcript_slice",
         type="UnknownQuery",
     )
 

@@ -9,8 +9,14 @@ what the new version makes of them (the `policy.reevaluate-v1` activity,
 whose answer is recorded) and applies the answer: a call the version runs is
 released, one it gates gets the new approvers and quorum, one it denies is
 answered `denied`; each is published as `policy_reevaluated`. Later model
-turns carry the version (`ModelTurnRequest.policy`), so the worker plans
+turns carry the version (`ModelTurnRequest.policy_ref`), so the worker plans
 their calls with it.
+
+Activities get the version only (`PolicyRef`: name and digest), never the
+document: history holds it once, in the signal (and in a continue-as-new's
+carried state). A worker that has not compiled the version reads it from
+the run, in process (`live_policy`) or with the `policy_version` query
+(`document`), and checks its digest (`activities/policy_versions.py`).
 
 The workflow never evaluates a rule: replay reads the recorded answer.
 """
@@ -39,7 +45,13 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.approvals import Decision
     from durable_tools.conversation import AgentConfig, PendingApproval
     from durable_tools.handler_input import clean_sender, clean_text
-    from durable_tools.policy_document import InstalledPolicy, PolicyChange, change_problem
+    from durable_tools.policy_document import (
+        InstalledPolicy,
+        PolicyChange,
+        PolicyDocument,
+        PolicyRef,
+        change_problem,
+    )
     from durable_tools.policy_verdict import Effect, effect_text
     from durable_tools.teams import TEAM
     from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage
@@ -50,6 +62,11 @@ SET_POLICY_SIGNAL = "set_policy"
 """The signal that installs a policy version (input: `PolicyChange`)."""
 
 _REEVALUATION_TIMEOUT = timedelta(seconds=60)
+
+_KEPT_VERSIONS = 4
+"""Versions whose documents the run answers by version: the installed one and
+the latest ones before it (a model turn requested under a version replaced
+while it ran may still load it)."""
 
 
 class LivePolicy:
@@ -73,6 +90,11 @@ class LivePolicy:
         publish: Callable[[], None],
     ) -> None:
         self.installed = installed
+        # By version, oldest first; read from activities' threads (`document`):
+        # entries are only added and dropped, never changed.
+        self._documents: dict[str, PolicyDocument] = {}
+        if installed is not None:
+            self._documents[installed.version] = installed.document
         self._calls = calls
         self._view = view
         self._agent = agent
@@ -83,10 +105,20 @@ class LivePolicy:
         self._requested = 0
         calls.on_registered = self.registered
 
-    def for_turn(self) -> InstalledPolicy | None:
+    def for_turn(self) -> PolicyRef | None:
         """The version a model turn requested now plans its calls with (`None`: none)."""
         self._requested = self._generation
-        return self.installed
+        return self.installed.ref() if self.installed is not None else None
+
+    def document(self, version: str) -> PolicyDocument | None:
+        """The document of `version`, if this run installed it lately (`None`: not held).
+
+        The `policy_version` query's answer, and the in-process read's
+        (`live_policy`): never raises, from any thread. The version is the
+        workflow's own digest of the document, so the answer is the
+        document of that digest; the worker checks it again.
+        """
+        return self._documents.get(version)
 
     def registered(self) -> None:
         """A turn's waits are registered: decide them again if a change came while it was planned.
@@ -122,6 +154,10 @@ class LivePolicy:
         self.installed = InstalledPolicy(
             document=document, version=version, installed_by=sender, installed_at=workflow.now()
         )
+        self._documents.pop(version, None)
+        self._documents[version] = document
+        while len(self._documents) > _KEPT_VERSIONS:
+            del self._documents[next(iter(self._documents))]
         self._generation += 1
         why = f"; {clean_text(change.reason, 200)}" if change.reason else ""
         self._view.event(
@@ -166,7 +202,7 @@ class LivePolicy:
             toolkit=self._calls.toolkit,
             team=info.typed_search_attributes.get(TEAM),
             caller=caller,
-            policy=installed,
+            policy_ref=installed.ref(),
             calls=[plans[c].call for c in waiting],
             earlier=dict(earlier),
             ran=dict(ran),

@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.arguments import SUMMARY_LIMIT
     from durable_tools.conversation import AgentConfig, ConversationOptions, ModelFailure
-    from durable_tools.policy_document import InstalledPolicy
+    from durable_tools.policy_document import PolicyRef
     from durable_tools.teams import TEAM
     from durable_tools.transcript import TranscriptItem, Usage
 
@@ -173,7 +173,7 @@ class ModelTurns:
         known_digest: str,
         transcript: list[TranscriptItem],
         delta: Callable[[], TranscriptDelta | None],
-        policy: InstalledPolicy | None = None,
+        policy: PolicyRef | None = None,
     ) -> ModelTurn:
         """Run turn `number` of `agent` as the `model.turn` activity.
 
@@ -186,7 +186,8 @@ class ModelTurns:
             transcript: The run's items (sent whole only with
                 `transcript_in_activity_input`).
             delta: Makes the turn's `TranscriptDelta` (called once otherwise).
-            policy: The policy version a live change installed (`None`: none).
+            policy: The policy version a live change installed (`None`: none);
+                the worker loads its document by version.
 
         Raises:
             ActivityError: The turn failed for good (`describe_failure`).
@@ -212,7 +213,7 @@ class ModelTurns:
             transcript=list(transcript) if inline else None,
             delta=None if inline else delta(),
             team=info.typed_search_attributes.get(TEAM),
-            policy=policy,
+            policy_ref=policy,
         )
         self.sent_agent = name
         return await workflow.execute_activity(

@@ -43,6 +43,9 @@ class _Run:
     def live_transcript(self, request: Any) -> None:
         return None
 
+    def live_policy(self, version: str) -> None:
+        return None
+
     def live_followed(self, now: Any) -> bool:
         return False
 

@@ -33,6 +33,7 @@ from durable_tools.testing import ScriptedModel
 from durable_tools.worker.dev_server import free_port
 from durable_tools.worker.inbox import Authenticators, TokenAuth, create_app, serve_inbox
 from durable_tools.worker.inbox.auth import ProxyHeaderAuth
+from durable_tools.worker.inbox.authz import Authorizer
 
 CREDENTIALS = "ana:ana-secret:approvers\nbob:bob-secret\n"
 """Token file of the API tests: ana and bob."""
@@ -152,7 +153,11 @@ def turns(*calls: tuple[str, str, dict[str, Any]]) -> str:
 
 @asynccontextmanager
 async def inbox_client(
-    harness: Harness, *, proxy: bool = False, decision_key: tuple[str, bytes] | None = None
+    harness: Harness,
+    *,
+    proxy: bool = False,
+    decision_key: tuple[str, bytes] | None = None,
+    authorizer: Authorizer | None = None,
 ) -> AsyncGenerator[httpx.AsyncClient]:
     """An httpx client on the inbox app (token auth; proxy headers too when `proxy`)."""
     chain = [TokenAuth.parse(CREDENTIALS)]
@@ -163,6 +168,7 @@ async def inbox_client(
         Authenticators(chain, basic_realm="inbox"),
         refresh_seconds=0,
         decision_key=decision_key,
+        authorizer=authorizer,
     )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://inbox.test") as client:

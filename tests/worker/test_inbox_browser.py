@@ -544,16 +544,19 @@ async def test_a_retry_that_fails_again_says_so(inbox: Inbox) -> None:
 
 @pytest.mark.parametrize("inbox", [0.5], indirect=True)
 async def test_an_ended_conversation_stops_offering_a_message(inbox: Inbox) -> None:
-    """A page open while its conversation is terminated drops "Send a message" by itself."""
+    """A page open while its conversation is terminated drops its message and policy forms."""
     harness, page = inbox.harness, inbox.page
     wf = await harness.start("hello")
     await harness.wait_assistant_text(wf, "echo: hello")
     await page.goto(f"{inbox.url}conversations/{wf}")
     await expect(page.get_by_role("heading", name="Send a message")).to_be_visible()
+    policy = page.get_by_role("heading", name="Install an approval policy")
+    await expect(policy).to_be_visible()
     await harness.client.get_workflow_handle(wf).terminate("test")
     await expect(page.get_by_test_id("ended")).to_have_text(
         "This conversation has ended (terminated); it takes no more messages."
     )
     await expect(page.locator("form.send")).to_have_count(0)
+    await expect(policy).to_have_count(0)  # nor a policy
     await expect(page.locator("#meta")).to_contain_text("ended (terminated)")
     await accessible(page)

@@ -23,6 +23,7 @@ __all__ = [
     "RECORDED_POLICY",
     "budget_raised",
     "grants_escalation",
+    "policy_by_version",
     "policy_live_change",
     "policy_quorum",
     "signed_decisions",
@@ -167,6 +168,24 @@ async def policy_live_change(c: Conversations, wid: str) -> None:
         groups=["finance"], reason="not today",
     )  # fmt: skip
     await c.send_decision(wid, denial)
+
+
+async def policy_by_version(c: Conversations, wid: str) -> None:
+    """Workers load an installed policy by version (issue 28, item 4): history holds it once.
+
+    A call waits under the recorder's policy; `set_policy` releases it (the
+    `policy.reevaluate-v1` input names the version, `PolicyRef`); the next
+    model turn is planned under it (its `model.turn` input names it too),
+    and the version is carried across continue-as-new to the next run.
+    """
+    options = OPTIONS.model_copy(update={"continue_as_new_after_turns": 2})
+    script = turns(
+        [("q1", "refund", {"order": "policy-quorum", "amount": 500})],
+        [("n2", "refund", {"order": "never", "amount": 10})],
+    )
+    await c.start(wid, agent=AGENT, message=script, options=options)
+    await approval_digest(c, wid, "q1")
+    await c.set_policy(wid, LIVE_POLICY, installed_by="ops-lead", reason="by version")
 
 
 async def budget_raised(c: Conversations, wid: str) -> None:

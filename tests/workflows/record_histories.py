@@ -39,6 +39,7 @@ from policy_scenarios import (  # noqa: E402
     RECORDED_POLICY,
     budget_raised,
     grants_escalation,
+    policy_by_version,
     policy_live_change,
     policy_quorum,
     signed_decisions,
@@ -399,6 +400,7 @@ SCENARIOS: dict[str, Scenario] = {
         local_tools,
         policy_quorum,
         policy_live_change,
+        policy_by_version,
         grants_escalation,
     )
 }

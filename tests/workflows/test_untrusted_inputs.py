@@ -253,7 +253,7 @@ async def test_transcript_slice_never_fails_because_of_its_argument(harness: Har
     )
     assert first == everything[:1]
     # The activities' look-ups answer null for whatever they cannot use.
-    for name in ("agent_config", "tool_call"):
+    for name in ("agent_config", "tool_call", "policy_version"):
         for args in [*BAD_INPUTS.values(), [raw("garbage/x", b"\xff")], [json_raw(["x"])]]:
             assert await handle.query(name, args=args) is None
     # Queries without input ignore what they are given.
@@ -320,6 +320,7 @@ deliveries = st.lists(
                 "transcript_slice",
                 "agent_config",
                 "tool_call",
+                "policy_version",
             ]
         ),
         st.lists(raw_values(), max_size=3),
@@ -344,7 +345,7 @@ async def _deliver(harness: Harness, batch: list[tuple[str, list[RawValue]]]) ->
                 await handle.execute_update(name, args=args)
         elif name == "transcript_slice":
             await handle.query("transcript_slice", args=args, result_type=list[TranscriptItem])
-        elif name in ("agent_config", "tool_call"):
+        elif name in ("agent_config", "tool_call", "policy_version"):
             # Nothing such a query cannot name: an answer, never a failure.
             await handle.query(name, args=args)
         else:

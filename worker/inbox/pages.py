@@ -8,7 +8,7 @@ in `durable_tools.worker.inbox.app`).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -195,19 +195,22 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         who: Identity,
         workflow_id: str,
         action: Awaitable[Any],
-        notice: str,
+        notice: str | Callable[[Any], str],
         *,
         signalled: str = "",
     ) -> Response:
         """Do a form's action: back to the page with `notice`, or the page with the conflict.
 
-        A decision or an answer that returns no receipt went as the durable
-        signal: the notice is then `signalled` (accepted, not confirmed).
+        `notice` may be made from the action's outcome. A decision or an
+        answer that returns no receipt went as the durable signal: the
+        notice is then `signalled` (accepted, not confirmed).
         """
         try:
             outcome = await action
         except Conflict as exc:
             return await _conversation_page(request, who, workflow_id, conflict=exc)
+        if callable(notice):
+            notice = notice(outcome)
         if signalled and outcome is None:
             notice = signalled
         url = f"/conversations/{quote_segment(workflow_id)}?{urlencode({'notice': notice})}"
@@ -334,6 +337,24 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             return await _conversation_page(request, who, workflow_id, conflict=problem)
         raised = state.service.raise_budget(workflow_id, who, max_tokens=tokens, max_cost_usd=cost)
         return await _act(request, who, workflow_id, raised, "Budget raised.")
+
+    @app.post("/conversations/{workflow_id:segment}/policy", include_in_schema=False)
+    async def policy_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        policy: Annotated[str, Form()] = "",
+        reason: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        if not policy.strip():
+            conflict = Conflict("invalid_policy", "Write a policy first (YAML or JSON).")
+            return await _conversation_page(request, who, workflow_id, conflict=conflict)
+        install = state.service.set_policy(workflow_id, who, policy, reason=reason.strip()[:500])
+        return await _act(
+            request, who, workflow_id, install, lambda version: f"Policy {version} installed."
+        )
 
     @app.post("/conversations/{workflow_id:segment}/retry", include_in_schema=False)
     async def retry_form(  # pyright: ignore[reportUnusedFunction]

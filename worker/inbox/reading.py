@@ -90,9 +90,8 @@ class InboxReading:
                 # Read first: a conversation that ends after it still shows a send form,
                 # and the send is then refused as `ended`.
                 described = await handle.describe()
-                self._check(
-                    workflow_id, identity, "view", described.typed_search_attributes.get(TEAM)
-                )
+                team = described.typed_search_attributes.get(TEAM)
+                self._check(workflow_id, identity, "view", team)
                 execution = described.status
                 offset = await self._event_offset(workflow_id)
                 status = await self.conversations.status(workflow_id)
@@ -113,6 +112,7 @@ class InboxReading:
             event_offset=offset,
             ended=_ENDED.get(execution, "") if execution is not None else "",
             grants=grant_lines(pending),
+            may_set_policy=self.authorizer.may(identity, "set_policy", team),
         )
 
     async def _event_offset(self, workflow_id: str) -> int:

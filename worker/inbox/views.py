@@ -122,6 +122,9 @@ class ConversationView(BaseModel):
             `ended`), whatever its last `status.state` says.
         grants: The conversation's grants, one line each (`grant g1 by ana
             at ...: refund where /order == "A-1"; ran r2`).
+        may_set_policy: Whether the reader may install a policy version in
+            it (`Authorizer.may(..., "set_policy", ...)`): the page shows
+            the form only then.
     """
 
     workflow_id: str
@@ -132,6 +135,7 @@ class ConversationView(BaseModel):
     event_offset: int = -1
     ended: str = ""
     grants: list[str] = Field(default_factory=list[str])
+    may_set_policy: bool = False
 
 
 def items_of(pending: PendingState) -> list[InboxItem]:

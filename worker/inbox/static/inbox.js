@@ -282,7 +282,10 @@ function followConversation(segment) {
       // Once the conversation has ended, its message form goes (never while it runs:
       // someone may be typing a message in it).
       const send = document.getElementById("send-section"), nextSend = fresh.getElementById("send-section");
-      if (send && nextSend && !nextSend.querySelector("form.send")) send.replaceWith(nextSend);
+      if (send && nextSend && !nextSend.querySelector("form.send")) {
+        send.replaceWith(nextSend);
+        document.getElementById("policy-section")?.remove();  // nor does it take a policy
+      }
       const now = document.getElementById("waiting-region"), next = fresh.getElementById("waiting-region");
       if (now && next && now.dataset.items !== next.dataset.items) {
         if (busyIn(now)) {
