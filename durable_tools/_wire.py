@@ -494,6 +494,11 @@ class CarriedState(BaseModel):
             recorded before budgets, and when nothing was spent or limited.
         policy: The policy version a live change installed (`set_policy`),
             `None`: none.
+        prior_calls: Tool name → calls the model made in the items before
+            `base` (the runs' transcripts this state no longer carries):
+            where a live change's re-evaluation starts `history.calls`.
+        prior_ok: Tool name → those items' outputs that were not errors
+            (`history.ran`).
     """
 
     transcript: list[TranscriptItem] = Field(default_factory=list[TranscriptItem])
@@ -524,6 +529,8 @@ class CarriedState(BaseModel):
     policy: InstalledPolicy | None = None
     notifications: list[WebhookDelivery] = Field(default_factory=list[WebhookDelivery])
     grants: list[Grant] = Field(default_factory=list[Grant])
+    prior_calls: dict[str, int] = Field(default_factory=dict[str, int])
+    prior_ok: dict[str, int] = Field(default_factory=dict[str, int])
 
 
 class ConversationInput(BaseModel):

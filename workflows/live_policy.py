@@ -182,8 +182,10 @@ class LivePolicy:
         plans = self._calls.plans
         order = list(plans)
         waiting_set = set(waiting)
-        earlier: Counter[str] = Counter()
-        ran: Counter[str] = Counter()
+        # What earlier runs held and this one no longer carries counts too.
+        prior_calls, prior_ok = self._calls.prior_counts()
+        earlier: Counter[str] = Counter(prior_calls)
+        ran: Counter[str] = Counter(prior_ok)
         caller = ""
         for item in self._calls.transcript_items():
             if isinstance(item, AssistantMessage):

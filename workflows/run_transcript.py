@@ -12,6 +12,7 @@ item, so each costs what it returns.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,7 +25,12 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.conversation import RunSpan, SendMessage, TranscriptPage, TranscriptSlice
     from durable_tools.events import MAX_EVENT_TEXT
     from durable_tools.handler_input import Undecodable, clean_sender, decode_input
-    from durable_tools.transcript import AssistantMessage, TranscriptItem, UserMessage
+    from durable_tools.transcript import (
+        AssistantMessage,
+        ToolCallOutput,
+        TranscriptItem,
+        UserMessage,
+    )
     from durable_tools.transcript_digest import EMPTY_DIGEST, PrefixDigests
     from durable_tools.transcript_reader import QUERY_PAGE_BYTES
 
@@ -177,6 +183,10 @@ class RunTranscript:
         # The runs that hold the items before `base` (durable_tools.carry).
         self.earlier: list[RunSpan] = list(state.earlier)
         self.carried_needs_model = state.needs_model
+        # Per tool, the calls and the outputs that were not errors in the
+        # items before `base` (what live-change re-evaluations count from).
+        self.prior_calls: Counter[str] = Counter(state.prior_calls)
+        self.prior_ok: Counter[str] = Counter(state.prior_ok)
         self.carried_last_text = state.last_text
         # Digests of the items' prefixes (conversation-wide: seeded with the
         # digest of the items before `base`): a function of the items alone.
@@ -264,6 +274,8 @@ class RunTranscript:
             "needs_model": self.needs_model(),
             "last_text": self.carried_last_text,
             "delta_from": None if self.delta_from is None else self.base + self.delta_from,
+            "prior_calls": dict(self.prior_calls),
+            "prior_ok": dict(self.prior_ok),
         }
 
     def bounded(
@@ -287,8 +299,11 @@ class RunTranscript:
         last_text = self.last_text()
         has_text = any(isinstance(item, AssistantMessage) and item.text for item in tail)
         earlier = [*self.earlier, RunSpan(run_id=run_id, base=self.base)]
+        calls, ok = tool_counts(transcript[:start])
         return state.model_copy(
             update={
+                "prior_calls": dict(self.prior_calls + calls),
+                "prior_ok": dict(self.prior_ok + ok),
                 "transcript": tail,
                 "base": self.base + start,
                 "base_digest": memo.digest(transcript, start),
@@ -296,3 +311,19 @@ class RunTranscript:
                 "last_text": "" if has_text else cut_text(last_text),
             }
         )
+
+
+def tool_counts(items: Sequence[TranscriptItem]) -> tuple[Counter[str], Counter[str]]:
+    """Per tool name: the calls the model made in `items`, and their outputs that were not errors.
+
+    What a policy rule's `history.calls` and `history.ran` count
+    (`activities/call_policies.py`).
+    """
+    calls: Counter[str] = Counter()
+    ok: Counter[str] = Counter()
+    for item in items:
+        if isinstance(item, AssistantMessage):
+            calls.update(c.name for c in item.tool_calls)
+        elif isinstance(item, ToolCallOutput) and not item.is_error:
+            ok[item.tool] += 1
+    return calls, ok

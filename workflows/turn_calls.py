@@ -134,6 +134,10 @@ class TurnCalls:
         """The run's transcript items (read only)."""
         return self._transcript.items
 
+    def prior_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Per tool, calls and non-error outputs before the run's first item (`RunTranscript`)."""
+        return dict(self._transcript.prior_calls), dict(self._transcript.prior_ok)
+
     def publish(self) -> None:
         """Publish what is pending (search attributes, current details)."""
         self._publish()

@@ -282,3 +282,67 @@ async def test_the_installed_version_is_carried_across_continue_as_new(
         assert now != first  # it continued as new before the call was planned
         verdict = await conversations.policy_verdict(workflow_id, "later")
         assert verdict is not None and (verdict.rule, verdict.version) == ("small", AFTER.version)
+
+
+ONCE = Policy.from_text("""
+name: once
+rules:
+  - {id: first, when: 'tool == "refund" && history.tool_calls == 0', outcome: run}
+  - {id: rest, when: 'tool == "refund"', outcome: approve, groups: [finance]}
+""")
+ONCE_STRICT = """
+name: once
+rules:
+  - {id: repeat, when: 'tool == "refund" && history.tool_calls >= 1', outcome: deny,
+     reason: one refund per conversation}
+  - {id: fine, when: 'true', outcome: run}
+"""
+
+
+async def test_a_reevaluation_counts_the_calls_of_runs_it_no_longer_carries(
+    dev_env: WorkflowEnvironment, task_queue: str, ledger: Path
+) -> None:
+    """`history` in a re-evaluation counts calls whose items a continue-as-new left behind.
+
+    The conversation continues as new after every turn and carries no item it
+    need not (`carry_transcript_bytes=0`), so r1's call is only in an earlier
+    run when r2 waits. The new version denies a second refund: r2 is denied
+    because the carried counts still hold r1.
+    """
+    workflow_id = f"live-prior-{uuid.uuid4().hex[:8]}"
+    options = ConversationOptions(continue_as_new_after_turns=1, carry_transcript_bytes=0)
+    plugin = DurableToolsPlugin(
+        toolkits={"shop": Toolkit(refund, label="shop")},
+        models={"directed": ScriptedModel(directed)},
+        agents={"once": Agent(model="directed", toolkit="shop", policy=ONCE)},
+    )
+    client = Client(**{**dev_env.client.config(), "plugins": [plugin]})
+    async with Worker(client, task_queue=task_queue):
+        conversations = Conversations(client, task_queue=task_queue)
+        first = turns([("r1", "refund", {"order": "o1", "amount_cents": 100})])
+        agent = AgentConfig(name="once")
+        await conversations.start(workflow_id, agent=agent, message=first, options=options)
+
+        async def ran() -> bool:
+            return "r1" in outputs_by_id(await conversations.history(workflow_id))
+
+        await eventually(ran, what="r1 run by rule first")
+        second = turns([("r2", "refund", {"order": "o2", "amount_cents": 200})])
+        await conversations.send(workflow_id, second)
+        [waiting] = await approvals(conversations, workflow_id, 1)
+        assert waiting.call_id == "r2" and waiting.policy is not None
+        assert waiting.policy.rule == "rest"
+        carried = await conversations.history(workflow_id, start=0)
+        assert len(carried) > 0
+        handle = client.get_workflow_handle(workflow_id)
+        held = await handle.query("history", result_type=list[Any])
+        assert not any("r1" in str(item) for item in held)  # this run no longer holds r1
+        await conversations.set_policy(workflow_id, ONCE_STRICT, installed_by="ops-lead")
+
+        async def answered() -> Any:
+            return outputs_by_id(await conversations.history(workflow_id)).get("r2")
+
+        output = await eventually(answered, what="r2 answered by the re-evaluation")
+    assert output.failure_kind == "denied"
+    assert "one refund per conversation" in output.content
+    assert [row["call_id"] for row in read_ledger(ledger)] == ["r1"]
