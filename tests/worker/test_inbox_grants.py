@@ -8,7 +8,7 @@ import pytest
 from agent_support import LEDGER_ENV, turns
 from inbox_support import basic, csrf_token, inbox_client
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import running
+from workflow_helpers import eventually, running
 
 from durable_tools.conversation import ConversationOptions
 from durable_tools.grants import GrantScope
@@ -91,3 +91,51 @@ async def test_the_api_takes_a_grant_and_refuses_a_hostile_one(
             await harness.wait_approval(wf, "r3")
         [kept] = (await harness.conversations.pending(wf)).grants
         assert kept.uses == ["r2"]
+
+
+async def test_the_page_and_the_api_revoke_a_grant(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    async with running(dev_env, task_queue, tmp_path / "ledger.jsonl") as harness:
+        script = turns([("r1", "refund", {"order": "A-1", "amount": 100})])
+        wf = await harness.start(script, options=ConversationOptions(idle_timeout=60))
+        first = await harness.wait_approval(wf, "r1")
+        scope = GrantScope(tool="refund", arguments={"/order": "A-1"}, expires_after=3600)
+        await harness.conversations.approve(
+            wf, "r1", arguments_hash=first.arguments_hash, decided_by="ana", grant=scope
+        )
+        await harness.wait_outputs(wf, "r1")
+        async with inbox_client(harness) as client:
+            page = await client.get(f"/conversations/{wf}", headers=ANA)
+            assert "Revoke g1" in page.text and "; until " in page.text
+            token = await csrf_token(client, ANA)
+            form = {CSRF_FIELD: token, "grant_id": "g1", "reason": "order closed"}
+            sent = await client.post(f"/conversations/{wf}/revoke", data=form, headers=ANA)
+            assert sent.status_code in (200, 303), sent.text
+
+            async def revoked() -> bool:
+                [grant] = (await harness.conversations.pending(wf)).grants
+                return grant.revoked_at is not None
+
+            await eventually(revoked, what="g1 revoked from the page")
+            page = await client.get(f"/conversations/{wf}", headers=ANA)
+            assert "revoked by ana: order closed" in page.text
+            assert "Revoke g1" not in page.text  # nothing left to revoke
+            headers = {**ANA, "X-CSRF-Token": token}
+            api = f"/api/conversations/{wf}/grants"
+            refused = await client.post(f"{api}/{'g' * 201}/revoke", json={}, headers=headers)
+            assert refused.status_code == 422 and "invalid_grant" in refused.text
+            again = await client.post(f"{api}/g1/revoke", json={"reason": "x"}, headers=headers)
+            assert again.status_code == 200, again.text  # sent; the workflow refuses it
+
+            async def refusal() -> list[str] | None:
+                pending = await harness.conversations.pending(wf)
+                found = [r.reason for r in pending.rejected if r.signal == "revoke_grant"]
+                return found or None
+
+            [reason] = await eventually(refusal, what="the second revocation refused") or []
+            assert "revoked already, by ana" in reason
+        await harness.conversations.send(
+            wf, turns([("r2", "refund", {"order": "A-1", "amount": 5})])
+        )
+        await harness.wait_approval(wf, "r2")  # the revoked grant runs nothing

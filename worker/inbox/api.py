@@ -109,6 +109,12 @@ class BudgetBody(BaseModel):
     scope: Literal["conversation", "agent"] = "conversation"
 
 
+class RevokeBody(BaseModel):
+    """Why a grant is revoked (recorded with it)."""
+
+    reason: str = Field(default="", max_length=500)
+
+
 class PolicyBody(BaseModel):
     """A policy version to install in the conversation (`set_policy`).
 
@@ -420,6 +426,23 @@ def add_api_routes(app: FastAPI, state: State) -> None:
             max_cost_usd=body.max_cost_usd,
             scope=body.scope,
         )
+        return Accepted()
+
+    @_action(
+        "/api/conversations/{workflow_id:segment}/grants/{grant_id:segment}/revoke",
+        tag="conversations",
+    )
+    async def api_revoke(  # pyright: ignore[reportUnusedFunction]
+        workflow_id: str, grant_id: str, body: RevokeBody, who: Checked
+    ) -> Accepted:
+        """Revoke a grant: later calls it would have run wait for approval again.
+
+        For who may decide the conversation's calls. The conversation
+        refuses an id it does not hold, a grant revoked already or expired
+        (`pending().rejected`); 422 `invalid_grant` for an empty or too
+        long id.
+        """
+        await state.service.revoke_grant(workflow_id, who, grant_id, reason=body.reason)
         return Accepted()
 
     @_action("/api/conversations/{workflow_id:segment}/policy", tag="conversations")

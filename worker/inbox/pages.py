@@ -356,6 +356,21 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             request, who, workflow_id, install, lambda version: f"Policy {version} installed."
         )
 
+    @app.post("/conversations/{workflow_id:segment}/revoke", include_in_schema=False)
+    async def revoke_form(  # pyright: ignore[reportUnusedFunction]
+        request: Request,
+        workflow_id: str,
+        who: Who,
+        csrf: CsrfToken = "",
+        grant_id: Annotated[str, Form()] = "",
+        reason: Annotated[str, Form()] = "",
+    ) -> Response:
+        _form_checked(request, who, csrf)
+        revoke = state.service.revoke_grant(
+            workflow_id, who, grant_id.strip(), reason=reason.strip()[:500]
+        )
+        return await _act(request, who, workflow_id, revoke, f"Grant {grant_id} revoked.")
+
     @app.post("/conversations/{workflow_id:segment}/retry", include_in_schema=False)
     async def retry_form(  # pyright: ignore[reportUnusedFunction]
         request: Request, workflow_id: str, who: Who, csrf: CsrfToken = ""

@@ -113,6 +113,7 @@ class InboxReading:
             ended=_ENDED.get(execution, "") if execution is not None else "",
             grants=grant_lines(pending),
             may_set_policy=self.authorizer.may(identity, "set_policy", team),
+            may_decide=self.authorizer.may(identity, "decide", team),
         )
 
     async def _event_offset(self, workflow_id: str) -> int:

@@ -30,7 +30,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import ValidationError
 from temporalio.client import (
@@ -41,7 +41,6 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_tools.budgets import BudgetRaise
 from durable_tools.client import Conversations
 from durable_tools.conversation import (
     DecisionReceipt,
@@ -51,10 +50,9 @@ from durable_tools.conversation import (
     PendingState,
 )
 from durable_tools.decision_keys import SigningKey
-from durable_tools.errors import ConfigurationError, DecisionRejected, RetryRejected
+from durable_tools.errors import DecisionRejected, RetryRejected
 from durable_tools.grants import GrantScope
 from durable_tools.input_requests import ElicitAction
-from durable_tools.policy_document import PolicyDocument
 from durable_tools.transcript import ToolCallOutput
 from durable_tools.worker.inbox.auth import Identity, already_approved, may_decide
 from durable_tools.worker.inbox.authz import Authorizer, TeamAuthorizer
@@ -67,7 +65,7 @@ from durable_tools.worker.inbox.conflicts import (
 )
 from durable_tools.worker.inbox.feeds import STREAMS_PER_IDENTITY, EventFeeds
 from durable_tools.worker.inbox.listing import InboxListing
-from durable_tools.worker.inbox.reading import InboxReading
+from durable_tools.worker.inbox.rule_changes import InboxRuleChanges
 
 __all__ = ["InboxService", "send_decision", "supersede_refusal"]
 
@@ -198,7 +196,7 @@ def supersede_refusal(identity: Identity, pending: PendingState) -> str | None:
 
 
 @dataclass
-class InboxService(InboxListing, InboxReading):
+class InboxService(InboxListing, InboxRuleChanges):
     """The inbox's operations on one namespace.
 
     Attributes:
@@ -410,65 +408,6 @@ class InboxService(InboxListing, InboxReading):
         except RetryRejected as exc:
             raise Conflict("not_failed", str(exc)) from exc
         return before.model_failed
-
-    async def set_policy(
-        self, workflow_id: str, identity: Identity, policy_text: str, *, reason: str = ""
-    ) -> str:
-        """Install a policy version (the durable `set_policy` signal), in `identity`'s name.
-
-        Returns:
-            The version installed.
-
-        Raises:
-            Conflict: `invalid_policy` for text that is not a policy;
-                `not_found` when `identity` may not change the conversation's
-                policy (action `set_policy`).
-        """
-        await self.authorize(workflow_id, identity, "set_policy")
-        try:
-            document = PolicyDocument.from_text(policy_text)
-        except ConfigurationError as exc:
-            raise Conflict("invalid_policy", str(exc)[:500]) from None
-        return await self._bounded(
-            self.conversations.set_policy(
-                workflow_id, document, installed_by=identity.name, reason=reason
-            )
-        )
-
-    async def raise_budget(
-        self,
-        workflow_id: str,
-        identity: Identity,
-        *,
-        max_tokens: int | None,
-        max_cost_usd: float | None,
-        scope: Literal["conversation", "agent"] = "conversation",
-    ) -> None:
-        """Set new limits (the durable `raise_budget` signal), in `identity`'s name.
-
-        Raises:
-            Conflict: `invalid_budget` for no limit, a negative or a
-                non-finite one; `not_found` when `identity` may not raise it
-                (action `raise_budget`).
-        """
-        await self.authorize(workflow_id, identity, "raise_budget")
-        if max_tokens is None and max_cost_usd is None:
-            raise Conflict("invalid_budget", "give a token limit, a cost limit or both")
-        try:
-            BudgetRaise(scope=scope, max_tokens=max_tokens, max_cost_usd=max_cost_usd)
-        except ValidationError as exc:
-            error = exc.errors()[0]
-            where = ".".join(map(str, error["loc"]))
-            raise Conflict("invalid_budget", f"not a budget: {where}: {error['msg']}") from None
-        await self._bounded(
-            self.conversations.raise_budget(
-                workflow_id,
-                max_tokens=max_tokens,
-                max_cost_usd=max_cost_usd,
-                scope=scope,
-                requested_by=identity.name,
-            )
-        )
 
     async def _update_or_signal(
         self, send: Callable[[bool], Awaitable[DecisionReceipt | None]]

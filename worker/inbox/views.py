@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -31,6 +31,7 @@ __all__ = [
     "failure_mark",
     "items_of",
     "retry_outcome",
+    "GrantLine",
     "grant_lines",
     "version_of",
 ]
@@ -104,6 +105,22 @@ class WaitingConversation(BaseModel):
     problem: str = ""
 
 
+class GrantLine(BaseModel):
+    """One of the conversation's grants as the page shows it.
+
+    Attributes:
+        id: The grant (`g1`).
+        text: One line: who, when, what, the calls it ran, and how it ended
+            (`; revoked by bo: order closed`, `; expired`) or lasts
+            (`; until 2026-11-27 10:00 UTC`).
+        in_force: Whether it still runs calls (at the reading's time).
+    """
+
+    id: str
+    text: str
+    in_force: bool
+
+
 class ConversationView(BaseModel):
     """One conversation: its status, what it waits for and its transcript.
 
@@ -120,8 +137,11 @@ class ConversationView(BaseModel):
             `terminated`, `failed`, `timed out`); `""` while it runs. An
             ended conversation takes no more messages (a send is a 409
             `ended`), whatever its last `status.state` says.
-        grants: The conversation's grants, one line each (`grant g1 by ana
-            at ...: refund where /order == "A-1"; ran r2`).
+        grants: The conversation's grants (`GrantLine`: its id, one line
+            `grant g1 by ana at ...: refund where /order == "A-1"; ran r2`,
+            whether it is still in force).
+        may_decide: Whether the reader may decide its calls (and so revoke
+            its grants: `Authorizer.may(..., "decide", ...)`).
         may_set_policy: Whether the reader may install a policy version in
             it (`Authorizer.may(..., "set_policy", ...)`): the page shows
             the form only then.
@@ -134,8 +154,9 @@ class ConversationView(BaseModel):
     version: str
     event_offset: int = -1
     ended: str = ""
-    grants: list[str] = Field(default_factory=list[str])
+    grants: list[GrantLine] = Field(default_factory=list[GrantLine])
     may_set_policy: bool = False
+    may_decide: bool = False
 
 
 def items_of(pending: PendingState) -> list[InboxItem]:
@@ -281,10 +302,22 @@ def version_of(status: ConversationStatus, pending: PendingState) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def grant_lines(pending: PendingState) -> list[str]:
-    """The conversation's grants, one line each, with the calls they ran."""
-    lines: list[str] = []
+def grant_lines(pending: PendingState, now: datetime | None = None) -> list[GrantLine]:
+    """The conversation's grants, one line each, with the calls they ran and their state.
+
+    Args:
+        pending: The `pending` query's answer.
+        now: The reading's time (default: the current time, UTC).
+    """
+    now = now or datetime.now(UTC)
+    lines: list[GrantLine] = []
     for grant in pending.grants:
-        line = explain_grant(grant)
-        lines.append(line + (f"; ran {', '.join(grant.uses)}" if grant.uses else ""))
+        line = explain_grant(grant) + (f"; ran {', '.join(grant.uses)}" if grant.uses else "")
+        if grant.revoked_at is not None:
+            why = f": {grant.revoke_reason}" if grant.revoke_reason else ""
+            line += f"; revoked by {grant.revoked_by or 'someone'}{why}"
+        elif grant.expires_at is not None:
+            ends = grant.expires_at.strftime("%Y-%m-%d %H:%M UTC")
+            line += "; expired" if grant.expires_at <= now else f"; until {ends}"
+        lines.append(GrantLine(id=grant.id, text=line, in_force=grant.in_force(now)))
     return lines
