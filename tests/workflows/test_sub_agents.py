@@ -1,0 +1,236 @@
+"""Agents as tools: a call of an agent tool runs its sub-agent as a child conversation (dev server).
+
+The `desk` agent's toolkit has `agent_tool("researcher")`; the `directed`
+model reads the call's `message` as the researcher's own script, so one
+parent message scripts both conversations. Each test checks what a user
+would notice: the call's one output (the sub-agent's final output, or a
+`Failure`), the child's workflow id in the parent's `pending`, the child
+cancelled with its parent, the budget checked before the child starts, and
+the child's spend counted in the parent's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_support import LEDGER_ENV, get_weather, metered, turns
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import CancelledError
+from temporalio.testing import WorkflowEnvironment
+from workflow_helpers import Harness, eventually, running
+
+from durable_tools import Toolkit, agent_tool, finish_tool
+from durable_tools.agent_tools import sub_agent_workflow_id
+from durable_tools.agents import Agent
+from durable_tools.budgets import Budget, ModelPrice
+from durable_tools.conversation import AgentConfig, ConversationOptions, ConversationResult
+from durable_tools.errors import ConfigurationError
+from durable_tools.testing import ScriptedModel
+from durable_tools.transcript import ToolCallOutput, Usage, is_reconciled
+
+DESK = Toolkit(
+    get_weather,
+    agent_tool("researcher", description="Research a question; give the whole question."),
+    finish_tool(),
+    label="desk",
+)
+PRICE = ModelPrice(input_per_million=1.0, cached_input_per_million=0.5, output_per_million=2.0)
+CALL_USD = (200 * 1.0 + 100 * 0.5 + 100 * 2.0) / 1_000_000
+DESK_AGENT = AgentConfig(name="desk")
+
+
+def _ask(task: str, call_id: str = "r1") -> str:
+    """The parent's script: one call of the researcher with `task` as its message."""
+    return turns([(call_id, "researcher", {"message": task})])
+
+
+def _child(wf: str, call_id: str = "r1", turn: int = 1) -> str:
+    return sub_agent_workflow_id(wf, turn, call_id)
+
+
+@pytest.fixture
+async def desk(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Harness]:
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    agents = {
+        "desk": Agent(model="metered", toolkit="desk"),
+        "researcher": Agent(model="metered", toolkit="tests"),
+    }
+    async with running(
+        dev_env,
+        task_queue,
+        ledger,
+        toolkits={"desk": DESK},
+        models={"metered": ScriptedModel(metered)},
+        agents=agents,
+        prices={"metered": PRICE},
+    ) as h:
+        yield h
+
+
+def _output(items: list[Any], call_id: str) -> ToolCallOutput:
+    found = [i for i in items if isinstance(i, ToolCallOutput) and i.call_id == call_id]
+    assert len(found) == 1, found  # exactly one output
+    return found[0]
+
+
+def test_an_agent_tool_of_an_undeclared_agent_fails_at_construction() -> None:
+    from durable_tools.agents import check_agents
+
+    with pytest.raises(ConfigurationError, match="runs agent 'researcher'"):
+        check_agents(
+            {"desk": Agent(model="m", toolkit="desk")},
+            toolkits={"desk": DESK},
+            models={},
+            allow_offline_models=True,
+        )
+
+
+def test_the_descriptor_asks_for_a_message_and_the_child_id_is_stable() -> None:
+    descriptor = DESK.tools["researcher"].descriptor()
+    assert descriptor.kind == "signal"
+    assert descriptor.parameters["required"] == ["message"]
+    assert _child("conv-1", "call_1", 3) == "conv-1/sub-agent/3/call_1"
+    odd = _child("conv-1", "id with spaces/and slashes", 2)
+    assert odd.startswith("conv-1/sub-agent/2/h") and " " not in odd
+    assert odd == _child("conv-1", "id with spaces/and slashes", 2)
+
+
+async def test_the_sub_agents_final_output_is_the_calls_result(desk: Harness) -> None:
+    h = desk
+    child_script = turns([("w1", "get_weather", {"city": "Oslo"})])
+    wf = await h.start(_ask(child_script), agent=DESK_AGENT)
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    output = _output(items, "r1")
+    assert not output.is_error and output.content == "done (metered)"
+    assert is_reconciled(items)
+    # The child ran its own tool call in its own transcript.
+    child = _child(wf)
+    child_items = await h.conversations.history(child)
+    assert _output(child_items, "w1").content.startswith('{"city"')
+    assert await h.execution_status(child) == WorkflowExecutionStatus.COMPLETED
+    # Its spend joins the parent's: two parent turns and two child turns.
+    status = await h.conversations.status(wf)
+    assert status.cost_usd == pytest.approx(4 * CALL_USD)
+    assert status.usage == {
+        "metered": Usage(input_tokens=1200, output_tokens=400, cached_input_tokens=400)
+    }
+
+
+async def test_a_sub_agent_that_hits_its_turn_limit_is_a_failure_the_model_reads(
+    desk: Harness,
+) -> None:
+    h = desk
+    looping = turns(*[[(f"w{k}", "get_weather", {"city": "Oslo"})] for k in range(5)])
+    options = ConversationOptions(max_model_turns=3)
+    wf = await h.start(_ask(looping), agent=DESK_AGENT, options=options)
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    output = _output(items, "r1")
+    assert output.is_error and output.failure_kind == "sub_agent_failed"
+    assert "ended with turn_limit after 3 model turns" in output.content
+    assert _child(wf) in output.content
+
+
+async def test_hostile_arguments_are_an_input_validation_error_and_start_nothing(
+    desk: Harness,
+) -> None:
+    h = desk
+    script = turns(
+        [
+            ("r1", "researcher", {"msg": 3}),
+            ("r2", "researcher", "not json"),
+            ("r3", "researcher", {"message": ""}),
+        ]
+    )
+    wf = await h.start(script, agent=DESK_AGENT)
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    for call_id in ("r1", "r2", "r3"):
+        output = _output(items, call_id)
+        assert output.failure_kind == "input_validation_error", output
+    for call_id in ("r1", "r2", "r3"):
+        with pytest.raises(Exception, match="not found"):
+            await h.client.get_workflow_handle(_child(wf, call_id)).describe()
+
+
+async def test_approvals_of_the_sub_agent_are_reachable_and_a_parent_cancel_cancels_it(
+    desk: Harness,
+) -> None:
+    h = desk
+    child_script = turns(
+        [("f1", "refund", {"order": "o1", "amount": 5})],
+        [("f2", "refund", {"order": "o2", "amount": 7})],
+    )
+    wf = await h.start(_ask(child_script), agent=DESK_AGENT)
+    child = _child(wf)
+
+    async def running_sub_agent() -> bool:
+        pending = await h.conversations.pending(wf)
+        return [s.workflow_id for s in pending.sub_agents] == [child]
+
+    await eventually(running_sub_agent, what="the sub-agent in the parent's pending")
+    # A person approves in the child, by the child's workflow id.
+    approval = await h.wait_approval(child, "f1")
+    await h.conversations.approve(
+        child, "f1", arguments_hash=approval.arguments_hash, decided_by="ana"
+    )
+    await h.wait_approval(child, "f2")
+    await h.conversations.cancel(wf, cancelled_by="ops")
+    with pytest.raises(WorkflowFailureError) as raised:
+        await h.result(wf)
+    assert isinstance(raised.value.cause, CancelledError)
+
+    async def child_cancelled() -> bool:
+        return await h.execution_status(child) == WorkflowExecutionStatus.CANCELED
+
+    await eventually(child_cancelled, what="the child cancelled with its parent")
+    items = await h.conversations.history(wf)
+    output = _output(items, "r1")
+    assert output.failure_kind == "cancelled" and output.sent_by == "ops"
+    assert is_reconciled(items)
+    child_items = await h.conversations.history(child)
+    assert _output(child_items, "f1").content == "refunded 5 on o1"
+    assert _output(child_items, "f2").failure_kind == "cancelled"
+
+
+async def test_the_budget_stops_the_sub_agent_before_it_starts_and_a_raise_resumes_it(
+    desk: Harness,
+) -> None:
+    h = desk
+    child_script = turns([("w1", "get_weather", {"city": "Oslo"})])
+    options = ConversationOptions(budget=Budget(max_tokens=500))
+    wf = await h.start(_ask(child_script), agent=DESK_AGENT, options=options)
+    await h.wait_state(wf, "budget_exceeded")
+    pending = await h.conversations.pending(wf)
+    assert pending.budget_exceeded is not None
+    assert "400 tokens spent + ~400 for the next call > limit 500 tokens" in (
+        pending.budget_exceeded.message
+    )
+    assert pending.sub_agents == []
+    with pytest.raises(Exception, match="not found"):  # nothing started
+        await h.client.get_workflow_handle(_child(wf)).describe()
+    await h.conversations.raise_budget(wf, max_tokens=10_000, requested_by="ops")
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    assert _output(items, "r1").content == "done (metered)"
+    # The child got what was left of the parent's budget.
+    child_status = await h.conversations.status(_child(wf))
+    assert child_status.budget is not None
+    assert child_status.budget.conversation == Budget(max_tokens=9600)
+    status = await h.conversations.status(wf)
+    assert status.budget is not None
+    assert status.budget.spent.tokens == 4 * 400  # its own two calls and the child's two
+    assert status.budget.spent.last_tokens == 400  # the next call's estimate: its own last
+    assert status.cost_usd == pytest.approx(4 * CALL_USD)
+
+
+async def test_a_conversation_with_finish_on_reply_ends_with_the_reply(desk: Harness) -> None:
+    h = desk
+    options = ConversationOptions(finish_on_reply=True)
+    wf = await h.start(json.dumps("hi"), agent=AgentConfig(name="researcher"), options=options)
+    result: ConversationResult = await h.result(wf)
+    assert result.status == "finished" and result.output == 'echo: "hi"'
