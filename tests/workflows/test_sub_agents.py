@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_support import LEDGER_ENV, get_weather, metered, turns
+from agent_support import DESK, LEDGER_ENV, metered, turns
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 from workflow_helpers import Harness, eventually, running
 
-from durable_tools import Toolkit, agent_tool, finish_tool
 from durable_tools.agent_tools import sub_agent_workflow_id
 from durable_tools.agents import Agent
 from durable_tools.budgets import Budget, ModelPrice
@@ -32,12 +31,6 @@ from durable_tools.errors import ConfigurationError
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import ToolCallOutput, Usage, is_reconciled
 
-DESK = Toolkit(
-    get_weather,
-    agent_tool("researcher", description="Research a question; give the whole question."),
-    finish_tool(),
-    label="desk",
-)
 PRICE = ModelPrice(input_per_million=1.0, cached_input_per_million=0.5, output_per_million=2.0)
 CALL_USD = (200 * 1.0 + 100 * 0.5 + 100 * 2.0) / 1_000_000
 DESK_AGENT = AgentConfig(name="desk")
@@ -66,7 +59,6 @@ async def desk(
         dev_env,
         task_queue,
         ledger,
-        toolkits={"desk": DESK},
         models={"metered": ScriptedModel(metered)},
         agents=agents,
         prices={"metered": PRICE},
@@ -234,3 +226,74 @@ async def test_a_conversation_with_finish_on_reply_ends_with_the_reply(desk: Har
     wf = await h.start(json.dumps("hi"), agent=AgentConfig(name="researcher"), options=options)
     result: ConversationResult = await h.result(wf)
     assert result.status == "finished" and result.output == 'echo: "hi"'
+
+
+def test_the_recorded_history_starts_one_child_after_the_raise() -> None:
+    """`histories/sub_agents.json` (record_histories.py): what replay holds the loop to."""
+    from temporalio.api.enums.v1 import EventType, ParentClosePolicy
+    from temporalio.client import WorkflowHistory
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    path = Path(__file__).resolve().parent / "histories" / "sub_agents.json"
+    history = WorkflowHistory.from_json("sub_agents", path.read_text())
+    steps: list[str] = []
+    started: list[Any] = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            steps.append(event.workflow_execution_signaled_event_attributes.signal_name)
+        elif event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+            started.append(event.start_child_workflow_execution_initiated_event_attributes)
+            steps.append("child")
+        elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+            attributes = event.child_workflow_execution_completed_event_attributes
+            (payload,) = attributes.result.payloads
+            result = pydantic_data_converter.payload_converter.from_payload(
+                payload, ConversationResult
+            )
+            assert result.status == "finished" and result.turns == 3
+            steps.append("child_completed")
+    assert [s for s in steps if s in ("raise_budget", "child", "child_completed")] == [
+        "raise_budget",
+        "child",
+        "child_completed",
+    ]
+    (child,) = started  # one child, for r1 only (r2's arguments were refused)
+    assert child.workflow_id == sub_agent_workflow_id("sub_agents", 1, "r1")
+    assert child.workflow_type.name == "AgentWorkflow"
+    assert child.parent_close_policy == ParentClosePolicy.PARENT_CLOSE_POLICY_REQUEST_CANCEL
+
+
+async def test_the_parent_does_not_continue_as_new_while_its_child_runs(desk: Harness) -> None:
+    h = desk
+    child_script = turns(
+        [("f1", "refund", {"order": "o1", "amount": 5})],
+        [("w1", "get_weather", {"city": "Oslo"})],
+    )
+    # Both continue as new after every model turn: the child too (it gets the options).
+    options = ConversationOptions(continue_as_new_after_turns=1)
+    wf = await h.start(_ask(child_script), agent=DESK_AGENT, options=options)
+    child = _child(wf)
+    approval = await h.wait_approval(child, "f1")
+    status = await h.conversations.status(wf)
+    assert status.runs == 1 and status.state == "tools"
+    await h.conversations.approve(child, "f1", arguments_hash=approval.arguments_hash)
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    assert _output(items, "r1").content == "done (metered)"
+    assert (await h.conversations.status(child)).runs >= 2  # the child's chain's result
+    assert (await h.conversations.status(wf)).runs >= 2  # the parent moved on afterwards
+
+
+async def test_a_parent_cancelled_while_the_budget_stops_the_call_starts_nothing(
+    desk: Harness,
+) -> None:
+    h = desk
+    options = ConversationOptions(budget=Budget(max_tokens=500))
+    wf = await h.start(_ask("hello"), agent=DESK_AGENT, options=options)
+    await h.wait_state(wf, "budget_exceeded")
+    await h.conversations.cancel(wf)
+    with pytest.raises(WorkflowFailureError):
+        await h.result(wf)
+    output = _output(await h.conversations.history(wf), "r1")
+    assert output.failure_kind == "cancelled" and "before this call started" in output.content
+    with pytest.raises(Exception, match="not found"):
+        await h.client.get_workflow_handle(_child(wf)).describe()
