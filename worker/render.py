@@ -196,6 +196,13 @@ def render_pending(state: PendingState) -> Group:
                 f"paused: {state.paused} (resume it: `durable-tools resume ID`, or send a message)"
             )
         )
+    for sub in state.sub_agents:
+        parts.append(
+            Text(
+                f"sub-agent: call {sub.call_id} ({sub.tool}) runs agent {sub.agent} in "
+                f"{sub.workflow_id} (its approvals: `durable-tools pending {sub.workflow_id}`)"
+            )
+        )
     failure = state.model_failed
     if failure is not None:
         parts.append(
@@ -227,7 +234,8 @@ def render_pending(state: PendingState) -> Group:
                 escape(r.call_id), escape(r.decided_by), when(r.received_at), escape(r.reason)
             )
         parts.append(table)
-    if not (state.approvals or state.interactions or state.paused is not None or failure):
+    waiting = state.approvals or state.interactions or state.sub_agents
+    if not (waiting or state.paused is not None or failure):
         parts.insert(0, Text("nothing pending"))
     return Group(*parts)
 

@@ -136,6 +136,7 @@ class AgentWorkflow(ConversationHandlers):
         # `run_agent` sets it before calling __init__: the loop runs inside
         # another workflow (no continue-as-new, no event stream of its own).
         self.embedded: bool = getattr(self, "embedded", False)
+        self.namespace: str = getattr(self, "namespace", "")  # `run_agent`'s, when embedded
         info = workflow.info() if workflow.in_workflow() else None  # tests build runs by hand
         self._run_key = (info.workflow_id, info.run_id) if info is not None else None
         if info is not None and not self.embedded:
@@ -177,6 +178,7 @@ class AgentWorkflow(ConversationHandlers):
             agent=lambda: self._agent,
             add_usage=lambda model, usage: add_usage(self._usage, model, usage),
             turn=lambda: self._turns,
+            scope=self.namespace,
         )
         if state.turn is not None:
             restore_turn(state.turn, self._calls)

@@ -108,6 +108,9 @@ class SubAgents:
         agent: The name of the current (calling) agent.
         add_usage: Adds a model's usage to the parent's totals per model.
         turn: The number of the current model turn.
+        scope: The namespace of a loop embedded in another workflow
+            (`run_agent`), part of its children's workflow ids; `""` for a
+            conversation workflow.
     """
 
     def __init__(
@@ -118,8 +121,9 @@ class SubAgents:
         agent: Callable[[], str],
         add_usage: Callable[[str, Usage], None],
         turn: Callable[[], int],
+        scope: str = "",
     ) -> None:
-        self._options, self._budget = options, budget
+        self._options, self._budget, self._scope = options, budget, scope
         self._agent, self._add_usage, self._turn = agent, add_usage, turn
         self.running: dict[str, RunningSubAgent] = {}
         """The calls whose child runs now, by call id (`PendingState.sub_agents`)."""
@@ -164,7 +168,10 @@ class SubAgents:
             return None
         known = agents.get(action.agent)
         config = known if isinstance(known, AgentConfig) else AgentConfig(name=action.agent)
-        child_id = sub_agent_workflow_id(workflow.info().workflow_id, turn, call.call_id)
+        parent = workflow.info().workflow_id
+        child_id = sub_agent_workflow_id(
+            f"{parent}/{self._scope}" if self._scope else parent, turn, call.call_id
+        )
         options = self._options.model_copy(
             update={"budget": self._budget.remaining(), "finish_on_reply": True}
         )

@@ -11,25 +11,35 @@ the child's spend counted in the parent's.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_support import DESK, LEDGER_ENV, metered, turns
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from agent_support import DESK, LEDGER_ENV, MODELS, TOOLKITS, metered, turns
+from temporalio import workflow
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 from workflow_helpers import Harness, eventually, running
 
 from durable_tools.agent_tools import sub_agent_workflow_id
+
+with workflow.unsafe.imports_passed_through():
+    from durable_tools.client import Conversations
+    from durable_tools.worker.plugin import DurableToolsPlugin
+
 from durable_tools.agents import Agent
 from durable_tools.budgets import Budget, ModelPrice
 from durable_tools.conversation import AgentConfig, ConversationOptions, ConversationResult
 from durable_tools.errors import ConfigurationError
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import ToolCallOutput, Usage, is_reconciled
+from durable_tools.workflows.embedded import run_agent
 
 PRICE = ModelPrice(input_per_million=1.0, cached_input_per_million=0.5, output_per_million=2.0)
 CALL_USD = (200 * 1.0 + 100 * 0.5 + 100 * 2.0) / 1_000_000
@@ -297,3 +307,63 @@ async def test_a_parent_cancelled_while_the_budget_stops_the_call_starts_nothing
     assert output.failure_kind == "cancelled" and "before this call started" in output.content
     with pytest.raises(Exception, match="not found"):
         await h.client.get_workflow_handle(_child(wf)).describe()
+
+
+def test_durable_tools_pending_names_the_sub_agents_workflow() -> None:
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from durable_tools.conversation import PendingState, RunningSubAgent
+    from durable_tools.worker.render import render_pending
+
+    running = RunningSubAgent(
+        call_id="r1",
+        tool="researcher",
+        agent="researcher",
+        workflow_id="conv-1/sub-agent/1/r1",
+        started_at=datetime(2026, 11, 26, tzinfo=UTC),
+    )
+    console = Console(width=400, record=True)
+    console.print(render_pending(PendingState(sub_agents=[running])))
+    text = console.export_text()
+    assert "nothing pending" not in text
+    assert "durable-tools pending conv-1/sub-agent/1/r1" in text
+
+
+@workflow.defn
+class TriageWorkflow:
+    """A user's workflow running the loop inside itself (`run_agent`), with an agent tool."""
+
+    @workflow.run
+    async def run(self, message: str) -> Any:
+        desk = AgentConfig(name="desk", model="directed", toolkit="desk")
+        researcher = AgentConfig(name="researcher", model="directed", toolkit="tests")
+        result = await run_agent(
+            desk,
+            message=message,
+            handoffs=[researcher],
+            namespace="triage",
+            options=ConversationOptions(finish_on_reply=True),
+        )
+        return result.output
+
+
+async def test_an_embedded_loop_runs_its_sub_agent_under_its_namespace(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    config = dev_env.client.config()
+    config["plugins"] = [DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS)]
+    client = Client(**config)
+    wid = f"triage-{uuid.uuid4()}"
+    child_script = turns([("w1", "get_weather", {"city": "Oslo"})])
+    async with Worker(client, task_queue=task_queue, workflows=[TriageWorkflow]):
+        handle = await client.start_workflow(
+            TriageWorkflow.run, _ask(child_script), id=wid, task_queue=task_queue
+        )
+        assert await asyncio.wait_for(handle.result(), 30) == "done (directed)"
+        child = sub_agent_workflow_id(f"{wid}/triage", 1, "r1")
+        description = await client.get_workflow_handle(child).describe()
+        assert description.parent_id == wid
+        items = await Conversations(client, task_queue=task_queue).history(child)
+        assert _output(items, "w1").content.startswith('{"city"')
