@@ -139,6 +139,31 @@ async def test_a_sub_agent_that_hits_its_turn_limit_is_a_failure_the_model_reads
     assert _child(wf) in output.content
 
 
+async def test_a_sub_agents_structured_finish_output_is_the_result(desk: Harness) -> None:
+    h = desk
+    child_script = turns([("f1", "finish", {"output": {"answer": 42, "sources": ["a"]}})])
+    wf = await h.start(_ask(child_script), agent=DESK_AGENT)
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    output = _output(items, "r1")
+    assert json.loads(output.content) == {"answer": 42, "sources": ["a"]}
+
+
+async def test_a_sub_agent_cancelled_by_itself_is_a_failure_and_the_parent_goes_on(
+    desk: Harness,
+) -> None:
+    h = desk
+    child_script = turns([("f1", "refund", {"order": "o1", "amount": 5})])
+    wf = await h.start(_ask(child_script), agent=DESK_AGENT)
+    child = _child(wf)
+    await h.wait_approval(child, "f1")
+    await h.conversations.cancel(child, cancelled_by="ops")
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    output = _output(items, "r1")
+    assert output.failure_kind == "sub_agent_failed"
+    assert f"sub-agent 'researcher' (workflow {child}) did not finish" in output.content
+    assert (await h.conversations.status(wf)).state == "idle"
+
+
 async def test_hostile_arguments_are_an_input_validation_error_and_start_nothing(
     desk: Harness,
 ) -> None:
