@@ -29,7 +29,9 @@ once (DESIGN.md invariant 1):
    (`ConversationResult.usage`, `cost_usd`, recorded in the parent's
    history as the child's result) join the parent's. The parent cancelled:
    the child is cancelled (the SDK waits for its cancellation to complete)
-   and the call's one output is `cancelled`.
+   and the call's one output is `interrupted` (it started: the sub-agent
+   may have taken effect), naming the child; cancelled before its child
+   was started (e.g. in the budget wait), it is `cancelled`.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_tools.events import MAX_EVENT_TEXT
     from durable_tools.handler_input import clean_text
-    from durable_tools.results import Failure, Ok, cancelled, failed
+    from durable_tools.results import Failure, Ok, cancelled, failed, interrupted
     from durable_tools.signals import RunAgent
     from durable_tools.transcript import Usage
 
@@ -151,7 +153,8 @@ class SubAgents:
 
         Raises:
             asyncio.CancelledError: The conversation was cancelled (the call's
-                output, `cancelled`, is recorded first).
+                output, `interrupted` once its child's start was issued, else
+                `cancelled`, is recorded first).
         """
         call, turn = plan.call, self._turn()
         try:
@@ -179,9 +182,19 @@ class SubAgents:
         try:
             return await self._run_child(calls, plan, action, config, child_id, options)
         except asyncio.CancelledError:
+            # Invariant 1: `cancelled` only when nothing ran. Once its start was
+            # issued the sub-agent may have run tools: `interrupted`, saying where.
             sender, _ = cancellation()
-            reason = f"the conversation was cancelled; sub-agent {action.agent!r} was cancelled too"
-            calls.record(cancelled(call, reason), sent_by=sender)
+            if call.call_id in calls.started:
+                reason = (
+                    f"the conversation was cancelled while sub-agent {action.agent!r} ran "
+                    f"(workflow {child_id}); it was cancelled too, and may have taken effect: "
+                    "its transcript says what it did"
+                )
+                calls.record(interrupted(call, reason), sent_by=sender)
+            else:
+                reason = "the conversation was cancelled before the sub-agent started"
+                calls.record(cancelled(call, reason), sent_by=sender)
             raise
         finally:
             calls.running -= 1
@@ -198,6 +211,7 @@ class SubAgents:
         options: ConversationOptions,
     ) -> None:
         call = plan.call
+        calls.started.add(call.call_id)  # once issued, the child may run
         try:
             handle = await workflow.start_child_workflow(
                 "AgentWorkflow",
@@ -211,7 +225,6 @@ class SubAgents:
             reason = f"a workflow with the sub-agent's id {child_id} already runs; not started"
             calls.record(failed(call, SUB_AGENT_FAILED, reason))
             return
-        calls.started.add(call.call_id)
         self.running[call.call_id] = RunningSubAgent(
             call_id=call.call_id,
             tool=call.name,

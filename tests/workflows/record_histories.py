@@ -417,7 +417,7 @@ async def sub_agents(c: Conversations, wid: str) -> None:
 
 async def sub_agent_cancelled(c: Conversations, wid: str) -> None:
     """Agents as tools: the parent is cancelled while its sub-agent waits for an approval;
-    the child is cancelled with it and the call's one output is `cancelled`."""
+    the child is cancelled with it and the call's one output is `interrupted`."""
     child_script = turns([("f1", "refund", {"order": "o1", "amount": 5})])
     script = turns([("r1", "researcher", {"message": child_script})])
     await c.start(wid, agent=DESK_AGENT, handoffs=[RESEARCHER], message=script, options=OPTIONS)
