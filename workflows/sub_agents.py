@@ -13,7 +13,9 @@ once (DESIGN.md invariant 1):
    start_child_conversation` starts one) with a workflow id made from the
    parent's workflow id, the turn and the call id (`sub_agent_workflow_id`),
    so a replayed or restarted parent matches the recorded start and never
-   starts a second child. Its options are the parent's, with the rest of the
+   starts a second child. It belongs to the parent's team (the
+   `DurableToolsTeam` search attribute), so the same people see and decide
+   its approvals. Its options are the parent's, with the rest of the
    conversation's budget (`BudgetCheck.remaining`) and `finish_on_reply`
    (the sub-agent's text reply is its final output). The parent close
    policy is `REQUEST_CANCEL`: a parent that closes cancels the child.
@@ -41,6 +43,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from temporalio import workflow
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 
 from durable_tools.workflows.budget_check import BudgetCheck
@@ -61,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.handler_input import clean_text
     from durable_tools.results import Failure, Ok, cancelled, failed, interrupted
     from durable_tools.signals import RunAgent
+    from durable_tools.teams import TEAM
     from durable_tools.transcript import Usage
 
 __all__ = ["SubAgentCalls", "SubAgents"]
@@ -211,6 +215,9 @@ class SubAgents:
         options: ConversationOptions,
     ) -> None:
         call = plan.call
+        # The child belongs to the parent's team: the same people see and decide it.
+        team = workflow.info().typed_search_attributes.get(TEAM)
+        owners = TypedSearchAttributes([SearchAttributePair(TEAM, team)]) if team else None
         calls.started.add(call.call_id)  # once issued, the child may run
         try:
             handle = await workflow.start_child_workflow(
@@ -220,6 +227,7 @@ class SubAgents:
                 result_type=ConversationResult,
                 static_summary=f"sub-agent {action.agent} for {plan.summary}"[:400],
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                search_attributes=owners,
             )
         except WorkflowAlreadyStartedError:
             reason = f"a workflow with the sub-agent's id {child_id} already runs; not started"

@@ -37,6 +37,7 @@ from durable_tools.agents import Agent
 from durable_tools.budgets import Budget, ModelPrice
 from durable_tools.conversation import AgentConfig, ConversationOptions, ConversationResult
 from durable_tools.errors import ConfigurationError
+from durable_tools.teams import TEAM
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import ToolCallOutput, Usage, is_reconciled
 from durable_tools.workflows.embedded import run_agent
@@ -193,7 +194,7 @@ async def test_approvals_of_the_sub_agent_are_reachable_and_a_parent_cancel_canc
         [("f1", "refund", {"order": "o1", "amount": 5})],
         [("f2", "refund", {"order": "o2", "amount": 7})],
     )
-    wf = await h.start(_ask(child_script), agent=DESK_AGENT)
+    wf = await h.start(_ask(child_script), agent=DESK_AGENT, team="support")
     child = _child(wf)
 
     async def running_sub_agent() -> bool:
@@ -203,6 +204,9 @@ async def test_approvals_of_the_sub_agent_are_reachable_and_a_parent_cancel_canc
     await eventually(running_sub_agent, what="the sub-agent in the parent's pending")
     # A person approves in the child, by the child's workflow id.
     approval = await h.wait_approval(child, "f1")
+    described = await h.client.get_workflow_handle(child).describe()
+    assert described.typed_search_attributes.get(TEAM) == "support"  # the parent's team
+    assert described.parent_id == wf
     await h.conversations.approve(
         child, "f1", arguments_hash=approval.arguments_hash, decided_by="ana"
     )
