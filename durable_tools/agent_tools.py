@@ -50,6 +50,7 @@ from durable_tools.toolkit import Toolkit
 from durable_tools.tools import SignalTool
 
 __all__ = [
+    "MAX_SUB_AGENT_DEPTH",
     "MAX_SUB_AGENT_OUTPUT_BYTES",
     "SUB_AGENT_FAILED",
     "AgentTool",
@@ -173,6 +174,10 @@ def check_agent_tools(agents: Mapping[str, Any], toolkits: Mapping[str, object])
                     f"(declared: {', '.join(sorted(agents))})"
                 )
 
+
+MAX_SUB_AGENT_DEPTH: Final[int] = 4
+"""How deep sub-agents may nest: a conversation this many levels down
+(`ConversationOptions.sub_agent_depth`) starts no sub-agent (`sub_agent_failed`)."""
 
 SUB_AGENT_FAILED: Final[str] = "sub_agent_failed"
 """The `Failure` kind of a call whose sub-agent ended without a final output."""

@@ -215,6 +215,10 @@ class ConversationOptions(BaseModel):
             output. Sub-agents run with it (an agent tool's call is
             answered when the sub-agent is done). Default False: such a
             reply waits for the next user message.
+        sub_agent_depth: How many agent-tool calls started this conversation
+            (0: a client did; a sub-agent's is its parent's + 1). At
+            `durable_tools.agent_tools.MAX_SUB_AGENT_DEPTH` its own agent
+            tools' calls are refused (`sub_agent_failed`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -235,6 +239,7 @@ class ConversationOptions(BaseModel):
     messages_supersede: MessagesSupersede = "deciders"
     budget: Budget | None = None
     finish_on_reply: bool = False
+    sub_agent_depth: int = Field(default=0, ge=0)
 
 
 class RunningSubAgent(BaseModel):

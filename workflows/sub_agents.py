@@ -4,6 +4,9 @@ An agent tool (`durable_tools.agent_tools.agent_tool`) is a signal tool whose
 plan carries a `RunAgent` action. `SubAgents.run` answers such a call exactly
 once (DESIGN.md invariant 1):
 
+0. **Depth.** A conversation that is itself a sub-agent
+   `MAX_SUB_AGENT_DEPTH` levels deep (`ConversationOptions.sub_agent_depth`)
+   answers the call `sub_agent_failed`: a model cannot nest agents without end.
 1. **Budget.** The conversation's spend is checked as before a model call
    (`BudgetCheck.before_sub_agent`); when it does not fit, the call waits in
    state `budget_exceeded` until `raise_budget`, a new user message (the call
@@ -53,7 +56,12 @@ from durable_tools.workflows.waits import MOVED, Moved
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools._wire import PlannedCall, conversation_input
-    from durable_tools.agent_tools import SUB_AGENT_FAILED, sub_agent_result, sub_agent_workflow_id
+    from durable_tools.agent_tools import (
+        MAX_SUB_AGENT_DEPTH,
+        SUB_AGENT_FAILED,
+        sub_agent_result,
+        sub_agent_workflow_id,
+    )
     from durable_tools.conversation import (
         AgentConfig,
         ConversationOptions,
@@ -161,6 +169,14 @@ class SubAgents:
                 `cancelled`, is recorded first).
         """
         call, turn = plan.call, self._turn()
+        depth = self._options.sub_agent_depth
+        if depth >= MAX_SUB_AGENT_DEPTH:
+            reason = (
+                f"this conversation is a sub-agent {depth} levels deep, the most there may be "
+                f"({MAX_SUB_AGENT_DEPTH}); do the task without another agent"
+            )
+            calls.record(failed(call, SUB_AGENT_FAILED, reason))
+            return None
         try:
             fits = await self._budget.before_sub_agent(
                 self._agent(), turn, call.call_id, lambda: calls.move_now() or calls.superseded
@@ -180,7 +196,11 @@ class SubAgents:
             f"{parent}/{self._scope}" if self._scope else parent, turn, call.call_id
         )
         options = self._options.model_copy(
-            update={"budget": self._budget.remaining(), "finish_on_reply": True}
+            update={
+                "budget": self._budget.remaining(),
+                "finish_on_reply": True,
+                "sub_agent_depth": depth + 1,
+            }
         )
         calls.running += 1
         try:
@@ -254,7 +274,7 @@ class SubAgents:
         except ChildWorkflowError as exc:
             if workflow.cancellation_reason() is not None:
                 # This conversation is being cancelled: the SDK cancelled the
-                # child and waited for it; the call's output is `cancelled`.
+                # child and waited for it; `run` answers the call `interrupted`.
                 raise asyncio.CancelledError from None
             outcome: Ok | Failure = failed(
                 call, SUB_AGENT_FAILED, _child_error(action.agent, child_id, exc)

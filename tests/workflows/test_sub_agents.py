@@ -22,12 +22,14 @@ import pytest
 from agent_support import DESK, LEDGER_ENV, MODELS, TOOLKITS, metered, turns
 from temporalio import workflow
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from workflow_helpers import Harness, eventually, running
 
-from durable_tools.agent_tools import sub_agent_workflow_id
+from durable_tools._wire import ConversationInput
+from durable_tools.agent_tools import MAX_SUB_AGENT_DEPTH, sub_agent_workflow_id
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools.client import Conversations
@@ -163,6 +165,29 @@ async def test_a_sub_agent_cancelled_by_itself_is_a_failure_and_the_parent_goes_
     assert output.failure_kind == "sub_agent_failed"
     assert f"sub-agent 'researcher' (workflow {child}) did not finish" in output.content
     assert (await h.conversations.status(wf)).state == "idle"
+
+
+async def test_sub_agents_nest_only_so_deep(desk: Harness) -> None:
+    h = desk
+    options = ConversationOptions(sub_agent_depth=MAX_SUB_AGENT_DEPTH)
+    wf = await h.start(_ask("hello"), agent=DESK_AGENT, options=options)
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    output = _output(items, "r1")
+    assert output.failure_kind == "sub_agent_failed" and "levels deep" in output.content
+    with pytest.raises(Exception, match="not found"):
+        await h.client.get_workflow_handle(_child(wf)).describe()
+    # One level less: the child starts, one level deeper than its parent.
+    options = ConversationOptions(sub_agent_depth=MAX_SUB_AGENT_DEPTH - 1)
+    wf = await h.start(_ask("hello"), agent=DESK_AGENT, options=options)
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    assert _output(items, "r1").content == "echo: hello"
+    history = await h.client.get_workflow_handle(_child(wf)).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    child_input = pydantic_data_converter.payload_converter.from_payload(
+        started.input.payloads[0], ConversationInput
+    )
+    assert child_input.options.sub_agent_depth == MAX_SUB_AGENT_DEPTH
+    assert child_input.options.finish_on_reply
 
 
 async def test_hostile_arguments_are_an_input_validation_error_and_start_nothing(
