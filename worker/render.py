@@ -428,7 +428,7 @@ def render_budget(status: ConversationStatus) -> dict[str, str]:
     stop = status.budget_exceeded
     if stop is not None:
         rows["budget exceeded"] = (
-            f"turn {stop.turn}: {stop.message}; raise it with "
+            f"{stop.what_waits()}: {stop.message}; raise it with "
             "`durable-tools budget raise ID --tokens N --cost USD`, or cancel"
         )
     return rows

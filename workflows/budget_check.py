@@ -193,6 +193,8 @@ class BudgetCheck:
     ) -> bool:
         waited = False
         while (exceeded := self.check(agent, turn)) is not None:
+            if call_id is not None:
+                exceeded = exceeded.model_copy(update={"call_id": call_id})
             if self.exceeded is None or self.exceeded.message != exceeded.message:
                 if call_id is None:
                     self._view.event(
@@ -207,8 +209,7 @@ class BudgetCheck:
                         reason=exceeded.message,
                     )
                 telemetry.record_budget_exceeded(exceeded.scope, agent)
-                what = "model turn" if call_id is None else f"sub-agent call {call_id!r} of turn"
-                workflow.logger.info("%s %d waits: %s", what, turn, exceeded.message)
+                workflow.logger.info("%s waits: %s", exceeded.what_waits(), exceeded.message)
             self.exceeded, waited, self._raised = exceeded, True, False
             self._view.state = "budget_exceeded"
             self._publish()

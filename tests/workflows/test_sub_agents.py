@@ -270,6 +270,8 @@ async def test_the_budget_stops_the_sub_agent_before_it_starts_and_a_raise_resum
         pending.budget_exceeded.message
     )
     assert pending.sub_agents == []
+    assert pending.budget_exceeded.call_id == "r1"
+    assert pending.budget_exceeded.what_waits() == "sub-agent call 'r1' (turn 1)"
     with pytest.raises(Exception, match="not found"):  # nothing started
         await h.client.get_workflow_handle(_child(wf)).describe()
     await h.conversations.raise_budget(wf, max_tokens=10_000, requested_by="ops")

@@ -148,7 +148,7 @@ def items_of(pending: PendingState) -> list[InboxItem]:
         items.append(_model_failed_item(pending.model_failed))
     stop = pending.budget_exceeded
     if stop is not None:
-        summary = f"model turn {stop.turn} waits: {stop.message}"
+        summary = f"{stop.what_waits()} waits: {stop.message}"
         items.append(InboxItem(kind="budget_exceeded", summary=summary, requested_at=stop.since))
     items += [
         InboxItem(
