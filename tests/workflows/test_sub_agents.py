@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from agent_support import DESK, LEDGER_ENV, MODELS, TOOLKITS, metered, turns
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import CancelledError
@@ -425,3 +426,39 @@ async def test_an_embedded_loop_runs_its_sub_agent_under_its_namespace(
         assert description.parent_id == wid
         items = await Conversations(client, task_queue=task_queue).history(child)
         assert _output(items, "w1").content.startswith('{"city"')
+
+
+async def test_a_new_worker_takes_over_a_parent_whose_child_waits_and_starts_no_second_child(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    agents = {
+        "desk": Agent(model="metered", toolkit="desk"),
+        "researcher": Agent(model="metered", toolkit="tests"),
+    }
+    models = {"metered": ScriptedModel(metered)}
+    child_script = turns([("f1", "refund", {"order": "o1", "amount": 5})])
+    async with running(dev_env, task_queue, ledger, models=models, agents=agents) as first:
+        wf = await first.start(_ask(child_script), agent=DESK_AGENT)
+        first.started.remove(wf)  # it outlives this worker
+        child = _child(wf)
+        approval = await first.wait_approval(child, "f1")
+    # The first worker is gone (its cache with it); a new one replays both histories.
+    async with running(dev_env, task_queue, ledger, models=models, agents=agents) as second:
+        second.started.append(wf)
+        await second.conversations.approve(
+            child, "f1", arguments_hash=approval.arguments_hash, decided_by="ana"
+        )
+        items = await second.wait_assistant_text(wf, "done (metered)")
+        assert _output(items, "r1").content == "done (metered)"
+    history = await dev_env.client.get_workflow_handle(wf).fetch_history()
+    starts = [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    ]
+    assert len(starts) == 1
+    assert not [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
