@@ -9,6 +9,7 @@ sandbox (no I/O at import). The durable loop lives in `workflows/`, the I/O in
 
 from __future__ import annotations
 
+from durable_tools.agent_tools import AgentTool, agent_tool
 from durable_tools.approvals import (
     ApprovalPlan,
     Decision,
@@ -70,6 +71,7 @@ from durable_tools.signals import (
     Handoff,
     Pause,
     Reply,
+    RunAgent,
     SignalAction,
     Sleep,
     finish_tool,
@@ -108,6 +110,7 @@ from durable_tools.transcript import (
 )
 
 __all__ = [
+    "AgentTool",
     "AnyTool",
     "ApprovalContext",
     "ApprovalPlan",
@@ -141,6 +144,7 @@ __all__ = [
     "ResumeRejected",
     "RetryPolicy",
     "RetryRejected",
+    "RunAgent",
     "Schema",
     "SchemaViolation",
     "SignalAction",
@@ -163,6 +167,7 @@ __all__ = [
     "TranscriptItem",
     "TranscriptUnavailable",
     "UserMessage",
+    "agent_tool",
     "append_turn",
     "arguments_hash",
     "call_digest",

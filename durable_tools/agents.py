@@ -68,6 +68,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
+from durable_tools.agent_tools import check_agent_tools
 from durable_tools.budgets import Budget
 from durable_tools.context import ContextPolicy, check_policy
 from durable_tools.conversation import AgentConfig, MessagesSupersede
@@ -411,7 +412,9 @@ def check_agents(
             `scripted:FILE`, its own or an allowed one) that is not
             registered while offline models are not allowed; or one of its
             context policies (its own or an allowed one) names a custom
-            strategy not in `context_strategies` (`check_policy`).
+            strategy not in `context_strategies` (`check_policy`); or its
+            toolkit has an agent tool (`agent_tool`) running an agent the
+            worker does not declare.
     """
     for name, agent in agents.items():
         if not isinstance(agent, Agent):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -433,3 +436,4 @@ def check_agents(
         for name, agent in agents.items():
             for policy in (agent.context, *agent.allow.contexts):
                 check_policy(policy, context_strategies, f"agent {name!r}")
+    check_agent_tools(agents, toolkits)

@@ -160,8 +160,11 @@ class BudgetExceeded(BaseModel):
         spent: What the scope spent so far.
         message: One line: what was spent, the limit, the estimate of the
             next call.
-        turn: The model turn that waits (from 1).
+        turn: The model turn that waits (from 1); for an agent tool's call,
+            the turn the call belongs to.
         since: When the conversation started waiting (workflow time, UTC).
+        call_id: The agent tool's call whose sub-agent waits to start
+            (`None`: a model call waits).
     """
 
     scope: Literal["conversation", "agent"]
@@ -171,6 +174,13 @@ class BudgetExceeded(BaseModel):
     message: str
     turn: int
     since: datetime
+    call_id: str | None = None
+
+    def what_waits(self) -> str:
+        """`model turn 3` or `sub-agent call 'r1' (turn 3)`: what the stop holds back."""
+        if self.call_id is None:
+            return f"model turn {self.turn}"
+        return f"sub-agent call {self.call_id!r} (turn {self.turn})"
 
 
 class BudgetRaise(BaseModel):

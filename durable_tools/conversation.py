@@ -67,6 +67,7 @@ __all__ = [
     "Resume",
     "RetryRequest",
     "RunSpan",
+    "RunningSubAgent",
     "SendMessage",
     "TranscriptPage",
     "TranscriptSlice",
@@ -209,6 +210,15 @@ class ConversationOptions(BaseModel):
             loop stops ahead of a model call and waits in state
             `budget_exceeded` (docs/policies.md, "Budgets"). Default `None`:
             no limit (an agent's own `Agent.budget` still applies).
+        finish_on_reply: End the conversation (status `finished`) when the
+            model replies with text and no tool call; the text is the
+            output. Sub-agents run with it (an agent tool's call is
+            answered when the sub-agent is done). Default False: such a
+            reply waits for the next user message.
+        sub_agent_depth: How many agent-tool calls started this conversation
+            (0: a client did; a sub-agent's is its parent's + 1). At
+            `durable_tools.agent_tools.MAX_SUB_AGENT_DEPTH` its own agent
+            tools' calls are refused (`sub_agent_failed`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -228,6 +238,29 @@ class ConversationOptions(BaseModel):
     version_check_interval: float | None = Field(default=3600.0, ge=1.0)
     messages_supersede: MessagesSupersede = "deciders"
     budget: Budget | None = None
+    finish_on_reply: bool = False
+    sub_agent_depth: int = Field(default=0, ge=0)
+
+
+class RunningSubAgent(BaseModel):
+    """A tool call that runs a sub-agent (an agent tool) as a child conversation.
+
+    Its approvals and questions are the child's: decide them with the
+    child's workflow id (`Conversations.approve(workflow_id, ...)`).
+
+    Attributes:
+        call_id: The parent's tool call.
+        tool: The agent tool's name.
+        agent: The agent it runs.
+        workflow_id: The child conversation's workflow id.
+        started_at: When the child was started (workflow time, UTC).
+    """
+
+    call_id: str
+    tool: str
+    agent: str
+    workflow_id: str
+    started_at: datetime
 
 
 class PendingApproval(BaseModel):
@@ -351,6 +384,9 @@ class PendingState(BaseModel):
             `"deciders"` from workers before it.
         grants: The conversation's grants (`durable_tools.grants`): who
             approved which later calls, when, and the calls they ran.
+        sub_agents: Calls that run a sub-agent now, with the child
+            conversation's workflow id, where the sub-agent's own approvals
+            and questions wait.
     """
 
     approvals: list[PendingApproval] = Field(default_factory=list[PendingApproval])
@@ -361,6 +397,7 @@ class PendingState(BaseModel):
     rejected: list[RejectedDecision] = Field(default_factory=list[RejectedDecision])
     messages_supersede: MessagesSupersede = "deciders"
     grants: list[Grant] = Field(default_factory=list[Grant])
+    sub_agents: list[RunningSubAgent] = Field(default_factory=list[RunningSubAgent])
 
 
 class Answer(BaseModel):

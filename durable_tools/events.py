@@ -118,6 +118,8 @@ EventKind = Literal[
     "policy_reevaluated",
     "question_asked",
     "question_answered",
+    "sub_agent_started",
+    "sub_agent_finished",
     "conversation_finished",
 ]
 
@@ -169,6 +171,9 @@ class ConversationEvent(BaseModel):
             `tool_call_finished` of a call a policy denied; the active
             verdict on `policy_disagreement` (absent: the tool's own
             `needs_approval` decided).
+        workflow_id: The child conversation's workflow id
+            (`sub_agent_started`, `sub_agent_finished`: a call of an agent
+            tool runs a sub-agent there).
         candidate: On `policy_disagreement` (shadow mode): the candidate
             policy's verdict (absent: the tool's own `needs_approval`
             would have decided); `outcome` is then `ACTIVE -> CANDIDATE`
@@ -204,6 +209,7 @@ class ConversationEvent(BaseModel):
     answer_schema: dict[str, Any] | None = None
     policy: PolicyVerdict | None = None
     candidate: PolicyVerdict | None = None
+    workflow_id: str | None = None
 
     @model_serializer(mode="wrap")
     def _without_nones(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

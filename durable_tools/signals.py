@@ -10,6 +10,7 @@ loop carries it out inside workflow code, so handlers must be deterministic
 | `pause` | `Pause` | waits for a `resume` message |
 | `handoff` | `Handoff` | continues under another agent configuration |
 | `finish` | `Finish` | ends the conversation with a structured final output |
+| `agent_tool(...)` | `RunAgent` | runs a sub-agent as a child workflow; its output answers |
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "Handoff",
     "Pause",
     "Reply",
+    "RunAgent",
     "SignalAction",
     "Sleep",
     "finish_tool",
@@ -107,7 +109,27 @@ class Reply(BaseModel):
     value: Any = None
 
 
-SignalAction = Annotated[Sleep | Pause | Handoff | Finish | Reply, Field(discriminator="action")]
+class RunAgent(BaseModel):
+    """Run another agent as a sub-agent; its final output answers the call.
+
+    The durable loop runs it as a child conversation (`workflows/sub_agents.py`):
+    a child `AgentWorkflow` whose first user message is `message`.
+
+    Attributes:
+        agent: The name of a declared agent (`App(agents=...)`), or of an
+            agent configuration the conversation knows.
+        message: The task, the sub-agent's first user message.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    action: Literal["agent"] = "agent"
+    agent: str
+    message: str
+
+
+SignalAction = Annotated[
+    Sleep | Pause | Handoff | Finish | Reply | RunAgent, Field(discriminator="action")
+]
 """What a signal tool asks the loop to do, discriminated by `action`."""
 
 

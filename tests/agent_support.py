@@ -24,6 +24,7 @@ from durable_tools import (
     ToolContext,
     Toolkit,
     UserMessage,
+    agent_tool,
     finish_tool,
     handoff_tool,
     interaction_tool,
@@ -412,7 +413,14 @@ MODELS = {
     "specialist-model": ScriptedModel(directed),
     "slow-model": ScriptedModel(slow_model),
 }
-TOOLKITS = {"tests": TOOLKIT, "local": LOCAL_TOOLKIT}
+# An agent whose toolkit runs another agent as a tool (workflows/sub_agents.py).
+DESK = Toolkit(
+    get_weather,
+    agent_tool("researcher", description="Research a question; give the whole question."),
+    finish_tool(),
+    label="desk",
+)
+TOOLKITS = {"tests": TOOLKIT, "local": LOCAL_TOOLKIT, "desk": DESK}
 AGENT = AgentConfig(name="main", model="directed", toolkit="tests")
 LOCAL_AGENT = AgentConfig(name="main", model="directed", toolkit="local")
 SPECIALIST = AgentConfig(

@@ -271,7 +271,8 @@ class Follower:
             status = await self._status_retrying()
             if status.state == "budget_exceeded" and status.budget_exceeded:
                 stop = status.budget_exceeded
-                self._emit(f"[bold red]✗ model turn {stop.turn} waits[/]: {escape(stop.message)}")
+                waits = escape(stop.what_waits())
+                self._emit(f"[bold red]✗ {waits} waits[/]: {escape(stop.message)}")
                 return Followed(outcome="budget_exceeded")
         elif kind == "turn_finished" and not event.calls:
             status = await self._status_retrying()

@@ -196,6 +196,13 @@ def render_pending(state: PendingState) -> Group:
                 f"paused: {state.paused} (resume it: `durable-tools resume ID`, or send a message)"
             )
         )
+    for sub in state.sub_agents:
+        parts.append(
+            Text(
+                f"sub-agent: call {sub.call_id} ({sub.tool}) runs agent {sub.agent} in "
+                f"{sub.workflow_id} (its approvals: `durable-tools pending {sub.workflow_id}`)"
+            )
+        )
     failure = state.model_failed
     if failure is not None:
         parts.append(
@@ -228,7 +235,8 @@ def render_pending(state: PendingState) -> Group:
                 escape(r.call_id), escape(r.decided_by), when(r.received_at), escape(r.reason)
             )
         parts.append(table)
-    if not (state.approvals or state.interactions or state.paused is not None or failure):
+    waiting = state.approvals or state.interactions or state.sub_agents
+    if not (waiting or state.paused is not None or failure):
         parts.insert(0, Text("nothing pending"))
     return Group(*parts)
 
@@ -421,7 +429,7 @@ def render_budget(status: ConversationStatus) -> dict[str, str]:
     stop = status.budget_exceeded
     if stop is not None:
         rows["budget exceeded"] = (
-            f"turn {stop.turn}: {stop.message}; raise it with "
+            f"{stop.what_waits()}: {stop.message}; raise it with "
             "`durable-tools budget raise ID --tokens N --cost USD`, or cancel"
         )
     return rows

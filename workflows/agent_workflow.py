@@ -47,6 +47,7 @@ from durable_tools.workflows.input_approvals import Sampler
 from durable_tools.workflows.live_policy import LivePolicy
 from durable_tools.workflows.model_turns import ModelTurns, add_usage
 from durable_tools.workflows.run_transcript import RunTranscript
+from durable_tools.workflows.sub_agents import SubAgents
 from durable_tools.workflows.turn_calls import TurnCalls, fold_outcomes
 from durable_tools.workflows.visibility import Visibility
 from durable_tools.workflows.waits import Moved, Waits
@@ -135,6 +136,7 @@ class AgentWorkflow(ConversationHandlers):
         # `run_agent` sets it before calling __init__: the loop runs inside
         # another workflow (no continue-as-new, no event stream of its own).
         self.embedded: bool = getattr(self, "embedded", False)
+        self.namespace: str = getattr(self, "namespace", "")  # `run_agent`'s, when embedded
         info = workflow.info() if workflow.in_workflow() else None  # tests build runs by hand
         self._run_key = (info.workflow_id, info.run_id) if info is not None else None
         if info is not None and not self.embedded:
@@ -169,6 +171,14 @@ class AgentWorkflow(ConversationHandlers):
             lambda: (self._agent, self._input.agents[self._agent]),
             lambda model, usage: add_usage(self._usage, model, usage),
             lambda: self._turns,
+        )
+        calls.sub_agents = SubAgents(
+            options,
+            self._budget,
+            agent=lambda: self._agent,
+            add_usage=lambda model, usage: add_usage(self._usage, model, usage),
+            turn=lambda: self._turns,
+            scope=self.namespace,
         )
         if state.turn is not None:
             restore_turn(state.turn, self._calls)
@@ -228,6 +238,8 @@ class AgentWorkflow(ConversationHandlers):
                 return self._result("finished", finish.output)
         while True:
             if not self._inbox and not self._needs_model():
+                if self._options.finish_on_reply and self._turns > 0:  # a sub-agent's reply
+                    return self._result("finished", self._last_text())
                 self._view.state = "idle"
                 self._publish()
                 now = workflow.now()

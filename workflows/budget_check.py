@@ -164,30 +164,98 @@ class BudgetCheck:
         Raises:
             asyncio.CancelledError: The conversation was cancelled while waiting.
         """
+        return await self._until_fits(agent, turn, self._waits.move_due, None)
+
+    async def before_sub_agent(
+        self, agent: str, turn: int, call_id: str, stop: Callable[[], bool]
+    ) -> bool:
+        """Wait while the conversation's spend does not let a sub-agent start.
+
+        The same check as before a model call of `agent` (`check`), made
+        before an agent tool's call starts its child conversation.
+
+        Args:
+            agent: The calling agent.
+            turn: The turn of the call.
+            call_id: The call (named in the `budget_exceeded` event).
+            stop: Ends the wait early (a move to a new run, a new message).
+
+        Returns:
+            True: the sub-agent may start. False: `stop()` held first.
+
+        Raises:
+            asyncio.CancelledError: The conversation was cancelled while waiting.
+        """
+        return await self._until_fits(agent, turn, stop, call_id)
+
+    async def _until_fits(
+        self, agent: str, turn: int, stop: Callable[[], bool], call_id: str | None
+    ) -> bool:
         waited = False
         while (exceeded := self.check(agent, turn)) is not None:
+            if call_id is not None:
+                exceeded = exceeded.model_copy(update={"call_id": call_id})
             if self.exceeded is None or self.exceeded.message != exceeded.message:
-                self._view.event("budget_exceeded", turn=turn, agent=agent, reason=exceeded.message)
+                if call_id is None:
+                    self._view.event(
+                        "budget_exceeded", turn=turn, agent=agent, reason=exceeded.message
+                    )
+                else:
+                    self._view.event(
+                        "budget_exceeded",
+                        turn=turn,
+                        agent=agent,
+                        call_id=call_id,
+                        reason=exceeded.message,
+                    )
                 telemetry.record_budget_exceeded(exceeded.scope, agent)
-                workflow.logger.info("model turn %d waits: %s", turn, exceeded.message)
+                workflow.logger.info("%s waits: %s", exceeded.what_waits(), exceeded.message)
             self.exceeded, waited, self._raised = exceeded, True, False
             self._view.state = "budget_exceeded"
             self._publish()
             try:
                 await self._waits.wait(
-                    lambda: self._waits.move_due() or self._raised,
+                    lambda: stop() or self._raised,
                     None,
                     "budget_exceeded: waiting for raise_budget or cancel",
                 )
             except asyncio.CancelledError:
                 self.exceeded = None
                 raise
-            if self._waits.move_due():
+            if stop():
+                if call_id is not None:  # the model call's run continues as new right away
+                    self.exceeded = None
+                    self._publish()
                 return False
         if waited:
             self.exceeded = None
             self._publish()
         return True
+
+    def remaining(self) -> Budget | None:
+        """What is left of the conversation's limit (`None`: it has none): a sub-agent's budget."""
+        limit, spent = self.state.conversation, self.state.spent
+        if limit is None:
+            return None
+        tokens = None if limit.max_tokens is None else max(limit.max_tokens - spent.tokens, 0)
+        cost = None if limit.max_cost_usd is None else max(limit.max_cost_usd - spent.cost_usd, 0.0)
+        return Budget(max_tokens=tokens, max_cost_usd=cost)
+
+    def record_sub_agent(self, usage: Usage | None, cost_usd: float) -> None:
+        """Add what a sub-agent spent (its `ConversationResult`) to the conversation's spend.
+
+        The estimate of the next model call (`Spend.last_tokens`) stays the
+        previous model call's: a sub-agent's whole run says nothing of it.
+        """
+        state = self.state
+        added = Spend().plus(usage, cost_usd)
+        spent = state.spent.model_copy(
+            update={
+                "tokens": state.spent.tokens + added.tokens,
+                "cost_usd": state.spent.cost_usd + added.cost_usd,
+            }
+        )
+        self.state = state.model_copy(update={"spent": spent})
 
     def raise_budget(self, request: BudgetRaise, agent: str) -> None:
         """Apply a `raise_budget` signal (already decoded and validated).

@@ -313,9 +313,13 @@ class ConversationHandlers:
     def pending(self, *_ignored: object) -> PendingState:
         """Approvals and interactions waiting, the pause reason, rejected inputs."""
         pending = self._book.pending_state(self._signal_waits.paused, self._model.failed)
-        if self._budget.exceeded is None:
+        sub_agents = self._calls.sub_agents
+        running = list(sub_agents.running.values()) if sub_agents is not None else []
+        if self._budget.exceeded is None and not running:
             return pending
-        return pending.model_copy(update={"budget_exceeded": self._budget.exceeded})
+        return pending.model_copy(
+            update={"budget_exceeded": self._budget.exceeded, "sub_agents": running}
+        )
 
     @workflow.query(name="status")
     def status(self, *_ignored: object) -> ConversationStatus:

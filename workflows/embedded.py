@@ -150,6 +150,7 @@ async def run_agent(
     # registers an event stream (handlers) of its own on the calling workflow.
     loop = AgentWorkflow.__new__(AgentWorkflow)
     loop.embedded = True
+    loop.namespace = namespace  # in its sub-agents' workflow ids: two loops never collide
     loop.__init__(conversation)  # pyright: ignore[reportUnknownMemberType]
     _register(loop, namespace)
     try:

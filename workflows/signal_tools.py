@@ -1,9 +1,10 @@
-"""Signal tools, carried out by the loop: sleep, pause, handoff, finish, reply.
+"""Signal tools, carried out by the loop: sleep, pause, handoff, finish, reply, agent tools.
 
 A signal tool's run returns an action (`durable_tools.signals`) instead of a
 value; `interpret` carries it out in the workflow: a durable timer for
 `Sleep`, a durable wait for `resume` for `Pause`, the next agent for
-`Handoff`, the end of the conversation for `Finish`. `SignalWaits` holds
+`Handoff`, the end of the conversation for `Finish`, a sub-agent for
+`RunAgent` (`sub_agents`). `SignalWaits` holds
 what the turn's signal tools wait on (the pause, its `resume`, the sleeps),
 which the `status` and `pending` queries read and continue-as-new carries.
 """
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from durable_tools.workflows.sub_agents import SubAgents
 from durable_tools.workflows.visibility import SENDER_EVENTS_PATCH, Visibility
 from durable_tools.workflows.waits import MOVED, Moved, Waits, seconds_text
 
@@ -28,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.events import MAX_EVENT_TEXT
     from durable_tools.handler_input import clean_sender
     from durable_tools.results import Failure, Ok, ToolCall, failed
-    from durable_tools.signals import Finish, Handoff, Pause, Reply, Sleep
+    from durable_tools.signals import Finish, Handoff, Pause, Reply, RunAgent, Sleep
 
 __all__ = ["SignalToolCalls", "SignalWaits", "handoff_result", "interpret"]
 
@@ -90,6 +92,9 @@ class SignalToolCalls(Protocol):
     superseded_by: str
     moving: bool
     finishing: bool
+    running: int
+    started: set[str]
+    sub_agents: SubAgents | None
 
     def move_now(self) -> bool:
         """Whether the turn's waits move to a new run now."""
@@ -209,6 +214,12 @@ async def interpret(
         return action
     elif isinstance(action, Reply):
         calls.record(Ok(call_id=call.call_id, tool=call.name, value=action.value))
+    elif isinstance(action, RunAgent):
+        if calls.sub_agents is None:
+            reason = "agent tools need a conversation workflow to run their sub-agents"
+            calls.record(failed(call, "execution_error", reason))
+            return None
+        return await calls.sub_agents.run(calls, plan, action, agents)
     else:
         calls.record(failed(call, "execution_error", "signal tool produced no action"))
     return None

@@ -29,6 +29,7 @@ from durable_tools.workflows.handler_inputs import cancellation
 from durable_tools.workflows.input_rounds import InputRounds
 from durable_tools.workflows.run_transcript import RunTranscript
 from durable_tools.workflows.signal_tools import SignalWaits, interpret
+from durable_tools.workflows.sub_agents import SubAgents
 from durable_tools.workflows.task_polls import TaskPolls
 from durable_tools.workflows.tool_activity import activity_failure, run_tool_activity
 from durable_tools.workflows.visibility import Visibility, calls_state
@@ -126,6 +127,8 @@ class TurnCalls:
         # Called once a turn's waits are registered (`LivePolicy.registered`).
         self.on_registered: Callable[[], None] | None = None
         self.tasks = TaskPolls(self, self.inputs, view.event)
+        # The workflow sets it (it holds the budget): runs agent tools' sub-agents.
+        self.sub_agents: SubAgents | None = None
 
     def _set_state(self, state: str) -> None:
         self.view.state = state

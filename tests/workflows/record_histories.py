@@ -55,10 +55,14 @@ from scenario_support import (  # noqa: E402
 )
 from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client, WorkflowFailureError  # noqa: E402
+from temporalio.service import RPCError  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
+from durable_tools.agent_tools import sub_agent_workflow_id  # noqa: E402
+from durable_tools.budgets import Budget  # noqa: E402
 from durable_tools.client import Conversations  # noqa: E402
 from durable_tools.context import ContextPolicy, Summarize  # noqa: E402
+from durable_tools.conversation import AgentConfig  # noqa: E402
 from durable_tools.transcript import (  # noqa: E402
     AssistantMessage,
     ContextSummary,
@@ -371,6 +375,57 @@ async def local_tools(c: Conversations, wid: str) -> None:
     await c.approve(wid, "a1", arguments_hash=digest, decided_by="ana")
 
 
+DESK_AGENT = AgentConfig(name="desk", model="metered", toolkit="desk")
+RESEARCHER = AgentConfig(name="researcher", model="metered", toolkit="tests")
+
+
+async def _child_approval(c: Conversations, child: str, call_id: str) -> str:
+    """The digest of `call_id`'s approval in the sub-agent's conversation, once it exists."""
+
+    async def started() -> bool:
+        try:
+            return (await c.status(child)).turns >= 1
+        except RPCError:  # not started yet
+            return False
+
+    await until(started, f"the sub-agent {child}")
+    return await approval_digest(c, child, call_id)
+
+
+async def sub_agents(c: Conversations, wid: str) -> None:
+    """Issue 28, item 6: agents as tools. The budget (500 tokens) stops the researcher's
+    call before its child starts; `raise_budget` starts it; a refund in the child is
+    approved by the child's id; its output answers the call; a hostile call beside it
+    is an `input_validation_error`."""
+    child_script = turns(
+        [("f1", "refund", {"order": "o1", "amount": 5})], [("w1", "get_weather", {"city": "Oslo"})]
+    )
+    script = turns(
+        [("r1", "researcher", {"message": child_script}), ("r2", "researcher", {"msg": 1})]
+    )
+    options = OPTIONS.model_copy(update={"budget": Budget(max_tokens=500)})
+    await c.start(wid, agent=DESK_AGENT, handoffs=[RESEARCHER], message=script, options=options)
+
+    async def stopped() -> bool:
+        return (await c.status(wid)).state == "budget_exceeded"
+
+    await until(stopped, "budget_exceeded before the sub-agent")
+    await c.raise_budget(wid, max_tokens=100_000, requested_by="ops")
+    child = sub_agent_workflow_id(wid, 1, "r1")
+    digest = await _child_approval(c, child, "f1")
+    await c.approve(child, "f1", arguments_hash=digest, decided_by="ana")
+
+
+async def sub_agent_cancelled(c: Conversations, wid: str) -> None:
+    """Agents as tools: the parent is cancelled while its sub-agent waits for an approval;
+    the child is cancelled with it and the call's one output is `interrupted`."""
+    child_script = turns([("f1", "refund", {"order": "o1", "amount": 5})])
+    script = turns([("r1", "researcher", {"message": child_script})])
+    await c.start(wid, agent=DESK_AGENT, handoffs=[RESEARCHER], message=script, options=OPTIONS)
+    await _child_approval(c, sub_agent_workflow_id(wid, 1, "r1"), "f1")
+    await c.cancel(wid, cancelled_by="erin")
+
+
 SCENARIOS: dict[str, Scenario] = {
     f.__name__: f
     for f in (
@@ -402,6 +457,8 @@ SCENARIOS: dict[str, Scenario] = {
         policy_live_change,
         policy_by_version,
         grants_escalation,
+        sub_agents,
+        sub_agent_cancelled,
     )
 }
 

@@ -41,8 +41,10 @@ class InboxItem(BaseModel):
     """One thing a conversation waits for a person to do.
 
     Attributes:
-        kind: `approval`, `question`, `pause`, `model_failed` or
-            `budget_exceeded` (raise the budget, or cancel).
+        kind: `approval`, `question`, `pause`, `model_failed`,
+            `budget_exceeded` (raise the budget, or cancel) or `sub_agent`
+            (a call runs a sub-agent, whose approvals and questions wait in
+            its own conversation, `workflow_id`).
         call_id: The call (`""` for a pause or a model failure).
         tool: The tool name (`""` for a model failure).
         summary: A one-line summary.
@@ -64,9 +66,10 @@ class InboxItem(BaseModel):
         url: The link an MCP server asks the person to open (URL
             elicitation: shown with `host`; the answer is "done").
         host: The link's host.
+        workflow_id: The sub-agent's conversation (`sub_agent`); `""` otherwise.
     """
 
-    kind: Literal["approval", "question", "pause", "model_failed", "budget_exceeded"]
+    kind: Literal["approval", "question", "pause", "model_failed", "budget_exceeded", "sub_agent"]
     call_id: str = ""
     tool: str = ""
     summary: str = ""
@@ -83,6 +86,7 @@ class InboxItem(BaseModel):
     asks: str = ""
     url: str | None = None
     host: str | None = None
+    workflow_id: str = ""
 
 
 class WaitingConversation(BaseModel):
@@ -169,8 +173,20 @@ def items_of(pending: PendingState) -> list[InboxItem]:
         items.append(_model_failed_item(pending.model_failed))
     stop = pending.budget_exceeded
     if stop is not None:
-        summary = f"model turn {stop.turn} waits: {stop.message}"
+        summary = f"{stop.what_waits()} waits: {stop.message}"
         items.append(InboxItem(kind="budget_exceeded", summary=summary, requested_at=stop.since))
+    items += [
+        InboxItem(
+            kind="sub_agent",
+            call_id=sub.call_id,
+            tool=sub.tool,
+            summary=f"runs agent {sub.agent}: its approvals and questions wait in its own "
+            f"conversation, {sub.workflow_id}",
+            requested_at=sub.started_at,
+            workflow_id=sub.workflow_id,
+        )
+        for sub in pending.sub_agents
+    ]
     return items
 
 
