@@ -41,6 +41,7 @@ from durable_tools.model_failures import (
     ModelRetry,
     RetryRequest,
 )
+from durable_tools.policy_document import PolicyRef
 from durable_tools.policy_verdict import PolicyVerdict
 from durable_tools.transcript import Usage
 from durable_tools.transcript_pages import RunSpan, TranscriptPage, TranscriptSlice
@@ -511,6 +512,8 @@ class ConversationStatus(BaseModel):
         unanswered_messages: Once the conversation has ended (`state`
             `finished`), the user messages that arrived after the model's last
             turn; they were never given to the model. Empty before.
+        policy: The policy version a live change installed (`set_policy`):
+            name, version, who, when. `None`: the agent's own policy applies.
     """
 
     state: str
@@ -528,6 +531,7 @@ class ConversationStatus(BaseModel):
     budget: BudgetState | None = None
     budget_exceeded: BudgetExceeded | None = None
     unanswered_messages: list[SendMessage] = Field(default_factory=list[SendMessage])
+    policy: PolicyRef | None = None
 
 
 class ConversationResult(BaseModel):

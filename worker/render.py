@@ -29,6 +29,7 @@ from durable_tools.conversation import (
 )
 from durable_tools.grants import Grant, describe_scope
 from durable_tools.input_requests import InputQuestion
+from durable_tools.policy_document import PolicyRef
 from durable_tools.policy_verdict import explain_verdict
 from durable_tools.transcript import AssistantMessage, ContextSummary, TranscriptItem, UserMessage
 from durable_tools.worker.answer_fields import MAX_FIELDS, answer_fields
@@ -381,7 +382,14 @@ def render_status(workflow_id: str, status: ConversationStatus) -> Table:
     table.add_column(style="bold")
     table.add_column()
     for name, value in status.model_dump(
-        exclude={"model_failed", "usage", "unanswered_messages", "budget", "budget_exceeded"}
+        exclude={
+            "model_failed",
+            "usage",
+            "unanswered_messages",
+            "budget",
+            "budget_exceeded",
+            "policy",
+        }
     ).items():
         table.add_row(name.replace("_", " "), escape(str(value)))
     for model, usage in status.usage.items():
@@ -397,6 +405,8 @@ def render_status(workflow_id: str, status: ConversationStatus) -> Table:
         )
     for name, value in render_budget(status).items():
         table.add_row(name, escape(value))
+    if status.policy is not None:
+        table.add_row("policy", escape(describe_policy(status.policy)))
     if status.unanswered_messages:
         table.add_row("unanswered messages", escape(render_unanswered(status.unanswered_messages)))
     return table
@@ -497,3 +507,14 @@ def _grant_state(grant: Grant) -> str:
     if grant.expires_at is None:
         return "in force"
     return f"until {when(grant.expires_at)}"
+
+
+def describe_policy(policy: PolicyRef) -> str:
+    """An installed policy version in one line.
+
+    E.g. `refunds sha256:9d2c... (installed by ops-lead at 2026-11-27 00:30 UTC)`.
+    """
+    moment = policy.installed_at
+    when = f" at {moment.strftime('%Y-%m-%d %H:%M UTC')}" if moment is not None else ""
+    who = f" by {policy.installed_by}" if policy.installed_by else ""
+    return f"{policy.name} {policy.version} (installed{who}{when})"

@@ -341,6 +341,7 @@ class ConversationHandlers:
             budget=self._budget.carried()["budget"],
             budget_exceeded=self._budget.exceeded,
             unanswered_messages=list(self._inbox) if state == "finished" else [],
+            policy=installed.ref() if (installed := self._policy.installed) else None,
         )
 
     @workflow.query(name="followed")

@@ -100,3 +100,6 @@ async def test_install_releases_a_waiting_call_and_refuses_a_bad_file(
             events, _ = await conversations.retained_events(workflow_id)
             [installed] = [e for e in events if e.kind == "policy_installed"]
             assert installed.sent_by == "ops"
+        status = await cli("status", ids[0], *options)
+        assert status.exit_code == 0, status.output
+        assert f"payouts {version} (installed by ops at " in " ".join(status.stdout.split())

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
 
 from agent_support import turns
 from inbox_support import basic, csrf_token, inbox_client
-from workflow_helpers import Harness
+from workflow_helpers import Harness, eventually
 
 from durable_tools.worker.inbox.auth import Identity
 from durable_tools.worker.inbox.authz import Action, TeamAuthorizer
@@ -90,6 +91,17 @@ async def test_the_page_offers_the_policy_form_only_to_who_may_install_one(
         assert done.status_code == 303, done.text
         after = await client.get(done.headers["location"], headers=ANA)
         assert "Policy sha256:" in after.text and "installed." in after.text
+        notice = parse_qs(urlsplit(done.headers["location"]).query)["notice"][0]
+        version = notice.split()[1]  # "Policy sha256:... installed."
+
+        async def shown() -> bool:  # the meta line names the version installed, and who did
+            page_now = await client.get(page, headers=ANA)
+            return f"{version} (installed by ana at " in page_now.text
+
+        await eventually(shown, what="the installed version on the page")
+        status = await harness.conversations.status(wf)
+        assert status.policy is not None
+        assert (status.policy.version, status.policy.installed_by) == (version, "ana")
 
     outputs = await harness.wait_outputs(wf, "r1")
     assert not outputs["r1"].is_error

@@ -32,6 +32,7 @@ from durable_tools.worker.inbox.views import (
     items_of,
     version_of,
 )
+from durable_tools.worker.render import describe_policy
 
 __all__ = ["InboxReading"]
 
@@ -114,6 +115,7 @@ class InboxReading:
             grants=grant_lines(pending),
             may_set_policy=self.authorizer.may(identity, "set_policy", team),
             may_decide=self.authorizer.may(identity, "decide", team),
+            policy=describe_policy(status.policy) if status.policy is not None else "",
         )
 
     async def _event_offset(self, workflow_id: str) -> int:

@@ -146,6 +146,8 @@ class ConversationView(BaseModel):
             whether it is still in force).
         may_decide: Whether the reader may decide its calls (and so revoke
             its grants: `Authorizer.may(..., "decide", ...)`).
+        policy: The policy version a live change installed, in one line
+            (`refunds sha256:... (installed by ops-lead at ...)`); `""`: none.
         may_set_policy: Whether the reader may install a policy version in
             it (`Authorizer.may(..., "set_policy", ...)`): the page shows
             the form only then.
@@ -161,6 +163,7 @@ class ConversationView(BaseModel):
     grants: list[GrantLine] = Field(default_factory=list[GrantLine])
     may_set_policy: bool = False
     may_decide: bool = False
+    policy: str = ""
 
 
 def items_of(pending: PendingState) -> list[InboxItem]:
