@@ -14,6 +14,7 @@ disagreements of recent conversations.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -123,6 +124,9 @@ class DisagreementCount(BaseModel):
     Attributes:
         active: `policy/rule` of the active verdict (`(tool)`: the tool's own
             `needs_approval` decided; `policy/(default)`: the policy's default).
+        active_version: The active verdict's version (`sha256:...`; `""` when
+            the tool's own `needs_approval` decided): rows of two versions of
+            one policy are counted apart.
         candidate: `policy/rule` of the candidate's verdict.
         outcomes: `ACTIVE -> CANDIDATE` effects, e.g. `run -> approve(1 finance)`.
         count: Calls.
@@ -132,6 +136,7 @@ class DisagreementCount(BaseModel):
     active: str
     candidate: str
     outcomes: str
+    active_version: str = ""
     count: int = 0
     examples: list[str] = Field(default_factory=list[str])
 
@@ -158,8 +163,12 @@ class PolicyDiff(BaseModel):
         calls: Planned calls read (all of them, agreeing or not).
         disagreements: Calls on which the candidate disagreed.
         conversations_disagreeing: Conversations with at least one.
-        by_rules: Per (active rule, candidate rule, effects), most first.
+        by_rules: Per (active rule and version, candidate rule, effects),
+            most first.
         by_tool: Per tool, most first.
+        active_versions: Per active policy version (`refunds sha256:...`;
+            `(tool)` for calls no policy decided), the calls it planned,
+            agreeing or not: which version the candidate was compared with.
     """
 
     conversations: int = 0
@@ -168,6 +177,7 @@ class PolicyDiff(BaseModel):
     conversations_disagreeing: int = 0
     by_rules: list[DisagreementCount] = Field(default_factory=list[DisagreementCount])
     by_tool: list[ToolDisagreements] = Field(default_factory=list[ToolDisagreements])
+    active_versions: dict[str, int] = Field(default_factory=dict[str, int])
 
 
 def summarize_disagreements(read: Iterable[tuple[str, list[PlannedCall]]]) -> PolicyDiff:
@@ -176,21 +186,28 @@ def summarize_disagreements(read: Iterable[tuple[str, list[PlannedCall]]]) -> Po
     Rows are sorted by count (most first), then by their keys.
     """
     diff = PolicyDiff()
-    rules: dict[tuple[str, str, str], DisagreementCount] = {}
+    rules: dict[tuple[str, str, str, str], DisagreementCount] = {}
     tools: dict[str, ToolDisagreements] = {}
+    versions: Counter[str] = Counter()
     for workflow_id, plans in read:
         diff.conversations += 1
         diff.calls += len(plans)
         found = False
         for plan in plans:
+            active = plan.policy
+            versions[f"{active.policy} {active.version}" if active else "(tool)"] += 1
             if plan.shadow is None:
                 continue
             found = True
             diff.disagreements += 1
             outcomes = disagreement_text(plan.shadow)
-            key = (rule_label(plan.policy), rule_label(plan.shadow.candidate), outcomes)
+            version = active.version if active is not None else ""
+            key = (rule_label(active), rule_label(plan.shadow.candidate), outcomes, version)
             row = rules.setdefault(
-                key, DisagreementCount(active=key[0], candidate=key[1], outcomes=outcomes)
+                key,
+                DisagreementCount(
+                    active=key[0], candidate=key[1], outcomes=outcomes, active_version=version
+                ),
             )
             tool = tools.setdefault(plan.call.name, ToolDisagreements(tool=plan.call.name))
             for counted in (row, tool):
@@ -199,9 +216,11 @@ def summarize_disagreements(read: Iterable[tuple[str, list[PlannedCall]]]) -> Po
                     counted.examples.append(workflow_id)
         diff.conversations_disagreeing += found
     diff.by_rules = sorted(
-        rules.values(), key=lambda r: (-r.count, r.active, r.candidate, r.outcomes)
+        rules.values(),
+        key=lambda r: (-r.count, r.active, r.active_version, r.candidate, r.outcomes),
     )
     diff.by_tool = sorted(tools.values(), key=lambda t: (-t.count, t.tool))
+    diff.active_versions = dict(sorted(versions.items(), key=lambda v: (-v[1], v[0])))
     return diff
 
 

@@ -170,6 +170,9 @@ async def test_the_diff_counts_every_disagreement_of_100_conversations(
     assert diff.disagreements == sum(expected.values())
     assert diff.calls == sum(len(s) for s in scripts)
     assert [(t.tool, t.count) for t in diff.by_tool] == [("refund", sum(expected.values()))]
+    # Every call was planned by the active policy: the one version the candidate met.
+    assert diff.active_versions == {f"refunds {ACTIVE.version}": diff.calls}
+    assert {r.active_version for r in diff.by_rules} == {ACTIVE.version}
     disagreeing = {
         w
         for w, s in zip(ids, scripts, strict=True)
@@ -190,6 +193,9 @@ async def test_the_diff_counts_every_disagreement_of_100_conversations(
     head = f"{diff.disagreements} of {diff.calls} calls disagree, in {len(disagreeing)} of 100"
     assert head in table.stdout
     assert "refunds/small" in table.stdout and "run -> approve(1 finance)" in table.stdout
+    assert f"compared with: refunds {ACTIVE.version} ({diff.calls} calls)" in " ".join(
+        table.stdout.split()
+    )
 
 
 async def cli(*args: str) -> Result:

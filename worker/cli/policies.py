@@ -106,11 +106,15 @@ def diff_command(
         f"{diff.conversations_disagreeing} of {diff.conversations} conversations",
         soft_wrap=True,
     )
+    if diff.active_versions:
+        compared = ", ".join(f"{v} ({n} calls)" for v, n in diff.active_versions.items())
+        out.print(f"compared with: {escape(compared)}", soft_wrap=True)
     if diff.by_rules:
-        table = Table("active rule", "candidate rule", "outcomes", "calls", "e.g.")
+        table = Table("active rule", "version", "candidate rule", "outcomes", "calls", "e.g.")
         for row in diff.by_rules:
             table.add_row(
                 escape(row.active),
+                escape(row.active_version[:19] or "-"),
                 escape(row.candidate),
                 escape(row.outcomes),
                 str(row.count),
