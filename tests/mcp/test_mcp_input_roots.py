@@ -8,7 +8,9 @@ the person is asked the name only ("1 of 1"), and the roots, recorded in
 the activity's result, go back beside the person's answer with the exact
 `requestState`. A task (`survey`) that asks for the roots, alone or beside
 its question, gets them with `tasks/update` (alone: with the next poll, no
-one asked). Every history replays in the strict sandbox.
+one asked). Every history replays in the strict sandbox, and odd mixes of
+roots requests (too many, bad keys, odd `_meta`, beside an unsafe link or an
+image sampling request) end with one output and no failed workflow task.
 """
 
 from __future__ import annotations
@@ -163,3 +165,84 @@ async def test_a_task_asking_for_roots_gets_them_with_its_update(
         assert updates == [[f"roots-{task_id}"], [f"who-{task_id}"]]
     else:
         assert updates == [sorted([f"roots-{task_id}", f"who-{task_id}"])]
+
+
+ROOTS_ASK = {"method": "roots/list"}
+FORM_ASK = {
+    "method": "elicitation/create",
+    "params": {
+        "message": "Name?",
+        "requestedSchema": {"type": "object", "properties": {"n": {"type": "string"}}},
+    },
+}
+HOSTILE: list[tuple[dict[str, Any], str]] = [
+    ({f"r{i}": ROOTS_ASK for i in range(16)}, "answered"),  # the most one result may carry
+    ({f"r{i}": ROOTS_ASK for i in range(17)}, "invalid_input_request"),
+    ({"r" * 201: ROOTS_ASK}, "invalid_input_request"),
+    (
+        {"r": {"method": "roots/list", "params": {"_meta": {"x": ["\x00", 1e308, None]}}}},
+        "answered",
+    ),
+    ({"r": ROOTS_ASK, "f": FORM_ASK}, "answered"),  # the form is cancelled below
+    (
+        {
+            "r": ROOTS_ASK,
+            "u": {
+                "method": "elicitation/create",
+                "params": {
+                    "mode": "url",
+                    "message": "m",
+                    "url": "javascript:x",
+                    "elicitationId": "e",
+                },
+            },
+        },
+        "invalid_input_request",
+    ),
+    (
+        {
+            "r": ROOTS_ASK,
+            "s": {
+                "method": "sampling/createMessage",
+                "params": {
+                    "maxTokens": 5,
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": {"type": "image", "data": "AA==", "mimeType": "image/png"},
+                        }
+                    ],
+                },
+            },
+        },
+        "unsupported_input_request",
+    ),
+]
+
+
+async def test_odd_roots_requests_never_fail_a_workflow_task(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.jsonl"
+    server = stdio_test_server(log, trust_annotations=True, roots=ROOTS)
+    async with running(dev_env, task_queue, tmp_path / "l.jsonl", mcp_servers=[server]) as h:
+        for requests, expected in HOSTILE:
+            workflow_id = await h.start(_turns(("x", "notes__raw_ask", {"requests": requests})))
+            if "f" in requests:
+                asked = await question(h, workflow_id, "x", 1)
+                await h.conversations.answer(
+                    workflow_id, "x", None, arguments_hash=asked.arguments_hash, action="cancel"
+                )
+            outputs = await h.wait_outputs(workflow_id, "x")
+            handle = h.client.get_workflow_handle(workflow_id)
+            assert await failed_workflow_tasks(handle) == []
+            items = await h.conversations.history(workflow_id)
+            assert (
+                sum(
+                    1
+                    for i in items
+                    if getattr(i, "call_id", None) == "x" and hasattr(i, "is_error")
+                )
+                == 1
+            )
+            assert expected in outputs["x"].content, (list(requests)[:3], outputs["x"].content)
