@@ -54,6 +54,7 @@ __all__ = [
     "InputRequest",
     "InputRequired",
     "InputResume",
+    "ListedRoot",
     "NeedsInput",
     "SampleRequest",
     "SampledMessage",
@@ -153,37 +154,47 @@ class InputRequest(BaseModel):
     approval: Literal["", "approve"] = ""
 
 
-class InputRequired(BaseModel):
-    """A tool call's input-required result, returned by its activity to the loop.
+class ListedRoot(BaseModel):
+    """One root the worker gives a server (`McpServerConfig.roots`, as a `file://` URI).
 
     Attributes:
-        server: The MCP server that asked.
-        requests: Its input requests, in the server's order (at least one).
-        request_state: The opaque state to echo byte for byte (`None`: none
-            was sent). Never shown, logged or published.
+        uri: The root's `file://` URI.
+        name: Its name (the URI's last part).
     """
 
-    server: str
-    requests: list[InputRequest] = Field(min_length=1)
-    request_state: str | None = Field(default=None, repr=False)
+    model_config = ConfigDict(frozen=True)
+
+    uri: str
+    name: str | None = None
 
 
 class InputAnswer(BaseModel):
-    """A person's answer to one input request, or the model's to a sampling request.
+    """A person's answer to one input request, the model's to a sampling request, or the roots.
 
     Attributes:
         action: `accept` (with `content`), `decline` or `cancel`.
         content: The form's values (`accept` only), as the person sent them
             and the requested schema accepted them; the activity checks that
             MCP can carry them. `None` for a URL elicitation.
-        kind: What it answers (default `"form"`).
+        kind: What it answers (default `"form"`; `"roots"`: a roots request
+            the worker answered from the server's configuration).
         sampled: The model's completion (`kind="sampling"`).
+        roots: The roots sent (`kind="roots"`; empty when the server's
+            configuration lists none).
     """
 
     action: ElicitAction = "accept"
     content: Any = None
-    kind: InputKind = "form"
+    kind: InputKind | Literal["roots"] = "form"
     sampled: SampledReply | None = None
+    roots: list[ListedRoot] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_roots(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("roots") is None:  # answers recorded before roots look as they did
+            dumped.pop("roots", None)
+        return dumped
 
 
 class SampledReply(BaseModel):
@@ -200,6 +211,36 @@ class SampledReply(BaseModel):
     model: str
     stop_reason: str = "endTurn"
     usage: Usage | None = None
+
+
+class InputRequired(BaseModel):
+    """A tool call's input-required result, returned by its activity to the loop.
+
+    Attributes:
+        server: The MCP server that asked.
+        requests: Its input requests for a person or the model, in the
+            server's order (empty only when the worker answered every
+            request itself: `answered`; the tool activity then retries the
+            call at once and never returns such a result).
+        request_state: The opaque state to echo byte for byte (`None`: none
+            was sent). Never shown, logged or published.
+        answered: Answers the worker gave without anyone deciding, by
+            request key: the server's configured roots for its roots
+            requests (`roots/list`). The loop sends them with the round's
+            other answers.
+    """
+
+    server: str
+    requests: list[InputRequest] = Field(default_factory=list[InputRequest])
+    request_state: str | None = Field(default=None, repr=False)
+    answered: dict[str, InputAnswer] = Field(default_factory=dict[str, InputAnswer])
+
+    @model_serializer(mode="wrap")
+    def _without_answered(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if not dumped.get("answered"):  # results without roots look as they did
+            dumped.pop("answered", None)
+        return dumped
 
 
 class SampleRequest(BaseModel):

@@ -7,7 +7,9 @@ question of the call (a `PendingInteraction` with `input_request` set, in
 the requested schema), checks each answer strictly against that schema (as
 interaction tools' answers are, by `DecisionBook.answer_problem`), then
 retries the call in a new activity with the answers and the server's exact
-`requestState`. No activity runs while a person decides, so no worker slot
+`requestState`. Roots requests are not asked: the activity answered them
+from the server's configuration (`InputRequired.answered`), and those
+answers go back with the person's. No activity runs while a person decides, so no worker slot
 is held and a worker lost meanwhile changes nothing.
 
 Several rounds work (at most `MAX_INPUT_ROUNDS`). A retry whose
@@ -145,7 +147,10 @@ class InputRounds:
             `MOVED` when its wait moved to the next run (`progress` holds
             where it stands).
         """
-        return await self._rounds(plan, toolkit, InputProgress(asked=asked), execute, limit)
+        # Roots requests come answered by the activity (from the server's
+        # configuration): their answers travel with the round's other answers.
+        progress = InputProgress(asked=asked, answers=dict(asked.answered))
+        return await self._rounds(plan, toolkit, progress, execute, limit)
 
     def restore(self, call_id: str, progress: InputProgress) -> None:
         """Take a call's progress carried from the previous run (`continuation.restore_turn`)."""
@@ -224,7 +229,9 @@ class InputRounds:
                     out = await execute(plan, toolkit, None)
             if not isinstance(out, InputRequired):
                 return out
-            progress = InputProgress(asked=out, round=next_round, restarted=restarted)
+            progress = InputProgress(
+                asked=out, round=next_round, restarted=restarted, answers=dict(out.answered)
+            )
 
     async def answer_request(
         self, plan: PlannedCall, question: InputQuestion, request: InputRequest, restored: bool

@@ -183,9 +183,15 @@ class TaskPolls:
         action = TaskAction(action="get", task_id=task.task_id)
         asked = task.input_required
         new = [r for r in asked.requests if r.key not in progress.answered] if asked else []
+        # Roots requests come answered from the server's configuration.
+        roots = (
+            {k: a for k, a in asked.answered.items() if k not in progress.answered} if asked else {}
+        )
         if progress.asking is None and asked is not None and new:
             round_ = progress.rounds + 1
-            asking = InputProgress(asked=asked.model_copy(update={"requests": new}), round=round_)
+            asking = InputProgress(
+                asked=asked.model_copy(update={"requests": new}), round=round_, answers=roots
+            )
             progress = progress.model_copy(update={"asking": asking, "rounds": round_})
             self.progress[call_id] = progress
         if progress.asking is not None:
@@ -212,6 +218,15 @@ class TaskPolls:
                 return MOVED
         if ends is not None and workflow.now() >= ends:
             return self._expired(plan, progress)
+        if roots:  # only roots requests: answered with this poll, no one asked
+            progress = self.progress[call_id]
+            keys = [*progress.answered, *roots]
+            self.progress[call_id] = progress.model_copy(update={"answered": keys})
+            return InputResume(
+                responses=roots,
+                round=progress.rounds,
+                task=action.model_copy(update={"action": "update"}),
+            )
         return InputResume(responses={}, task=action)
 
     async def _ask(

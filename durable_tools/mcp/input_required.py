@@ -8,9 +8,12 @@ server sends can fail that result's serialization or a workflow task
 question showing the link (`http`/`https` only: `javascript:`, `data:`,
 `file:` and links with credentials are refused); a sampling request (text
 only, bounded) a completion of the conversation's model, approved first
-unless the server's configuration says `sampling = "allow"`. A request
-the server's configuration refuses, or one the worker cannot answer (a
-roots request, a sampling request with tools or images), becomes a
+unless the server's configuration says `sampling = "allow"`. A roots
+request (`roots/list`) is answered here, at once, from the server's
+configuration (`McpServerConfig.roots`; an empty list when it lists none):
+no one decides, so it is an answer of the round (`InputRequired.answered`),
+not a question. A request the server's configuration refuses, or one the
+worker cannot answer (a sampling request with tools or images), becomes a
 `ToolFailure` the model reads.
 
 `requestState` is passed through byte for byte and never inspected or
@@ -31,12 +34,15 @@ from pydantic import ValidationError
 from durable_tools.errors import InvalidSchema
 from durable_tools.handler_input import clean_text
 from durable_tools.input_requests import (
+    InputAnswer,
     InputRequest,
     InputRequired,
     InputResume,
+    ListedRoot,
     SampledMessage,
     SamplingAsk,
 )
+from durable_tools.mcp.client_side import roots_of
 from durable_tools.mcp.config import McpServerConfig
 from durable_tools.schema import compile_schema
 from durable_tools.tools import ToolFailure
@@ -49,6 +55,7 @@ __all__ = [
     "checked_url",
     "input_required_of",
     "input_responses_of",
+    "roots_answer",
 ]
 
 MAX_REQUESTS: Final[int] = 16
@@ -237,6 +244,19 @@ def _form_request(
     )
 
 
+def roots_answer(config: McpServerConfig | None) -> InputAnswer:
+    """The answer to a roots request: the server's configured roots (none without a configuration).
+
+    A server whose configuration lists no roots was not told the client has
+    roots (the capability is not declared); if it asks anyway it gets an
+    empty list, the truth, rather than a failed call.
+    """
+    listed = roots_of(config).roots if config is not None else []
+    return InputAnswer(
+        kind="roots", roots=[ListedRoot(uri=str(root.uri), name=root.name) for root in listed]
+    )
+
+
 def input_required_of(
     server: str, result: types.InputRequiredResult, config: McpServerConfig | None = None
 ) -> InputRequired:
@@ -249,13 +269,15 @@ def input_required_of(
             `url_elicitation` settings); `None`: the defaults.
 
     Returns:
-        The checked requests (forms, links, sampling requests) and the exact
-        `requestState`.
+        The checked requests (forms, links, sampling requests), the answers
+        to its roots requests (`answered`, from the configuration) and the
+        exact `requestState`. `requests` is empty when every request was a
+        roots request.
 
     Raises:
         ToolFailure: `input_request_refused` (the configuration refuses
-            it), `unsupported_input_request` (a roots request, a sampling
-            request with tools or non-text content), `invalid_input_request`
+            it), `unsupported_input_request` (a sampling request with tools
+            or non-text content), `invalid_input_request`
             (no requests, too many, a bad key, schema, link, sampling
             request or state).
     """
@@ -268,6 +290,7 @@ def input_required_of(
     if state is not None and (len(state) > MAX_STATE_CHARS or not _encodable(state)):
         raise _unusable(server, "a requestState that cannot be kept (too long or not UTF-8)")
     checked: list[InputRequest] = []
+    answered: dict[str, InputAnswer] = {}
     for key, request in requests.items():
         if not key or len(key) > _MAX_KEY_CHARS or not _encodable(key):
             raise _unusable(server, "an input request key that cannot be kept")
@@ -275,9 +298,9 @@ def input_required_of(
             checked.append(_form_request(server, key, request, config))
         elif isinstance(request, types.CreateMessageRequest):
             checked.append(_sampling_request(server, key, request, config))
-        else:
-            raise _unsupported(server, "its roots inside an input-required result")
-    return InputRequired(server=server, requests=checked, request_state=state)
+        else:  # a roots request (`roots/list`): the SDK's union has no other arm
+            answered[key] = roots_answer(config)
+    return InputRequired(server=server, requests=checked, request_state=state, answered=answered)
 
 
 def input_responses_of(server: str, resume: InputResume) -> dict[str, Any]:
@@ -289,7 +312,8 @@ def input_responses_of(server: str, resume: InputResume) -> dict[str, Any]:
 
     Returns:
         `ElicitResult`s by request key (`content` only with `accept`; none
-        for a URL elicitation), `CreateMessageResult`s for sampling requests.
+        for a URL elicitation), `CreateMessageResult`s for sampling requests,
+        `ListRootsResult`s for roots requests.
 
     Raises:
         ToolFailure: `invalid_input_response`: an answer MCP cannot carry
@@ -298,6 +322,9 @@ def input_responses_of(server: str, resume: InputResume) -> dict[str, Any]:
     """
     responses: dict[str, Any] = {}
     for key, answer in resume.responses.items():
+        if answer.kind == "roots":
+            responses[key] = _roots_result(server, answer)
+            continue
         sampled = answer.sampled
         if answer.kind == "sampling" and sampled is not None:
             responses[key] = types.CreateMessageResult(
@@ -322,3 +349,18 @@ def input_responses_of(server: str, resume: InputResume) -> dict[str, Any]:
                 "values must be strings, numbers, booleans, lists of strings or null",
             ) from None
     return responses
+
+
+def _roots_result(server: str, answer: InputAnswer) -> types.ListRootsResult:
+    try:
+        return types.ListRootsResult(
+            roots=[
+                types.Root.model_validate({"uri": root.uri, "name": root.name})
+                for root in answer.roots or []
+            ]
+        )
+    except ValidationError:  # recorded from a configuration that checks them: not expected
+        raise ToolFailure(
+            "invalid_input_response",
+            f"the roots for MCP server {server!r} cannot be sent: each must be a file:// URI",
+        ) from None

@@ -30,6 +30,10 @@ lists their tools and exposes each as a dynamic tool named `prefix__tool`:
   loop asks a person, and a new activity retries the call with the answers
   and the exact `requestState` (`ToolContext.resume`); a refused
   `requestState` is Failure `request_state_rejected` (`STATE_REJECTED`).
+  Roots requests are answered from the configuration: a round of roots
+  requests only is retried at once in the activity (at most
+  `MAX_INPUT_ROUNDS` times); beside a person's questions, their answers
+  travel with the round (`InputRequired.answered`).
 * **Connections** are pooled: one `McpConnection` per server per worker
   process (see `durable_tools.mcp.connection`).
 * **Changes**: a server's `tools/list_changed` marks it stale; `refresh()`
@@ -53,7 +57,7 @@ from mcp.shared.exceptions import MCPError
 from durable_tools.constructors import dynamic_tool
 from durable_tools.descriptor import ToolAnnotations
 from durable_tools.errors import ConfigurationError, DurableToolsError
-from durable_tools.input_requests import STATE_REJECTED, NeedsInput
+from durable_tools.input_requests import MAX_INPUT_ROUNDS, STATE_REJECTED, InputResume, NeedsInput
 from durable_tools.mcp.config import McpServerConfig, check_unique_names
 from durable_tools.mcp.connection import (
     CallTimedOut,
@@ -291,24 +295,37 @@ def mcp_tool(connection: McpConnection, spec: types.Tool, policy: McpPolicy | No
         loop = asyncio.get_running_loop()
         deadline = loop.time() + call_timeout
         result = await send(responses, state, call_timeout)
-        for retried in range(_STATE_ONLY_RETRIES + 1):
-            if not isinstance(result, types.InputRequiredResult) or result.input_requests:
-                break
-            # Only a `requestState`: the server asks to be called again with it
-            # (no person involved), after a short backoff, as the SDK's driver does.
-            if retried == _STATE_ONLY_RETRIES or loop.time() >= deadline:
-                raise ToolFailure(
-                    "invalid_input_request",
-                    f"MCP server {server_name!r} kept asking to be called again "
-                    f"({retried + 1} times) without asking for anything",
-                )
-            await asyncio.sleep(min(0.05 * 2**retried, 0.25))
-            responses, state = None, result.request_state
+        waited = roots_rounds = 0
+        while isinstance(result, types.InputRequiredResult):
+            if result.input_requests:
+                asked = input_required_of(server_name, result, config)
+                if asked.requests:  # a person or the model answers: the loop asks
+                    raise NeedsInput(asked)
+                # Only roots requests: answered from the configuration, at once.
+                roots_rounds += 1
+                if roots_rounds > MAX_INPUT_ROUNDS:
+                    raise ToolFailure(
+                        "input_rounds_exceeded",
+                        f"MCP server {server_name!r} asked for its roots more than "
+                        f"{MAX_INPUT_ROUNDS} times; the call was not completed",
+                    )
+                responses = input_responses_of(server_name, InputResume(responses=asked.answered))
+            else:
+                # Only a `requestState`: the server asks to be called again with it
+                # (no person involved), after a short backoff, as the SDK's driver does.
+                if waited == _STATE_ONLY_RETRIES or loop.time() >= deadline:
+                    raise ToolFailure(
+                        "invalid_input_request",
+                        f"MCP server {server_name!r} kept asking to be called again "
+                        f"({waited + 1} times) without asking for anything",
+                    )
+                await asyncio.sleep(min(0.05 * 2**waited, 0.25))
+                waited += 1
+                responses = None
+            state = result.request_state
             result = await send(responses, state, max(deadline - loop.time(), 0.001))
         if isinstance(result, CreateTaskResult):  # it runs as a task: the loop polls it
             result = task_of(connection, result.model_dump(by_alias=True, mode="json"), None)
-        if isinstance(result, types.InputRequiredResult):
-            raise NeedsInput(input_required_of(server_name, result, config))
         if result.is_error:
             raise ToolFailure("execution_error", _error_text(result))
         return _content_value(result)

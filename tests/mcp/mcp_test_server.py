@@ -20,7 +20,9 @@ for input in two rounds (MCP 2026-07-28 input-required results, by the
 SDK's `Resolve`/`Elicit`): the user's name, then a color; each round its
 resolver runs logs `{"event": "round", "tool": "paint", ...}` and the body,
 run once on the final retry, logs the `call` with both outcomes; `order` asks two
-questions in one round; `patience`
+questions in one round; `files` asks for the client's roots (the SDK's
+`ListRoots`), `tidy` for the user's name and the roots in one round, `nosy`
+for the roots `rounds` times (raw results, a new key each round); `patience`
 answers input-required with only a `requestState` until it was called again
 `rounds` times
 (`accept` values, or `decline`/`cancel`). `--state-ttl` (seconds, default
@@ -49,6 +51,7 @@ from mcp.server.mcpserver import (
     Context,
     Elicit,
     ElicitationResult,
+    ListRoots,
     MCPServer,
     RequestStateSecurity,
     Resolve,
@@ -381,11 +384,63 @@ async def raw_ask(requests: dict[str, Any], ctx: Context) -> str | types.InputRe
     )
 
 
+def ask_roots() -> ListRoots:
+    """A roots request (`roots/list` inside the input-required result)."""
+    log(event="round", tool="roots", ask="roots")
+    return ListRoots()
+
+
+def listed(result: types.ListRootsResult) -> list[list[str | None]]:
+    return [[str(root.uri), root.name] for root in result.roots]
+
+
+@server.tool(annotations=READ_ONLY)
+async def files(ctx: Context, roots: Annotated[types.ListRootsResult, Resolve(ask_roots)]) -> str:
+    """List the client's roots (one roots request)."""
+    log(event="call", tool="files", key=key_of(ctx), roots=listed(roots))
+    return json.dumps({"roots": listed(roots)})
+
+
+@server.tool(annotations=WRITES)
+async def tidy(
+    ctx: Context,
+    who: Annotated[ElicitationResult[Name], Resolve(ask_name)],
+    roots: Annotated[types.ListRootsResult, Resolve(ask_roots)],
+) -> str:
+    """Tidy the client's roots for the user: asks the name and the roots in one round."""
+    log(event="call", tool="tidy", key=key_of(ctx), name=outcome(who), roots=listed(roots))
+    return json.dumps({"name": outcome(who), "roots": listed(roots)})
+
+
+@server.tool(annotations=READ_ONLY)
+async def nosy(rounds: int, ctx: Context) -> str | types.InputRequiredResult:
+    """Asks for the client's roots `rounds` times (raw results, a new key each round)."""
+    seen = int(ctx.request_state or "0")
+    responses = ctx.input_responses or {}
+    log(event="round", tool="nosy", seen=seen, answered=sorted(responses))
+    if seen < rounds:
+        return types.InputRequiredResult(
+            input_requests={f"roots-{seen}": types.ListRootsRequest()},
+            request_state=str(seen + 1),
+        )
+    answer = responses.get(f"roots-{seen - 1}")
+    got = listed(answer) if isinstance(answer, types.ListRootsResult) else None
+    log(event="call", tool="nosy", key=key_of(ctx), roots=got)
+    return json.dumps({"rounds": seen, "roots": got})
+
+
 @server.tool(annotations=WRITES)
 async def survey(
-    topic: str, seconds: float = 1.0, ttl_ms: int | None = 600_000, poll_ms: int = 200
+    topic: str,
+    seconds: float = 1.0,
+    ttl_ms: int | None = 600_000,
+    poll_ms: int = 200,
+    roots: str = "",
 ) -> str:
-    """Survey `topic` for `seconds` as an MCP task; asks whose survey it is halfway."""
+    """Survey `topic` for `seconds` as an MCP task; asks whose survey it is halfway.
+
+    `roots`: `"alone"` asks for the client's roots first, `"beside"` with the question.
+    """
     raise ToolError("survey runs only as a task (task_extension.py)")
 
 

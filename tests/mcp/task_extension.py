@@ -55,6 +55,7 @@ class Task:
     result: dict[str, Any] | None = None
     requests: dict[str, Any] = field(default_factory=dict[str, Any])
     answers: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue[dict[str, Any]])
+    got: dict[str, Any] = field(default_factory=dict[str, Any])
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     runner: asyncio.Task[None] | None = None
     raw_get: dict[str, Any] | None = None
@@ -124,16 +125,31 @@ class ServerTasks(Extension):
         task.runner = asyncio.get_running_loop().create_task(self._survey(task, args, key))
         return {"resultType": "task", **{k: v for k, v in task.wire().items() if k != "resultType"}}
 
+    async def _ask(self, task: Task, requests: dict[str, Any]) -> dict[str, Any]:
+        """Ask `requests` (input_required) until `tasks/update` answered each; the answers."""
+        task.requests, task.status = dict(requests), "input_required"
+        while task.requests:
+            await task.answers.get()
+        task.status = "working"
+        return {k: task.got.get(k) for k in requests}
+
     async def _survey(self, task: Task, args: dict[str, Any], key: Any) -> None:
         topic, seconds = str(args.get("topic")), float(args.get("seconds", 1.0))
+        roots_asked = str(args.get("roots") or "")  # "", "alone" or "beside" the question
         self._log(event="call", tool="survey", task_id=task.task_id, key=key, topic=topic)
+        roots_key = f"roots-{task.task_id}"
+        roots: list[Any] | None = None
         try:
             for step in range(4):
                 await asyncio.sleep(seconds / 4)
                 task.done, task.message = step + 1.0, f"step {step + 1} of 4"
+                if step == 0 and roots_asked == "alone":
+                    got = await self._ask(task, {roots_key: {"method": "roots/list"}})
+                    roots = (got[roots_key] or {}).get("roots")
                 if step == 1:
-                    task.requests = {
-                        f"who-{task.task_id}": {
+                    who_key = f"who-{task.task_id}"
+                    requests: dict[str, Any] = {
+                        who_key: {
                             "method": "elicitation/create",
                             "params": {
                                 "mode": "form",
@@ -146,13 +162,18 @@ class ServerTasks(Extension):
                             },
                         }
                     }
-                    task.status = "input_required"
-                    answer = await task.answers.get()
-                    task.requests, task.status = {}, "working"
+                    if roots_asked == "beside":
+                        requests[roots_key] = {"method": "roots/list"}
+                    got = await self._ask(task, requests)
+                    if roots_asked == "beside":
+                        roots = (got[roots_key] or {}).get("roots")
+                    answer = got[who_key] or {}
                     content = answer.get("content") or {}
                     task.message = f"surveying for {content.get('name')}"
                     args = {**args, "who": content.get("name"), "action": answer.get("action")}
             text = f"survey of {topic} for {args.get('who')} ({args.get('action')})"
+            if roots is not None:
+                text += " in " + " ".join(str(r.get("uri")) for r in roots)
             task.result = {
                 "content": [{"type": "text", "text": text}],
                 "structuredContent": {"result": text},  # its output schema, as the SDK's
@@ -193,7 +214,8 @@ class ServerTasks(Extension):
         for request_key, answer in params.input_responses.items():
             if request_key in task.requests:
                 task.requests.pop(request_key)
-                await task.answers.put(answer if isinstance(answer, dict) else {})
+                task.got[request_key] = answer if isinstance(answer, dict) else {}
+                await task.answers.put(task.got[request_key])
         return {}
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskId) -> HandlerResult:

@@ -1,7 +1,7 @@
 """An MCP input-required result is checked on the worker before the loop sees it.
 
 What a server asks is untrusted (DESIGN.md invariant 7): requests the loop
-cannot ask yet (URL elicitation, sampling, roots) and requests it could not
+cannot ask (unsafe links, malformed sampling requests) and requests it could not
 keep (bad schemas, too many, a `requestState` that is not UTF-8) become a
 `ToolFailure` the model reads, never a result that fails to serialize. A
 result that carries only a `requestState` is retried within the activity.
@@ -63,7 +63,6 @@ def test_a_form_request_is_kept_with_its_schema_and_state() -> None:
             "invalid_input_request",
             "sampling request of 0 messages",
         ),
-        (types.ListRootsRequest(), "unsupported_input_request", "roots"),
         (_form({"type": "string"}), "invalid_input_request", "not an object schema"),
         (_form({"type": "object", "properties": 3}), "invalid_input_request", "invalid"),
         (_form({"type": "object", "x": "y" * 70_000}), "invalid_input_request", "bytes"),

@@ -124,3 +124,66 @@ async def test_a_question_of_an_mcp_call_moves_to_the_new_version(
         assert not failed, (builds, failed)
         replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert replayed.replay_failure is None, (builds, replayed.replay_failure)
+
+
+async def test_roots_answered_beside_a_question_move_with_it(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """`tidy` asks a name and the roots: the roots' answer, recorded on v1, is sent from v2."""
+    client = dev_env.client
+    deployment = f"agents-{uuid.uuid4().hex[:8]}"
+    v1, v2 = (WorkerDeploymentVersion(deployment_name=deployment, build_id=b) for b in ("v1", "v2"))
+    log = tmp_path / "server.jsonl"
+    server = _server(log).model_copy(update={"roots": ["/srv/data"]})
+    conversations = Conversations(client, task_queue=task_queue)
+    workflow_id = f"follow-mcp-roots-{uuid.uuid4()}"
+    options = ConversationOptions(version_check_interval=1, approval_deadline=3600)
+
+    async def asked() -> PendingInteraction:
+        async def probe() -> PendingInteraction | None:
+            pending = await conversations.pending(workflow_id)
+            return next(iter(pending.interactions), None)
+
+        return await eventually(probe, what="the question", timeout=30)
+
+    async with versioned_mcp_worker(client, task_queue, v1, server):
+        await set_current_version(dev_env, deployment, "v1")
+        handle = await conversations.start(
+            workflow_id,
+            agent=AGENT,
+            message=turns([("t", "notes__tidy", {})], [("f1", "finish", {"output": "tidied"})]),
+            options=options,
+        )
+        first = await asked()
+        # v2's configuration lists other roots: the answer recorded on v1 is what is sent.
+        other = server.model_copy(update={"roots": ["/elsewhere"]})
+        async with versioned_mcp_worker(client, task_queue, v2, other):
+            await set_current_version(dev_env, deployment, "v2")
+
+            async def moved() -> bool:
+                return "v2" in (await runs_by_build(client, workflow_id))[-1][0]
+
+            await eventually(moved, what="the run on v2", timeout=30)
+            assert (await asked()).model_dump() == first.model_dump()
+            await conversations.answer(
+                workflow_id, "t", {"name": "Gil"}, arguments_hash=first.arguments_hash
+            )
+            result = await asyncio.wait_for(handle.result(), 30)
+            items = await conversations.history(workflow_id)
+            runs = await runs_by_build(client, workflow_id)
+    assert result.status == "finished"
+    tidied: Any = json.loads(json.loads(outputs_by_id(items)["t"].content)["result"])
+    assert tidied == {"name": {"name": "Gil"}, "roots": [["file:///srv/data", "data"]]}
+    assert [builds for builds, _ in runs][:2] == [{"v1"}, {"v2"}]
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+    for builds, history in runs:
+        failed = [
+            e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]
+        assert not failed, (builds, failed)
+        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert replayed.replay_failure is None, (builds, replayed.replay_failure)
