@@ -300,7 +300,8 @@ async def set_current_version(env: WorkflowEnvironment, deployment: str, build_i
     """Make `deployment:build_id` the current Worker Deployment Version (the Temporal CLI).
 
     The version exists once a worker of it has polled: tried until it does
-    (30 s).
+    (30 s). Returns once the server says the routing change reached the
+    deployment's task queues (`routing_config_update_state`), within 30 s.
     """
     from durable_tools.worker.dev_server import find_temporal_cli
 
@@ -318,3 +319,25 @@ async def set_current_version(env: WorkflowEnvironment, deployment: str, build_i
         return process.returncode == 0
 
     await eventually(attempt, what=f"{deployment}:{build_id} current", timeout=30, interval=0.5)
+
+    # The server records the new current version at once and hands it to the
+    # task queues afterwards: a run started meanwhile may start under the old
+    # routing and, seeing the new current version at its first check, move.
+    from temporalio.api.enums.v1 import RoutingConfigUpdateState
+    from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest
+
+    async def propagated() -> bool:
+        described = await env.client.workflow_service.describe_worker_deployment(
+            DescribeWorkerDeploymentRequest(
+                namespace=env.client.namespace, deployment_name=deployment
+            )
+        )
+        info = described.worker_deployment_info
+        state = info.routing_config_update_state
+        current = info.routing_config.current_deployment_version.build_id
+        return current == build_id and state in (
+            RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_COMPLETED,
+            RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_UNSPECIFIED,  # older servers
+        )
+
+    await eventually(propagated, what=f"{deployment}:{build_id} routed", timeout=30, interval=0.1)
