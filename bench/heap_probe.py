@@ -182,7 +182,7 @@ class PoolScan:
                         break
                 by_type[name] += 1
                 if name == "(not an object)" and arena in new_arenas:
-                    raw_sites[_allocated_at(block)] += 1
+                    raw_sites[f"{size} B: {_allocated_at(block)}"] += 1
                 if arena in new_arenas:
                     holding.setdefault(arena, Counter())[name] += 1
         within: Counter[str] = Counter()  # arenas each kind of block is found in
@@ -229,8 +229,10 @@ def _allocated_at(address: int) -> str:
     get = ctypes.pythonapi._PyTraceMalloc_GetTraceback  # noqa: SLF001
     get.restype, get.argtypes = ctypes.py_object, [ctypes.c_uint, ctypes.c_size_t]
     frames = get(0, address)
+    if frames is None:
+        return "(untraced: allocated before tracing started)"
     if not frames:
-        return "(untraced)"
+        return "(no Python frame: allocated from C code, e.g. the Temporal core's threads)"
     # frames from innermost; skip the library's own frames for the ones that name a caller
     return " < ".join(f"{f.rsplit('/', 1)[-1]}:{n}" for f, n in list(frames)[:5])
 
