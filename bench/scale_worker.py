@@ -17,6 +17,17 @@ command line, `stats` (the counters) or `gc` (`gc.collect()`, then the
 counters); with `--tracemalloc`, `mark` (a snapshot) and `top` (the sites
 that grew most since). SIGTERM or SIGINT stops it.
 
+Debug aids for memory after a burst (issue 26, item 4; environment variables):
+
+- `SCALE_WORKER_POOLS=FILE`: at the first `gc` or `mark`, records the
+  pymalloc pools in use; at each later one appends to FILE (one JSON line)
+  the objects by type and what lives in the pools carved since, by arena
+  (`heap_probe.py`; with `--tracemalloc`, where each block was allocated);
+- `SCALE_WORKER_CACHE_STRINGS=keys` (or `none`): pydantic's `cache_strings`
+  for every model (its cache of decoded JSON strings keeps values otherwise);
+- `SCALE_WORKER_CLEAR_TYPE_CACHE=1`: empties CPython's type attribute cache
+  (which holds the names it looked up) before each `gc`.
+
 Usage (by `scale.py`):
     python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
         --ready-file /tmp/port
@@ -43,7 +54,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
+if os.environ.get("SCALE_WORKER_CACHE_STRINGS"):  # an experiment: see the module
+    from pydantic import BaseModel as _BaseModel
+
+    # every model defined from here on (all of durable_tools') inherits it
+    _BaseModel.model_config["cache_strings"] = os.environ["SCALE_WORKER_CACHE_STRINGS"]  # pyright: ignore[reportGeneralTypeIssues]
+
 from bare_loop import BareActivities, BareConversation, BareEchoArgs
+from heap_probe import PoolScan, object_counts
 from long_conversation import Looping
 from temporalio import activity
 from temporalio.client import Client
@@ -165,6 +183,25 @@ class _CountingActivity(ActivityInboundInterceptor):
 class _WarningCount(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         WARNINGS[f"{record.name}: {record.getMessage()[:60]}"] += 1
+
+
+HEAP_PROBE = os.environ.get("SCALE_WORKER_POOLS")
+"""A file for `heap_probe.py`'s findings (a debug aid): marks the pools in use
+at the first `gc` or `mark` command, then appends one JSON line per later one:
+Python objects by type and what lives in the pools carved since the mark."""
+POOL_SCAN = PoolScan()
+
+
+def _probe_heap() -> None:
+    """Mark, or append what survived since the mark (`HEAP_PROBE`)."""
+    if not HEAP_PROBE:
+        return
+    if POOL_SCAN.marked is None:
+        POOL_SCAN.mark()
+        return
+    line = {"objects": object_counts(), "pools": POOL_SCAN.survivors()}
+    with open(HEAP_PROBE, "a") as out:  # noqa: PTH123 (a bench's probe)
+        out.write(json.dumps(line) + "\n")
 
 
 def _grown(since: tracemalloc.Snapshot, limit: int = 15) -> list[str]:
@@ -334,7 +371,11 @@ async def main(args: argparse.Namespace) -> None:
         with contextlib.suppress(ConnectionError):
             while line := (await reader.readline()).strip():
                 if line in (b"gc", b"mark", b"top"):
+                    if os.environ.get("SCALE_WORKER_CLEAR_TYPE_CACHE"):  # see the module
+                        sys._clear_type_cache()  # pyright: ignore[reportPrivateUsage]
                     gc.collect()
+                if line in (b"gc", b"mark"):
+                    _probe_heap()
                 if line == b"mark" and tracemalloc.is_tracing():
                     marked[:] = [tracemalloc.take_snapshot()]
                 if line == b"top" and marked:
