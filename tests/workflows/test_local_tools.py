@@ -118,9 +118,19 @@ async def test_a_local_tool_call_is_one_marker_not_an_activity(harness: Harness)
     assert _local_activities(local) == ["tool.lookup_local"]
     assert _scheduled(plain) == ["model.turn", "tool.get_weather", "model.turn"]
     assert _local_activities(plain) == []
-    # The activity's 3 events (scheduled, started, completed) and the workflow
-    # task it completes (3 more) against one marker, in the same workflow task.
-    assert len(plain) - len(local) >= 4, (len(plain), len(local))
+    # The activity's 3 events (scheduled, started, completed) against one
+    # marker. Workflow task events are left out of the count: under load a
+    # slow workflow task heartbeats or two complete together, which moves
+    # them either way (a fresh-clone run once saw 26 against 24).
+    tasks = {
+        EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+    }
+    kept = [len([e for e in h if e.event_type not in tasks]) for h in (plain, local)]
+    assert kept[0] - kept[1] == 2, kept
     (marker,) = _markers(local)
     summary = pydantic_data_converter.payload_converter.from_payload(marker.user_metadata.summary)
     assert summary == "lookup_local(city='Oslo')"
