@@ -7,7 +7,6 @@ model adapter, makes its output safe to record and plans the turn's calls.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -40,7 +39,7 @@ from durable_tools.activities.activity_events import ActivityEvents
 from durable_tools.activities.call_policies import CallPolicies
 from durable_tools.activities.context_window import SummaryCheckpoint
 from durable_tools.activities.failure_log import expected_failure, mark_expected, one_line
-from durable_tools.activities.model_output import safe_turn
+from durable_tools.activities.model_output import bound_arguments, safe_turn
 from durable_tools.activities.planning import plan_calls
 from durable_tools.agents import ResolvedAgent, is_offline_model, resolve_agent
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
@@ -460,7 +459,7 @@ class ModelActivity(ActivitiesBase):
             message = await call_model(window.items)
         message, problems = safe_turn(message)
         message = _unique_call_ids(message, transcript)
-        message = _bound_arguments(message, self.max_payload_bytes or PAYLOAD_BUDGET_BYTES)
+        message = bound_arguments(message, self.max_payload_bytes or PAYLOAD_BUDGET_BYTES)
         installed = None
         if message.tool_calls:
             ids = (request.workflow_id, request.run_id)
@@ -566,31 +565,6 @@ def _unique_call_ids(
         changed |= call_id != c.call_id
         calls.append(c if call_id == c.call_id else c.model_copy(update={"call_id": call_id}))
     return message.model_copy(update={"tool_calls": tuple(calls)}) if changed else message
-
-
-def _bound_arguments(message: AssistantMessage, limit: int) -> AssistantMessage:
-    """Keep a turn's argument text under `limit` bytes by blanking the largest arguments.
-
-    The limit is Temporal's payload limit (`PAYLOAD_BUDGET_BYTES`), or the
-    worker's maximum payload size with external storage.
-
-    A blanked call keeps its id and name; its arguments become a JSON string
-    the executor rejects as `input_validation_error` with the original size.
-    """
-    sizes = sorted(
-        ((len(c.arguments.encode()), i) for i, c in enumerate(message.tool_calls)), reverse=True
-    )
-    total = sum(s for s, _ in sizes)
-    if total <= limit:
-        return message
-    calls = list(message.tool_calls)
-    for size, i in sizes:
-        if total <= limit:
-            break
-        marker = json.dumps(f"arguments of {size} bytes dropped: over the turn limit")
-        calls[i] = calls[i].model_copy(update={"arguments": marker})
-        total -= size
-    return message.model_copy(update={"tool_calls": tuple(calls)})
 
 
 def _with_notify(

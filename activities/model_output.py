@@ -27,12 +27,13 @@ or arguments that are not valid JSON as it always does.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final, cast
 
 from durable_tools.results import ToolCall
 from durable_tools.transcript import AssistantMessage
 
-__all__ = ["MAX_NAME_CHARS", "safe_text", "safe_turn"]
+__all__ = ["MAX_NAME_CHARS", "bound_arguments", "safe_text", "safe_turn"]
 
 MAX_NAME_CHARS: Final[int] = 256
 """Longest tool name or call id kept, in characters. Tool names are at most 64
@@ -167,3 +168,28 @@ def safe_turn(message: AssistantMessage) -> tuple[AssistantMessage, list[str | N
         if items != message.provider_items:
             update["provider_items"] = items
     return (message.model_copy(update=update) if update else message), problems
+
+
+def bound_arguments(message: AssistantMessage, limit: int) -> AssistantMessage:
+    """Keep a turn's argument text under `limit` bytes by blanking the largest arguments.
+
+    The limit is Temporal's payload limit (`PAYLOAD_BUDGET_BYTES`), or the
+    worker's maximum payload size with external storage.
+
+    A blanked call keeps its id and name; its arguments become a JSON string
+    the executor rejects as `input_validation_error` with the original size.
+    """
+    sizes = sorted(
+        ((len(c.arguments.encode()), i) for i, c in enumerate(message.tool_calls)), reverse=True
+    )
+    total = sum(s for s, _ in sizes)
+    if total <= limit:
+        return message
+    calls = list(message.tool_calls)
+    for size, i in sizes:
+        if total <= limit:
+            break
+        marker = json.dumps(f"arguments of {size} bytes dropped: over the turn limit")
+        calls[i] = calls[i].model_copy(update={"arguments": marker})
+        total -= size
+    return message.model_copy(update={"tool_calls": tuple(calls)})
