@@ -181,3 +181,22 @@ async def runs_by_build(client: Client, workflow_id: str) -> list[tuple[set[str]
         if not first.continued_execution_run_id:
             return runs[::-1]
         run_id = first.continued_execution_run_id
+
+
+async def replay_each_run(runs: list[tuple[set[str], WorkflowHistory]]) -> None:
+    """Assert each run (`runs_by_build`) has no failed workflow task and replays in the sandbox."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+    for builds, history in runs:
+        failed = [
+            e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]
+        assert not failed, (builds, failed)
+        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert replayed.replay_failure is None, (builds, replayed.replay_failure)

@@ -19,19 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from agent_support import AGENT, turns
-from mcp_support import runs_by_build, versioned_mcp_worker
-from temporalio.api.enums.v1 import EventType
+from mcp_support import replay_each_run, runs_by_build, versioned_mcp_worker
 from temporalio.common import WorkerDeploymentVersion
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 from workflow_helpers import eventually, outputs_by_id, set_current_version
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions, PendingInteraction
 from durable_tools.mcp import McpServerConfig
-from durable_tools.worker.plugin import sandbox_runner
-from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 KEY = "a-key-both-versions-servers-share-0123456789"
@@ -112,18 +107,7 @@ async def test_a_question_of_an_mcp_call_moves_to_the_new_version(
     assert len([r for r in rows if r["event"] == "call" and r["tool"] == "paint"]) == 1
     assert [r["state"] for r in rows if r["event"] == "round"].count(False) == 1  # no restart
     assert [builds for builds, _ in runs][:2] == [{"v1"}, {"v2"}]
-    replayer = Replayer(
-        workflows=[AgentWorkflow],
-        data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(),
-    )
-    for builds, history in runs:
-        failed = [
-            e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        ]
-        assert not failed, (builds, failed)
-        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert replayed.replay_failure is None, (builds, replayed.replay_failure)
+    await replay_each_run(runs)
 
 
 async def test_roots_answered_beside_a_question_move_with_it(
@@ -175,15 +159,4 @@ async def test_roots_answered_beside_a_question_move_with_it(
     tidied: Any = json.loads(json.loads(outputs_by_id(items)["t"].content)["result"])
     assert tidied == {"name": {"name": "Gil"}, "roots": [["file:///srv/data", "data"]]}
     assert [builds for builds, _ in runs][:2] == [{"v1"}, {"v2"}]
-    replayer = Replayer(
-        workflows=[AgentWorkflow],
-        data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(),
-    )
-    for builds, history in runs:
-        failed = [
-            e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        ]
-        assert not failed, (builds, failed)
-        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert replayed.replay_failure is None, (builds, replayed.replay_failure)
+    await replay_each_run(runs)

@@ -19,12 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_support import directed, turns
-from mcp_support import runs_by_build, versioned_mcp_worker
-from temporalio.api.enums.v1 import EventType
+from mcp_support import replay_each_run, runs_by_build, versioned_mcp_worker
 from temporalio.common import WorkerDeploymentVersion
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 from workflow_helpers import eventually, outputs_by_id, set_current_version
 
 from durable_tools.client import Conversations
@@ -33,8 +30,6 @@ from durable_tools.mcp import McpServerConfig
 from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage
-from durable_tools.worker.plugin import sandbox_runner
-from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 KEY = "a-key-both-versions-servers-share-0123456789"
@@ -117,15 +112,4 @@ async def test_a_sampling_approval_moves_to_the_new_version(
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     assert len([r for r in rows if r["event"] == "call" and r["tool"] == "poem"]) == 1
     assert [builds for builds, _ in runs][:2] == [{"v1"}, {"v2"}]
-    replayer = Replayer(
-        workflows=[AgentWorkflow],
-        data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(),
-    )
-    for builds, history in runs:
-        failed = [
-            e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        ]
-        assert not failed, (builds, failed)
-        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert replayed.replay_failure is None, (builds, replayed.replay_failure)
+    await replay_each_run(runs)

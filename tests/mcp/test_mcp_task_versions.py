@@ -19,19 +19,14 @@ from typing import Any
 
 import pytest
 from agent_support import AGENT, turns
-from mcp_support import http_test_server, runs_by_build, versioned_mcp_worker
-from temporalio.api.enums.v1 import EventType
+from mcp_support import http_test_server, replay_each_run, runs_by_build, versioned_mcp_worker
 from temporalio.common import WorkerDeploymentVersion
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 from workflow_helpers import eventually, outputs_by_id, set_current_version
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions, PendingInteraction
 from durable_tools.mcp import McpServerConfig
-from durable_tools.worker.plugin import sandbox_runner
-from durable_tools.workflows.agent_workflow import AgentWorkflow
 
 
 def _server(url: str) -> McpServerConfig:
@@ -103,18 +98,7 @@ async def test_a_task_of_an_mcp_call_moves_to_the_new_version(
     carried = runs[1][1].events[0].workflow_execution_started_event_attributes.input
     assert b"task_progress" in carried.payloads[0].data
     assert created[0]["task_id"].encode() in carried.payloads[0].data
-    replayer = Replayer(
-        workflows=[AgentWorkflow],
-        data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(),
-    )
-    for builds, history in runs:
-        failed = [
-            e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        ]
-        assert not failed, (builds, failed)
-        replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert replayed.replay_failure is None, (builds, replayed.replay_failure)
+    await replay_each_run(runs)
 
 
 def _rows(log: Path) -> list[dict[str, Any]]:
