@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -460,6 +461,40 @@ class AgentTestEnvironment:
 
         found: str = await self._until(probe, what=f"a reply in {workflow_id}", timeout=timeout)
         return found
+
+    async def skip(self, duration: timedelta, *, timeout: float = WAIT_SECONDS) -> None:
+        """Move the time-skipping server's clock `duration` forward (an approval days later).
+
+        Timers due on the way fire (approval deadlines, reminders, sleeps).
+        Before and after the skip it waits until every conversation this
+        environment started is settled: no workflow task and no activity in
+        flight, which `Conversations`' queries can't tell. The time-skipping
+        server refuses a workflow task completion that cancels a timer which
+        fired while the task was with the worker ("invalid history builder
+        state for action", temporalio/sdk-java#3088) and never sends the task
+        again: a skip while a local tool call ran, or a decision sent just
+        after one, stalled the conversation.
+
+        Args:
+            duration: How far to move the clock.
+            timeout: Bound on each wait to settle, in seconds of wall clock.
+
+        Raises:
+            TimeoutError: A conversation did not settle within `timeout`.
+        """
+        await self._settled(timeout)
+        await self.env.sleep(duration)
+        await self._settled(timeout)
+
+    async def _settled(self, timeout: float) -> None:
+        async def probe() -> bool:
+            for handle in self._handles.values():
+                raw = (await handle.describe()).raw_description
+                if raw.pending_activities or raw.HasField("pending_workflow_task"):
+                    return False
+            return True
+
+        await self._until(probe, what="the conversations to settle", timeout=timeout)
 
     async def result(
         self, workflow_id: str, *, timeout: float = WAIT_SECONDS

@@ -17,14 +17,9 @@ import httpx
 
 from durable_tools.mcp import McpServerConfig
 from durable_tools.mcp.config import McpOAuth
+from durable_tools.worker.dev_server import free_port
 
 OAUTH_SERVERS = Path(__file__).resolve().parent / "mcp" / "oauth_test_servers.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
@@ -79,7 +74,7 @@ class OAuthServers:
 @contextmanager
 def oauth_servers(tmp: Path, *extra: str) -> Iterator[OAuthServers]:
     """Start the servers on two ephemeral loopback ports; stop them on exit."""
-    as_port, rs_port = _free_port(), _free_port()
+    as_port, rs_port = free_port(), free_port()
     log = tmp / f"oauth-{rs_port}.jsonl"
     with (tmp / f"oauth-{rs_port}.stderr").open("wb") as stderr:
         process = subprocess.Popen(

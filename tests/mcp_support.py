@@ -26,6 +26,7 @@ from durable_tools.mcp import McpServerConfig, McpToolsets
 from durable_tools.models.base import ModelRequest
 from durable_tools.toolkit import compose
 from durable_tools.transcript import AssistantMessage, Usage
+from durable_tools.worker.dev_server import free_port
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow
@@ -107,9 +108,7 @@ def poet(request: ModelRequest) -> AssistantMessage:
 @contextmanager
 def http_test_server(log: Path, token_env: str) -> Iterator[str]:
     """The test server over streamable HTTP on 127.0.0.1 (token from `token_env`); its URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, str(TEST_SERVER), "http", "--port", str(port)]
         + ["--token-env", token_env, "--log", str(log)],

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import shutil
 import socket
 import sys
@@ -77,19 +78,55 @@ def find_temporal_cli() -> str:
     )
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The range the OS takes outgoing connections' local ports from (Linux's default)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on `host` a moment ago (the OS picks it)."""
+    """A TCP port that was free on `host` a moment ago, outside the ephemeral range.
+
+    A port the OS picks (`bind(host, 0)`) comes from the ephemeral range, the
+    one every outgoing connection on the machine also takes its local port
+    from: between this call and the server binding it, a connection (the dev
+    server's own services dial each other as it starts) can take it, and the
+    server exits with "address already in use". So pick at random from the
+    ports below that range (from 10000), checking each is free; only if 100
+    picks are all taken fall back to the OS's choice.
+
+    Returns:
+        The port number.
+    """
+    low, _ = _ephemeral_range()
+    if low > 10_000 + 1_000:
+        chooser = random.SystemRandom()
+        for _ in range(100):
+            port = chooser.randrange(10_000, low)
+            if not port_in_use(host, port, reuse=False):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
-def port_in_use(host: str, port: int) -> bool:
-    """Whether something listens on `host:port` already (a quick bind attempt)."""
+def port_in_use(host: str, port: int, *, reuse: bool = True) -> bool:
+    """Whether `host:port` is taken already (a quick bind attempt).
+
+    Args:
+        host: The address to bind.
+        port: The port.
+        reuse: Bind with `SO_REUSEADDR`, so a port left in TIME_WAIT by a
+            server that just stopped counts as free (default); `False`
+            counts any use, a connection's too.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # SO_REUSEADDR: a port left in TIME_WAIT by a server that just stopped is free.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -241,7 +278,7 @@ class DevServer:
             if process is not None and process.returncode is not None:
                 raise DevServerError(
                     f"the Temporal dev server exited with code {process.returncode}"
-                    f"{self._log_tail()}"
+                    f"{self._last_message()}{self._log_tail()}"
                 )
             remaining = max(deadline - time.monotonic(), 0.1)
             try:
@@ -266,6 +303,18 @@ class DevServer:
             await writer.wait_closed()
         client = await Client.connect(self.address)
         await client.count_workflows()
+
+    def _last_message(self) -> str:
+        """` (<reason>; log: <path>)` from the log's last line (its JSON `message`), or `""`."""
+        if self._log_path is None or not self._log_path.is_file():
+            return ""
+        lines = self._log_path.read_text(errors="replace").strip().splitlines()
+        if not lines:
+            return ""
+        last = lines[-1].strip()
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            last = str(json.loads(last).get("message") or last)
+        return f" ({last[:300]}; log: {self._log_path})"
 
     def _log_tail(self, lines: int = 8) -> str:
         if self._log_path is None or not self._log_path.is_file():  # not /dev/stderr

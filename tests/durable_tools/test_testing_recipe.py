@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from durable_tools import Toolkit, tool
+from durable_tools import RetryPolicy, ToolContext, Toolkit, tool
 from durable_tools.conversation import ConversationOptions
 from durable_tools.storage import LocalFileStorageDriver, PayloadStorage
 from durable_tools.testing import AgentTestEnvironment, ScriptedModel, call
@@ -82,6 +83,55 @@ async def test_denial_reaches_the_model_and_timers_skip(time_env: WorkflowEnviro
         result = await env.result(chat, timeout=30)
         assert result.status == "idle_timeout"
     assert REFUNDS == []
+
+
+ATTEMPTS: list[int] = []
+
+
+@tool(local=True, timeout=5, retry=RetryPolicy(max_attempts=3, initial_interval=0.05))
+async def flaky_stock(order_id: str, ctx: ToolContext) -> str:
+    """Check the stock; fails its first two attempts (a local tool).
+
+    Args:
+        order_id: The order id.
+    """
+    ATTEMPTS.append(ctx.attempt)
+    if ctx.attempt < 3:
+        raise ConnectionError("stock service busy")
+    return f"{order_id} in stock"
+
+
+async def test_an_approval_two_days_later_beside_a_local_tool(
+    time_env: WorkflowEnvironment,
+) -> None:
+    """`skip` moves the clock while a local tool call retries in the same turn."""
+    REFUNDS.clear()
+    ATTEMPTS.clear()
+    model = ScriptedModel(
+        [
+            [
+                call("c1", "refund", order_id="A-3", amount_cents=7),
+                call("c2", "flaky_stock", order_id="A-3"),
+            ],
+            "Refunded, and it is in stock.",
+        ]
+    )
+    async with AgentTestEnvironment.start(
+        toolkit=Toolkit(refund, flaky_stock), model=model, env=time_env
+    ) as env:
+        chat = await env.start_conversation("Refund A-3")
+        (approval,) = (await env.wait_for_pending(chat)).approvals
+        before = await time_env.get_current_time()
+        await env.skip(timedelta(days=2))
+        assert await time_env.get_current_time() - before >= timedelta(days=2)
+        # Two days is inside the approval's 7-day deadline: still waiting.
+        assert [a.call_id for a in (await env.conversations.pending(chat)).approvals] == ["c1"]
+        await env.approve(chat, approval)
+        assert await env.wait_for_reply(chat) == "Refunded, and it is in stock."
+        outputs = await env.tool_outputs(chat)
+    assert outputs["c2"].content == "A-3 in stock"
+    assert ATTEMPTS == [1, 2, 3]
+    assert REFUNDS == [{"order_id": "A-3", "amount_cents": 7}]
 
 
 async def test_missing_server_binary_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,6 +31,7 @@ from workflow_helpers import Harness, running
 from durable_tools.events import ConversationEvent
 from durable_tools.mcp import McpServerConfig
 from durable_tools.transcript import ToolCallOutput
+from durable_tools.worker.dev_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EVERYTHING = REPO / "node_modules" / ".bin" / "mcp-server-everything"
@@ -119,9 +120,7 @@ def _everything() -> Path:
 @contextmanager
 def _everything_over_http() -> Iterator[str]:
     """server-everything over streamable HTTP on a free port of 127.0.0.1; its URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    port = free_port()
     process = subprocess.Popen(
         [str(_everything()), "streamableHttp"],
         env={**os.environ, "PORT": str(port)},

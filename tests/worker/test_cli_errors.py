@@ -17,7 +17,7 @@ import pytest
 from cli_process import cli
 from temporalio.testing import WorkflowEnvironment
 
-from durable_tools.worker.dev_server import DevServer, free_port, port_in_use
+from durable_tools.worker.dev_server import DevServer, DevServerError, free_port, port_in_use
 
 
 def closed_address() -> str:
@@ -178,3 +178,35 @@ async def test_dev_with_its_inbox_port_taken_is_one_line_and_stops_its_server(
     )
     assert done.code == 2
     assert not port_in_use("127.0.0.1", port), "dev left its Temporal server running"
+
+
+async def test_a_dev_server_that_exits_names_its_reason_and_log(tmp_path: Path) -> None:
+    """The CI run that found it printed only "exited with code 1": the reason
+    (the server's FATAL line, its JSON `message`) and where the log is were
+    in a file nobody was told about."""
+    fake = tmp_path / "temporal"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'echo \'{"level":"FATAL","message":"listen tcp 127.0.0.1:1: '
+        "bind: address already in use\"}'\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    log = tmp_path / "server.log"
+    server = DevServer(executable=str(fake), port=free_port(), headless=True, log_path=log)
+    with pytest.raises(DevServerError) as raised:
+        await server.start()
+    first = str(raised.value).splitlines()[0]
+    assert first.startswith("the Temporal dev server exited with code 1 (")
+    assert "bind: address already in use" in first
+    assert f"log: {log}" in first
+
+
+def test_free_ports_come_from_below_the_ephemeral_range() -> None:
+    """Outgoing connections take their local ports from the ephemeral range; a
+    port picked there was taken by one before the dev server's Web UI bound it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(10_000 <= port < low for port in ports), ports
+    assert len(ports) > 1
+    assert not any(port_in_use("127.0.0.1", port, reuse=False) for port in ports)

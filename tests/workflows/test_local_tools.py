@@ -29,7 +29,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
-from workflow_helpers import Harness, outputs_by_id, running
+from workflow_helpers import Harness, outputs_by_id, quiet, running
 
 from durable_tools._wire import LOCAL_RESULT_BYTES
 from durable_tools.transcript import TranscriptItem, is_reconciled
@@ -221,7 +221,16 @@ async def test_local_tools_run_on_the_time_skipping_server_too(
         )
         workflow_id = await harness.start(script, agent=LOCAL_AGENT)
         approval = await harness.wait_approval(workflow_id, "a1")
+        # The skip starts and ends with the run settled (t1's local activity
+        # done, no workflow task with the worker): the time-skipping server
+        # refuses a completion that cancels a timer which fired during the
+        # task ("invalid history builder state for action",
+        # temporalio/sdk-java#3088) and never sends the task again. A CI run
+        # skipped while t1 was retrying and the run stalled.
+        await harness.wait_outputs(workflow_id, "t1")
+        await quiet(harness.handles[workflow_id])
         await time_env.sleep(timedelta(days=2))
+        await quiet(harness.handles[workflow_id])
         await harness.conversations.approve(
             workflow_id, "a1", arguments_hash=approval.arguments_hash, decided_by="ana"
         )
