@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from durable_tools.activities.policy_activity import PolicyActivity
 from durable_tools.activities.sampling_activity import SamplingActivity
+from durable_tools.activities.sub_agent_activity import SubAgentActivity
 from durable_tools.activities.tool_activity import ToolActivity
 
 __all__ = ["AgentActivities"]
 
 
-class AgentActivities(SamplingActivity, PolicyActivity, ToolActivity):
+class AgentActivities(SamplingActivity, PolicyActivity, SubAgentActivity, ToolActivity):
     """Activities bound to the toolkits and model adapters of one worker.
 
     Args:

@@ -277,6 +277,7 @@ class DurableToolsPlugin(SimplePlugin):
                 self.agent_activities.tool_call,
                 self.agent_activities.model_sample,
                 self.agent_activities.policy_reevaluate,
+                self.agent_activities.sub_agent_spend,
                 self.verifier.verify_decision,
                 self.webhooks.deliver_webhook,
             ],

@@ -32,7 +32,11 @@ once (DESIGN.md invariant 1):
    terminated or timed out) is a `Failure` of kind `sub_agent_failed` whose
    reason says how, for the model to act on. The child's usage and cost
    (`ConversationResult.usage`, `cost_usd`, recorded in the parent's
-   history as the child's result) join the parent's. The parent cancelled:
+   history as the child's result) join the parent's; a child with no
+   result (failed, cancelled, terminated, timed out) is read by the
+   activity `sub_agent.spend-v1` (its `status` query), recorded too, so a
+   sub-agent that spent and was terminated is not free (runs recorded
+   before the `sub-agent-failed-spend` patch did not read it). The parent cancelled:
    the child is cancelled (the SDK waits for its cancellation to complete)
    and the call's one output is `interrupted` (it started: the sub-agent
    may have taken effect), naming the child; cancelled before its child
@@ -43,11 +47,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, Protocol
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 from durable_tools.workflows.budget_check import BudgetCheck
 from durable_tools.workflows.handler_inputs import cancellation
@@ -55,6 +60,12 @@ from durable_tools.workflows.visibility import Visibility
 from durable_tools.workflows.waits import MOVED, Moved
 
 with workflow.unsafe.imports_passed_through():
+    from durable_tools._sub_agent_wire import (
+        SUB_AGENT_SPEND_ACTIVITY,
+        SUB_AGENT_SPEND_PATCH,
+        SubAgentSpend,
+        SubAgentSpendRead,
+    )
     from durable_tools._wire import PlannedCall, conversation_input
     from durable_tools.agent_tools import (
         MAX_SUB_AGENT_DEPTH,
@@ -76,6 +87,9 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.transcript import Usage
 
 __all__ = ["SubAgentCalls", "SubAgents"]
+
+SPEND_READ_TIMEOUT = 45.0
+"""Seconds one attempt of `sub_agent.spend-v1` may take (its query has 30 s)."""
 
 
 def _child_error(agent: str, workflow_id: str, exc: ChildWorkflowError) -> str:
@@ -276,15 +290,16 @@ class SubAgents:
                 # This conversation is being cancelled: the SDK cancelled the
                 # child and waited for it; `run` answers the call `interrupted`.
                 raise asyncio.CancelledError from None
-            outcome: Ok | Failure = failed(
-                call, SUB_AGENT_FAILED, _child_error(action.agent, child_id, exc)
-            )
+            reason = _child_error(action.agent, child_id, exc)
+            if workflow.patched(SUB_AGENT_SPEND_PATCH):
+                spend = await self._read_spend(child_id)
+                if spend is None:
+                    reason += "; what it spent could not be read and is not counted"
+                else:
+                    self._count(spend.usage, spend.cost_usd)
+            outcome: Ok | Failure = failed(call, SUB_AGENT_FAILED, reason)
         else:
-            total: Usage | None = None
-            for model, usage in result.usage.items():
-                self._add_usage(model, usage)
-                total = usage if total is None else total + usage
-            self._budget.record_sub_agent(total, result.cost_usd)
+            self._count(result.usage, result.cost_usd)
             outcome = sub_agent_result(call, action.agent, child_id, result)
         kind = "ok" if isinstance(outcome, Ok) else outcome.kind
         calls.view.event(
@@ -297,3 +312,29 @@ class SubAgents:
             reason=outcome.reason[:MAX_EVENT_TEXT] if isinstance(outcome, Failure) else None,
         )
         calls.record(outcome)
+
+    def _count(self, usage: Mapping[str, Usage], cost_usd: float) -> None:
+        """Add a child's spend to the parent's totals per model and its budget."""
+        total: Usage | None = None
+        for model, used in usage.items():
+            self._add_usage(model, used)
+            total = used if total is None else total + used
+        self._budget.record_sub_agent(total, cost_usd)
+
+    async def _read_spend(self, child_id: str) -> SubAgentSpend | None:
+        """What a child that ended without a result spent (`sub_agent.spend-v1`); `None`: unread.
+
+        Three attempts, 1 s apart at first, each bounded by the query's own
+        timeout and a margin: the child's worker replays the closed run.
+        """
+        try:
+            return await workflow.execute_activity(
+                SUB_AGENT_SPEND_ACTIVITY,
+                SubAgentSpendRead(workflow_id=child_id),
+                result_type=SubAgentSpend,
+                start_to_close_timeout=timedelta(seconds=SPEND_READ_TIMEOUT),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"spend of {child_id}"[:200],
+            )
+        except ActivityError:
+            return None

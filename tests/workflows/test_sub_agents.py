@@ -165,7 +165,43 @@ async def test_a_sub_agent_cancelled_by_itself_is_a_failure_and_the_parent_goes_
     output = _output(items, "r1")
     assert output.failure_kind == "sub_agent_failed"
     assert f"sub-agent 'researcher' (workflow {child}) did not finish" in output.content
-    assert (await h.conversations.status(wf)).state == "idle"
+    status = await h.conversations.status(wf)
+    assert status.state == "idle"
+    # The child's one model call counts in the parent's spend, beside its own two.
+    assert status.cost_usd == pytest.approx(3 * CALL_USD)
+    assert status.budget is not None and status.budget.spent.tokens == 3 * 400
+
+
+async def test_a_terminated_sub_agents_spend_still_counts_in_the_parents(desk: Harness) -> None:
+    """A child with no result (terminated) is read by `sub_agent.spend-v1`: its
+    model calls are not free for the parent's budget."""
+    h = desk
+    child_script = turns(
+        [("w1", "get_weather", {"city": "Oslo"})], [("f1", "refund", {"order": "o1", "amount": 5})]
+    )
+    options = ConversationOptions(budget=Budget(max_tokens=100_000))
+    wf = await h.start(_ask(child_script), agent=DESK_AGENT, options=options)
+    child = _child(wf)
+    await h.wait_approval(child, "f1")  # after two model calls
+    await h.client.get_workflow_handle(child).terminate(reason="runaway")
+    items = await h.wait_assistant_text(wf, "done (metered)")
+    output = _output(items, "r1")
+    assert output.failure_kind == "sub_agent_failed"
+    assert "TerminatedError" in output.content and "not counted" not in output.content
+    status = await h.conversations.status(wf)
+    assert status.usage == {
+        "metered": Usage(input_tokens=1200, output_tokens=400, cached_input_tokens=400)
+    }
+    assert status.cost_usd == pytest.approx(4 * CALL_USD)
+    assert status.budget is not None and status.budget.spent.tokens == 4 * 400
+    events = [e async for e in h.client.get_workflow_handle(wf).fetch_history_events()]
+    reads = [
+        e
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "sub_agent.spend-v1"
+    ]
+    assert len(reads) == 1
 
 
 async def test_sub_agents_nest_only_so_deep(desk: Harness) -> None:
