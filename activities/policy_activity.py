@@ -5,7 +5,9 @@ calls that wait for approval through this activity: it plans each call
 again (`planning.plan_calls`) with the installed version in the agent's
 policy's place (loaded by version, `policy_versions.py`), the same facts
 the call's first planning saw (history counts and caller sent by the
-workflow), and returns what the version
+workflow, the transcript up to the calls' turn read again as a model turn
+reads it: a tool's own `needs_approval` sees what it saw then), and
+returns what the version
 makes of it. The result is recorded in history: a replay applies the same
 answer whatever policy the replaying worker has.
 """
@@ -60,9 +62,13 @@ class PolicyActivity(ModelActivity):
             workflow_id=request.workflow_id,
             run_id=request.run_id,
             turn=0,
-            upto=0,
+            upto=request.upto,
             team=request.team,
         )
+        # The transcript up to the calls' turn, as when they were planned: the
+        # turn's message apart, appended for `needs_approval` (plan_calls).
+        transcript = await self._transcript(turn) if request.upto else []
+        message = transcript.pop() if transcript else None
         installed = await self.installed_policy(
             request.workflow_id, request.run_id, request.policy_ref, request.policy
         )
@@ -78,7 +84,7 @@ class PolicyActivity(ModelActivity):
             policies = self._call_policies(
                 agent,
                 turn,
-                [],
+                transcript,
                 history=(dict(calls), request.ran),
                 caller=request.caller,
                 installed=installed,
@@ -86,7 +92,8 @@ class PolicyActivity(ModelActivity):
             [plan] = plan_calls(
                 toolkit,
                 [call],
-                [],
+                transcript,
+                message=message,
                 max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
                 policies=policies,
             )

@@ -48,6 +48,11 @@ class Reevaluation(BaseModel):
         turn: The names of every call of the calls' turn, in order.
         positions: Each waiting call's index in `turn` (the calls before it
             count in its `history.calls`, as when it was planned).
+        upto: How many transcript items, conversation-wide, up to and
+            including the calls' turn: the transcript a tool's own
+            `needs_approval` and the rules saw when the calls were planned,
+            read again by the worker. 0: none (inputs recorded before it was
+            sent: `needs_approval` saw an empty transcript).
     """
 
     workflow_id: str
@@ -63,6 +68,7 @@ class Reevaluation(BaseModel):
     ran: dict[str, int] = Field(default_factory=dict[str, int])
     turn: list[str] = Field(default_factory=list[str])
     positions: list[int] = Field(default_factory=list[int])
+    upto: int = Field(default=0, ge=0)
 
 
 class Reevaluated(BaseModel):

@@ -186,11 +186,14 @@ class LivePolicy:
         prior_calls, prior_ok = self._calls.prior_counts()
         earlier: Counter[str] = Counter(prior_calls)
         ran: Counter[str] = Counter(prior_ok)
-        caller = ""
-        for item in self._calls.transcript_items():
+        caller, upto = "", 0
+        for index, item in enumerate(self._calls.transcript_items()):
             if isinstance(item, AssistantMessage):
                 if any(c.call_id in waiting_set for c in item.tool_calls):
-                    break  # the waiting calls' turn: what follows came after it
+                    # The waiting calls' turn: what follows came after it. The
+                    # tools' own `needs_approval` reads the transcript up to it.
+                    upto = self._calls.transcript_base() + index + 1
+                    break
                 earlier.update(c.name for c in item.tool_calls)
             elif isinstance(item, ToolCallOutput) and not item.is_error:
                 ran[item.tool] += 1
@@ -210,6 +213,7 @@ class LivePolicy:
             ran=dict(ran),
             turn=[plans[c].call.name for c in order],
             positions=[order.index(c) for c in waiting],
+            upto=upto,
         )
 
     async def _reevaluate(self, generation: int) -> None:

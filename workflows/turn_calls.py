@@ -137,6 +137,10 @@ class TurnCalls:
         """The run's transcript items (read only)."""
         return self._transcript.items
 
+    def transcript_base(self) -> int:
+        """The conversation-wide index of the run's first transcript item."""
+        return self._transcript.base
+
     def prior_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Per tool, calls and non-error outputs before the run's first item (`RunTranscript`)."""
         return dict(self._transcript.prior_calls), dict(self._transcript.prior_ok)

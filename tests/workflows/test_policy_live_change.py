@@ -14,6 +14,7 @@ later call is planned under the new version.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,9 +28,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-from workflow_helpers import eventually, outputs_by_id
+from workflow_helpers import eventually, outputs_by_id, quiet
 
-from durable_tools import ToolContext, Toolkit, tool
+from durable_tools import ApprovalContext, ToolContext, Toolkit, tool
 from durable_tools.agents import Agent
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
@@ -37,7 +38,7 @@ from durable_tools.models.base import ModelRequest
 from durable_tools.policies import Policy
 from durable_tools.policy_reads import planned_calls
 from durable_tools.testing import ScriptedModel
-from durable_tools.transcript import AssistantMessage
+from durable_tools.transcript import AssistantMessage, UserMessage
 from durable_tools.worker.plugin import DurableToolsPlugin
 
 KEY = ("k1", b"k1-secret-key-0123456789abcdef-k1")
@@ -346,3 +347,61 @@ async def test_a_reevaluation_counts_the_calls_of_runs_it_no_longer_carries(
     assert output.failure_kind == "denied"
     assert "one refund per conversation" in output.content
     assert [row["call_id"] for row in read_ledger(ledger)] == ["r1"]
+
+
+def _asked_for_care(_args: Any, ctx: ApprovalContext) -> bool:
+    """A tool's own rule that reads the transcript: gated when the user asked for care."""
+    return any(isinstance(i, UserMessage) and "careful" in i.text for i in ctx.transcript)
+
+
+@tool(needs_approval=_asked_for_care)
+async def transfer(account: str, ctx: ToolContext) -> str:
+    """Move money to an account.
+
+    Args:
+        account: The account.
+    """
+    record({"tool": "transfer", "call_id": ctx.call_id, "account": account})
+    return f"moved to {account}"
+
+
+REFUNDS_ONLY = """
+name: refunds-only
+rules:
+  - {id: refunds, when: 'tool == "refund"', outcome: approve, groups: [finance]}
+"""
+
+
+async def test_a_tools_own_rule_reads_the_same_transcript_when_decided_again(
+    dev_env: WorkflowEnvironment, task_queue: str, ledger: Path
+) -> None:
+    """A version that does not decide a waiting call falls back to its tool's own
+    `needs_approval`, which must see the transcript it saw at planning. It saw an
+    empty one, and released a call the user had asked to be careful with."""
+    workflow_id = f"live-own-{uuid.uuid4().hex[:8]}"
+    plugin = DurableToolsPlugin(
+        toolkits={"bank": Toolkit(transfer, refund, label="bank")},
+        models={"directed": ScriptedModel(directed)},
+        agents={"bank": Agent(model="directed", toolkit="bank")},
+    )
+    client = Client(**{**dev_env.client.config(), "plugins": [plugin]})
+    async with Worker(client, task_queue=task_queue):
+        conversations = Conversations(client, task_queue=task_queue)
+        script = json.loads(turns([("t1", "transfer", {"account": "DE-1"})]))
+        message = json.dumps({**script, "note": "be careful with my money"})
+        await conversations.start(workflow_id, agent=AgentConfig(name="bank"), message=message)
+        [waiting] = await approvals(conversations, workflow_id, 1)
+        assert waiting.call_id == "t1" and waiting.policy is None  # the tool's own rule
+        await conversations.set_policy(workflow_id, REFUNDS_ONLY, installed_by="ops-lead")
+
+        async def decided_again() -> Any:
+            events, _ = await conversations.retained_events(workflow_id)
+            found = [e for e in events if e.kind == "policy_reevaluated" and e.call_id == "t1"]
+            return found[0] if found else None
+
+        event = await eventually(decided_again, what="the re-evaluation's answer")
+        await quiet(client.get_workflow_handle(workflow_id))
+        pending = await conversations.pending(workflow_id)
+        assert [a.call_id for a in pending.approvals] == ["t1"]  # still gated
+        assert read_ledger(ledger) == []
+        assert event.outcome is not None and not event.outcome.endswith("-> run"), event.outcome
