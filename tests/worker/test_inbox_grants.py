@@ -59,6 +59,44 @@ async def test_the_form_grants_by_the_fields_named(
         assert (grant.granted_by, grant.uses) == ("ana", ["r2"])
 
 
+async def test_the_form_sets_how_long_a_grant_lasts_and_refuses_a_bad_length(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    async with running(dev_env, task_queue, tmp_path / "ledger.jsonl") as harness:
+        wf = await harness.start(SCRIPT, options=ConversationOptions(idle_timeout=60))
+        first = await harness.wait_approval(wf, "r1")
+        async with inbox_client(harness) as client:
+            page = await client.get(f"/conversations/{wf}", headers=ANA)
+            assert 'name="grant_for"' in page.text and '<option value="86400">1 day' in page.text
+            token = await csrf_token(client, ANA)
+            form = {
+                CSRF_FIELD: token,
+                "call_id": "r1",
+                "arguments_hash": first.arguments_hash,
+                "decision": "approve",
+                "grant": "1",
+                "grant_fields": "order",
+            }
+            url = f"/conversations/{wf}/decide"
+            for bad in ("soon", "-5", "nan", "inf", "1e12"):
+                refused = await client.post(url, data={**form, "grant_for": bad}, headers=ANA)
+                assert refused.status_code == 422, (bad, refused.status_code)
+                assert "grant" in refused.text
+            assert [a.call_id for a in (await harness.conversations.pending(wf)).approvals] == [
+                "r1"
+            ]
+            sent = await client.post(url, data={**form, "grant_for": "86400"}, headers=ANA)
+            assert sent.status_code in (200, 303), sent.text
+            await harness.wait_approval(wf, "r3")  # r2 ran by the grant; B-2 waits
+            page = await client.get(f"/conversations/{wf}", headers=ANA)
+            assert "; until " in page.text
+        [grant] = (await harness.conversations.pending(wf)).grants
+        assert grant.scope == GrantScope(
+            tool="refund", arguments={"/order": "A-1"}, expires_after=86400.0
+        )
+        assert grant.expires_at is not None and grant.uses == ["r2"]
+
+
 async def test_the_api_takes_a_grant_and_refuses_a_hostile_one(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:

@@ -228,10 +228,16 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
         reason: Annotated[str, Form()] = "",
         grant: Annotated[str, Form()] = "",
         grant_fields: Annotated[str, Form()] = "",
+        grant_for: Annotated[str, Form()] = "",
     ) -> Response:
         _form_checked(request, who, csrf)
         if decision not in ("approve", "deny"):
             conflict = Conflict("not_waiting", "Choose Approve or Deny.")
+            return await _conversation_page(request, who, workflow_id, conflict=conflict)
+        try:  # seconds; the scope's own bounds are checked with the rest of it
+            expires_after = float(grant_for) if grant_for.strip() else None
+        except ValueError:
+            conflict = Conflict("invalid_grant", "Choose how long the grant lasts.")
             return await _conversation_page(request, who, workflow_id, conflict=conflict)
         decide = state.service.decide(
             workflow_id,
@@ -242,6 +248,7 @@ def add_page_routes(app: FastAPI, state: State, templates: Jinja2Templates) -> N
             reason=reason.strip(),
             # "for the rest of this conversation": the named fields' values must match
             grant=grant_fields.split(",") if grant and decision == "approve" else None,
+            grant_for=expires_after,
         )
         verb = "Approved" if decision == "approve" else "Denied"
         return await _act(

@@ -130,9 +130,14 @@ async def send_decision(
 
 
 def grant_of(
-    grant: GrantScope | Sequence[str], current: PendingApproval | PendingInteraction | None
+    grant: GrantScope | Sequence[str],
+    current: PendingApproval | PendingInteraction | None,
+    expires_after: float | None = None,
 ) -> GrantScope:
     """The scope to send: `grant` as given, or the pending call's values of the named fields.
+
+    `expires_after` (seconds) goes with named fields only: a `GrantScope`
+    carries its own.
 
     Raises:
         Conflict: `invalid_grant` (422): the call is not pending, a field is
@@ -162,7 +167,10 @@ def grant_of(
             )
         arguments["/" + name.replace("~", "~0").replace("/", "~1")] = value
     try:
-        return GrantScope.model_validate({"tool": current.tool, "arguments": arguments})
+        scope: dict[str, Any] = {"tool": current.tool, "arguments": arguments}
+        if expires_after is not None:
+            scope["expires_after"] = expires_after
+        return GrantScope.model_validate(scope)
     except ValidationError as exc:
         problem = "; ".join(str(e["msg"]) for e in exc.errors())
         raise Conflict("invalid_grant", f"The grant is refused: {problem}") from None
@@ -235,13 +243,16 @@ class InboxService(InboxListing, InboxRuleChanges):
         arguments_hash: str,
         reason: str = "",
         grant: GrantScope | Sequence[str] | None = None,
+        grant_for: float | None = None,
     ) -> DecisionReceipt | None:
         """Approve or deny a call, for the arguments hash the person saw.
 
         `grant`: with an approval, "for the rest of this conversation": a
         `GrantScope` (the API), or the names of top-level fields (`order`)
         whose values in the pending call later calls of its tool must share
-        (the page's form; none: every call of the tool).
+        (the page's form; none: every call of the tool). `grant_for`: with
+        field names, the seconds the grant lasts (`GrantScope.expires_after`;
+        `None`: the rest of the conversation).
 
         Sends the validated `decide_now` update. When Temporal refuses it
         with `RESOURCE_EXHAUSTED` (the workflow's 10 in-flight updates are
@@ -277,7 +288,7 @@ class InboxService(InboxListing, InboxRuleChanges):
         # Two arguments: `may_decide` is the seam deployments replace (approver groups).
         if not may_decide(identity, current or shown):
             raise Conflict("not_allowed", f"{identity.name} may not decide on call {call_id!r}")
-        scope = grant_of(grant, current) if approved and grant is not None else None
+        scope = grant_of(grant, current, grant_for) if approved and grant is not None else None
 
         def send(wait: bool) -> Awaitable[DecisionReceipt | None]:
             return send_decision(
