@@ -10,7 +10,7 @@ in); a call gated by an approval runs as a local activity once approved, on
 the time-skipping server too (an approval two days later). Every
 history replays (a local activity's failure replayed from its marker must give
 the model the `Failure` it gave live). The worker-kill test is in
-test_durability.py.
+test_worker_kills.py.
 """
 
 from __future__ import annotations
