@@ -10,7 +10,8 @@ on 127.0.0.1 and `ana` answers in the page:
 * `connect`'s link: the page shows its host and the link; *I am done
   there* reaches the server as `accept`, Decline as `decline`;
 * `poem`'s sampling request under `sampling = "approve"`: Approve lets the
-  conversation's model answer it;
+  conversation's model answer it; Deny (with a reason) ends the call
+  `denied` and the server's tool body never runs;
 * `survey`, a task that outlives its tool activity's timeout: its question
   mid-task is answered in the page and sent with `tasks/update`;
 * a server that requires OAuth (tests/mcp/oauth_test_servers.py with
@@ -234,6 +235,24 @@ async def test_a_sampling_request_is_approved_in_the_page(inbox: McpInbox) -> No
     result = json.loads(json.loads(outputs["s"].content)["result"])
     assert result == {"topic": "the sea", "poem": HAIKU, "model": "poet"}
     assert [c["text"] for c in server_log(inbox.log, "call")] == [HAIKU]
+
+
+async def test_a_sampling_request_is_denied_in_the_page_with_a_reason(inbox: McpInbox) -> None:
+    """Deny with a reason: the call ends `denied` with it, the model is never asked to
+    sample and the server's tool body never runs."""
+    page = inbox.page
+    wf = await _start(inbox, "d", "notes__poem", {"topic": "the rain"})
+    deny = page.get_by_role("button", name="Deny")
+    await _shown(inbox, wf, deny)
+    item = page.locator('li.item[data-call-id="d"]')
+    await expect(item.locator(".asks")).to_contain_text("A haiku about the rain.")
+    await item.get_by_label("Reason (the model reads it when you deny)").fill("no poems today")
+    await item.get_by_role("button", name="Deny").click()
+    await expect(page.get_by_role("status")).to_have_text("Denied call d.")
+    outputs = await inbox.harness.wait_outputs(wf, "d")
+    assert outputs["d"].failure_kind == "denied"
+    assert "no poems today" in outputs["d"].content
+    assert server_log(inbox.log, "call") == []
 
 
 async def test_a_tasks_question_is_answered_in_the_page_while_it_runs(inbox: McpInbox) -> None:
