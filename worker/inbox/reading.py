@@ -26,10 +26,13 @@ from durable_tools.worker.inbox.conflicts import (
 )
 from durable_tools.worker.inbox.feeds import EventFeeds
 from durable_tools.worker.inbox.views import (
+    RUNNING_EVENTS,
     ConversationView,
+    RunningLine,
     changes,
     grant_lines,
     items_of,
+    running_lines,
     version_of,
 )
 from durable_tools.worker.render import describe_policy
@@ -98,6 +101,11 @@ class InboxReading:
                 status = await self.conversations.status(workflow_id)
                 pending = await self.conversations.pending(workflow_id)
                 transcript = await self.conversations.history(workflow_id)
+                running: list[RunningLine] = []
+                if status.running_tools:
+                    after = max(-1, offset - RUNNING_EVENTS)
+                    events, _ = await self.conversations.retained_events(workflow_id, after=after)
+                    running = running_lines(events)
         except TimeoutError as exc:
             raise no_worker() from exc
         except RPCError as exc:
@@ -116,6 +124,7 @@ class InboxReading:
             may_set_policy=self.authorizer.may(identity, "set_policy", team),
             may_decide=self.authorizer.may(identity, "decide", team),
             policy=describe_policy(status.policy) if status.policy is not None else "",
+            running=running,
         )
 
     async def _event_offset(self, workflow_id: str) -> int:

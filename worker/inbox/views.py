@@ -17,6 +17,7 @@ from durable_tools.conversation import (
     PendingInteraction,
     PendingState,
 )
+from durable_tools.events import ConversationEvent
 from durable_tools.grants import explain_grant
 from durable_tools.input_requests import InputQuestion
 from durable_tools.transcript import TranscriptItem
@@ -109,6 +110,52 @@ class WaitingConversation(BaseModel):
     problem: str = ""
 
 
+class RunningLine(BaseModel):
+    """A tool call in flight, with its latest progress (`ConversationView.running`).
+
+    Attributes:
+        call_id: The tool call's id.
+        tool: The tool's name.
+        attempt: The attempt that runs (1-based).
+        progress: Its latest `tool_progress`, as the event's JSON text
+            (bounded by `MAX_EVENT_TEXT`); `""`: none yet.
+    """
+
+    call_id: str
+    tool: str
+    attempt: int = 1
+    progress: str = ""
+
+
+RUNNING_EVENTS = 200
+"""The most recent events the page reads for the calls in flight and their progress."""
+
+
+def running_lines(events: list[ConversationEvent]) -> list[RunningLine]:
+    """The tool calls started and not finished in `events` (in order), with their progress.
+
+    A call counts as running from its `tool_attempt_started` (or
+    `tool_progress`) until its `tool_call_finished`; a call whose start fell
+    outside the events read shows once it reports progress.
+    """
+    running: dict[str, RunningLine] = {}
+    for event in events:
+        call_id = event.call_id
+        if call_id is None:
+            continue
+        if event.kind == "tool_call_finished":
+            running.pop(call_id, None)
+        elif event.kind in ("tool_attempt_started", "tool_progress"):
+            line = running.get(call_id) or RunningLine(call_id=call_id, tool=event.tool or "")
+            attempt = event.attempt or line.attempt
+            if attempt != line.attempt:  # a new attempt restarts its progress
+                line = line.model_copy(update={"attempt": attempt, "progress": ""})
+            if event.kind == "tool_progress":
+                line = line.model_copy(update={"progress": event.text or ""})
+            running[call_id] = line
+    return list(running.values())
+
+
 class GrantLine(BaseModel):
     """One of the conversation's grants as the page shows it.
 
@@ -151,6 +198,9 @@ class ConversationView(BaseModel):
         may_set_policy: Whether the reader may install a policy version in
             it (`Authorizer.may(..., "set_policy", ...)`): the page shows
             the form only then.
+        running: The tool calls in flight and their latest progress (an MCP
+            task's status message, a tool's `emit`), from the last
+            `RUNNING_EVENTS` events; empty when `status.running_tools` is 0.
     """
 
     workflow_id: str
@@ -164,6 +214,7 @@ class ConversationView(BaseModel):
     may_set_policy: bool = False
     may_decide: bool = False
     policy: str = ""
+    running: list[RunningLine] = Field(default_factory=list[RunningLine])
 
 
 def items_of(pending: PendingState) -> list[InboxItem]:

@@ -231,7 +231,7 @@ function setupAnswerForm(form) {
 // Event kinds that change what the page shows; other kinds (new ones included) are ignored.
 const KNOWN = new Set([
   "message_received", "turn_started", "turn_finished", "model_failed", "budget_exceeded", "budget_raised",
-  "tool_call_scheduled", "tool_attempt_failed", "tool_call_finished",
+  "tool_call_scheduled", "tool_attempt_started", "tool_progress", "tool_attempt_failed", "tool_call_finished",
   "approval_requested", "approval_decided", "approval_expired", "approval_rejected",
   "approval_counted", "approval_reminder", "approval_escalated",
   "question_asked", "question_answered", "conversation_finished",
@@ -286,6 +286,9 @@ function followConversation(segment) {
         send.replaceWith(nextSend);
         document.getElementById("policy-section")?.remove();  // nor does it take a policy
       }
+      // The calls in flight and their progress: shown only, nothing to type in.
+      const ran = document.getElementById("running-region"), nextRan = fresh.getElementById("running-region");
+      if (ran && nextRan && ran.dataset.lines !== nextRan.dataset.lines) ran.replaceWith(nextRan);
       const now = document.getElementById("waiting-region"), next = fresh.getElementById("waiting-region");
       if (now && next && now.dataset.items !== next.dataset.items) {
         if (busyIn(now)) {
