@@ -423,8 +423,8 @@ async def test_the_transcript_changes_live_without_a_reload(inbox: Inbox) -> Non
 
 @pytest.mark.parametrize("inbox", [0.5], indirect=True)
 async def test_the_page_ignores_event_kinds_it_does_not_know(inbox: Inbox) -> None:
-    """Kinds added later (tool progress, text deltas) and malformed data neither break the
-    page nor redraw it; a known kind after them does."""
+    """Kinds the page does not show (model text deltas, kinds added later) and malformed
+    data neither break the page nor redraw it; a known kind after them does."""
     harness, page = inbox.harness, inbox.page
     wf = await harness.start(turns(("r1", "refund", {"order": "A-14", "amount": 6})))
     await harness.wait_approval(wf, "r1")
@@ -440,7 +440,7 @@ async def test_the_page_ignores_event_kinds_it_does_not_know(inbox: Inbox) -> No
             body = f"retry: 600000\n\nid: 8\ndata: {data}\n\n"
         else:
             body = (
-                f'retry: 100\n\nid: 6\ndata: {{"kind": "tool_progress", {at}}}\n\n'
+                f'retry: 100\n\nid: 6\ndata: {{"kind": "model_text_delta", {at}}}\n\n'
                 f'id: 7\ndata: {{"kind": "text_delta", "text": "he", {at}}}\n\n'
                 "id: 7\ndata: not json\n\n"
             )
