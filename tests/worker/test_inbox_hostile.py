@@ -49,8 +49,9 @@ _HEADER = st.sampled_from(
 )  # fmt: skip
 _FORM = st.dictionaries(
     st.sampled_from(["csrf_token", "call_id", "arguments_hash", "decision", "reason", "text",
-                     "message", "value_json", "x" * 300]),
-    st.text(max_size=200) | st.sampled_from(["\ud800", "a" * 100_000, "null", "{", "[]"]),
+                     "message", "value_json", "grant", "grant_fields", "grant_for", "x" * 300]),
+    st.text(max_size=200) | st.sampled_from(["\ud800", "a" * 100_000, "null", "{", "[]",
+                                             "nan", "-inf", "1e400", "approve"]),
     max_size=4,
 )  # fmt: skip
 
