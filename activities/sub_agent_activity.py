@@ -10,19 +10,20 @@ activity once, and records the answer (`workflows/sub_agents.py`).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Final
 
 from temporalio import activity
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.exceptions import ApplicationError
 
-from durable_tools._sub_agent_wire import SUB_AGENT_SPEND_ACTIVITY, SubAgentSpend, SubAgentSpendRead
+from durable_tools._sub_agent_wire import (
+    STATUS_QUERY_TIMEOUT,
+    SUB_AGENT_SPEND_ACTIVITY,
+    SubAgentSpend,
+    SubAgentSpendRead,
+)
 from durable_tools.conversation import ConversationStatus
 
-__all__ = ["STATUS_QUERY_TIMEOUT", "SubAgentActivity"]
-
-STATUS_QUERY_TIMEOUT: Final[float] = 30.0
-"""Seconds the child's `status` query may take (the worker replays the closed run)."""
+__all__ = ["SubAgentActivity"]
 
 
 class SubAgentActivity:

@@ -29,6 +29,12 @@ SUB_AGENT_SPEND_ACTIVITY: Final[str] = "sub_agent.spend-v1"
 SUB_AGENT_SPEND_PATCH: Final[str] = "sub-agent-failed-spend"
 """Patch id: runs recorded before it did not read a failed child's spend."""
 
+STATUS_QUERY_TIMEOUT: Final[float] = 30.0
+"""Seconds the child's `status` query may take (its worker replays the closed run)."""
+
+SPEND_READ_TIMEOUT: Final[float] = STATUS_QUERY_TIMEOUT + 15.0
+"""Seconds one attempt of the activity may take: its query, and a margin to connect."""
+
 
 class SubAgentSpendRead(BaseModel):
     """Which child to read.

@@ -61,6 +61,7 @@ from durable_tools.workflows.waits import MOVED, Moved
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools._sub_agent_wire import (
+        SPEND_READ_TIMEOUT,
         SUB_AGENT_SPEND_ACTIVITY,
         SUB_AGENT_SPEND_PATCH,
         SubAgentSpend,
@@ -87,9 +88,6 @@ with workflow.unsafe.imports_passed_through():
     from durable_tools.transcript import Usage
 
 __all__ = ["SubAgentCalls", "SubAgents"]
-
-SPEND_READ_TIMEOUT = 45.0
-"""Seconds one attempt of `sub_agent.spend-v1` may take (its query has 30 s)."""
 
 
 def _child_error(agent: str, workflow_id: str, exc: ChildWorkflowError) -> str:
