@@ -71,6 +71,7 @@ __all__ = [
     "call",
     "last_user_text",
     "outputs_since_last_turn",
+    "settled",
     "terminate_running",
 ]
 
@@ -171,6 +172,17 @@ def _test_server_binary() -> str:
             "AgentTestEnvironment's time-skipping server `temporal-test-server`", "dev-server"
         )
     return found
+
+
+async def settled(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the run has no workflow task and no activity in flight (asks the server).
+
+    `DescribeWorkflowExecution`, never the worker: a query would be answered
+    from the worker's state, which can include a workflow task the server
+    then times out and sends again.
+    """
+    raw = (await handle.describe()).raw_description
+    return not raw.pending_activities and not raw.HasField("pending_workflow_task")
 
 
 async def terminate_running(client: Client, workflow_ids: Iterable[str]) -> None:
@@ -488,11 +500,7 @@ class AgentTestEnvironment:
 
     async def _settled(self, timeout: float) -> None:
         async def probe() -> bool:
-            for handle in self._handles.values():
-                raw = (await handle.describe()).raw_description
-                if raw.pending_activities or raw.HasField("pending_workflow_task"):
-                    return False
-            return True
+            return all([await settled(handle) for handle in self._handles.values()])
 
         await self._until(probe, what="the conversations to settle", timeout=timeout)
 

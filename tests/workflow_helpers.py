@@ -44,7 +44,7 @@ from durable_tools.mcp import McpServerConfig
 from durable_tools.models.base import Model
 from durable_tools.policies import Policy
 from durable_tools.storage import PayloadStorage
-from durable_tools.testing import ScriptedModel, terminate_running
+from durable_tools.testing import ScriptedModel, settled, terminate_running
 from durable_tools.toolkit import Toolkit
 from durable_tools.transcript import AssistantMessage, ToolCallOutput, TranscriptItem
 from durable_tools.webhooks import Webhook
@@ -100,10 +100,7 @@ async def quiet(handle: WorkflowHandle[Any, Any]) -> None:
     returns, and each activity completion schedules the next task, so the run
     is quiet only once everything that followed has been done.
     """
-    while True:
-        raw = (await handle.describe()).raw_description
-        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
-            return
+    while not await settled(handle):
         await asyncio.sleep(0.05)
 
 
