@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install format lint typecheck test test-local-model conformance conformance-auth demo dist bench bench-long bench-scale bench-soak bench-schedules chromium
+.PHONY: install format lint typecheck test test-local-model conformance conformance-auth demo dist bench bench-long bench-scale bench-soak bench-schedules chromium jemalloc
 
 # constraints.txt pins what the dev extras resolve to (see its header).
 $(STAMP): pyproject.toml constraints.txt
@@ -53,11 +53,16 @@ typecheck: $(STAMP)
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 
+# The allocator `durable-tools worker` runs on where the system has it
+# (durable_tools/worker/allocator.py): Debian's libjemalloc2.
+jemalloc:
+	@/sbin/ldconfig -p | grep -q libjemalloc.so.2 || (apt-get update -qq && apt-get install -y -qq libjemalloc2)
+
 # Bytecode first: Temporal's sandbox imports workflow modules again in its
 # worker threads, and two threads compiling source at once can raise
 # "SystemError: AST constructor recursion depth mismatch" on CPython before
 # 3.11.8 (gh-106905); with the .pyc files written, nothing is compiled then.
-test: lint typecheck $(NODE_STAMP) chromium
+test: lint typecheck $(NODE_STAMP) chromium jemalloc
 	$(PY) -m compileall -q -j 0 durable_tools workflows activities worker tests bench examples >/dev/null
 	$(PY) -m pytest -q
 
@@ -83,11 +88,11 @@ bench-long: $(STAMP)
 # once, ours and bare, each on worker processes of their own (about 30
 # minutes on 2 cores; the 2,000 are measured for --window seconds, then
 # drained). `--workers 3` for three worker processes per side.
-bench-scale: $(STAMP)
+bench-scale: $(STAMP) jemalloc
 	$(PY) bench/scale.py --sizes 100,500,2000 --window 300
 
 # Issue 26, item 4: a worker's RSS over 20,000 conversations, one after another.
-bench-soak: $(STAMP)
+bench-soak: $(STAMP) jemalloc
 	$(PY) bench/soak.py --conversations 20000 --every 1000
 
 # Issue 22's acceptance property, at length: random schedules of messages,

@@ -191,6 +191,7 @@ class Phase:
     queries: Counter[str] = field(default_factory=Counter[str])
     fallback: Counter[str] = field(default_factory=Counter[str])  # queries that waited, skipped
     cache: Counter[str] = field(default_factory=Counter[str])
+    allocator: str = ""  # the first worker's malloc: jemalloc or system (allocator.py)
     heap_start: dict[str, float] = field(default_factory=dict[str, float])  # first worker's
     heap_after: dict[str, float] = field(default_factory=dict[str, float])
     grown: list[str] = field(default_factory=list[str])  # `--tracemalloc`: sites that grew
@@ -350,6 +351,7 @@ async def run_phase(
         phase.fallback = _sum(stats, "fallback")
         phase.cache = _sum(stats, "cache")
         phase.heap_after = stats[0].get("heap", {})
+        phase.allocator = stats[0].get("allocator", "")
         if args.tracemalloc:
             phase.grown = (await workers[0].ask("top"))["top"]
     finally:

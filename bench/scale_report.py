@@ -122,7 +122,8 @@ def print_details(phase: Phase) -> None:
     print(
         f"      worker CPU {phase.worker_cpu:.1f} s, server CPU {phase.server_cpu:.1f} s "
         f"({server:.2f} ms/call); RSS ready {phase.rss_ready:.0f} MB, start {phase.rss_start:.0f}, "
-        f"peak {phase.rss_peak:.0f}, after drain + gc {phase.rss_after:.0f}"
+        f"peak {phase.rss_peak:.0f}, after drain + gc {phase.rss_after:.0f}; "
+        f"allocator {phase.allocator or 'unknown'}"
     )
     if c.completed_turns:
         print(

@@ -10,7 +10,10 @@ not the bench client's. It serves one side:
 - `bare`: `bare_loop.py`'s `BareConversation` with its model activity and an
   `echo` activity that counts the same way.
 
-Both use the SDK's default worker limits and the same interceptor, which
+Ours runs on the allocator `durable-tools worker` picks (`--allocator`,
+default `auto`: jemalloc where the system has it, `allocator.py`); bare on
+the interpreter's own, as a plain Temporal worker does. Both use the SDK's
+default worker limits and the same interceptor, which
 counts activity attempts that raised, by type. Once polling, it writes to
 `--ready-file` the port of a TCP server on 127.0.0.1 that answers one JSON line per
 command line, `stats` (the counters) or `gc` (`gc.collect()`, then the
@@ -53,6 +56,8 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
+
+from durable_tools.worker.allocator import in_use
 
 if os.environ.get("SCALE_WORKER_CACHE_STRINGS"):  # an experiment: see the module
     from pydantic import BaseModel as _BaseModel
@@ -224,6 +229,10 @@ class _Mallinfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
+_STACKS = (8 << 20, 2 << 20)
+"""Sizes of thread stacks' mappings (glibc's for Python threads, Rust's), give or take a guard."""
+
+
 def _rss_by_mapping() -> dict[str, float]:
     """Resident MB per kind of mapping (/proc/self/smaps): main heap, anonymous, files."""
     kinds: Counter[str] = Counter()
@@ -239,15 +248,21 @@ def _rss_by_mapping() -> dict[str, float]:
                         kind = "rss main heap"
                     elif name.startswith("/"):
                         kind = "rss files"
+                    elif not name and start % (64 << 20) == 0:
+                        kind = "rss anonymous: glibc thread arenas"
+                    elif not name and any(abs(end - start - m) <= 1 << 16 for m in _STACKS):
+                        kind = "rss anonymous: thread stacks"
                     elif not name:
-                        kind = "rss anonymous (pymalloc, thread arenas, stacks)"
+                        kind = "rss anonymous: pymalloc and other"
                     else:
                         kind = "rss other"
                 elif head[0] == "Rss:":
                     kinds[kind] += int(head[1])
+        with open("/proc/self/status") as status:  # noqa: PTH123 (a bench's probe)
+            threads = next(int(x.split()[1]) for x in status if x.startswith("Threads:"))
     except OSError:
         return {}
-    return {k: round(v / 1024, 1) for k, v in sorted(kinds.items())}
+    return {k: round(v / 1024, 1) for k, v in sorted(kinds.items())} | {"threads": threads}
 
 
 def _pymalloc() -> dict[str, float]:
@@ -298,8 +313,36 @@ def heap() -> dict[str, float]:
             "python blocks (k)": round(sys.getallocatedblocks() / 1000, 1),
         }
         | _pymalloc()
+        | _jemalloc()
         | _rss_by_mapping()
     )
+
+
+def _jemalloc() -> dict[str, float]:
+    """The figures of jemalloc (where it is the allocator), MB: allocated, active, resident..."""
+    try:
+        mallctl = ctypes.CDLL(None).mallctl
+    except (OSError, AttributeError):
+        return {}
+    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    mallctl.argtypes += [ctypes.c_size_t]
+    epoch = ctypes.c_uint64(1)
+    mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.sizeof(epoch))
+
+    def read(name: str) -> int:
+        value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+        mallctl(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0)
+        return value.value
+
+    mb, page = 1024 * 1024, 4096
+    figures = {
+        f"jemalloc {k}": round(read(f"stats.{k}") / mb, 1)
+        for k in ("allocated", "active", "resident", "retained")
+    }
+    figures["jemalloc dirty"] = round(read("stats.arenas.4096.pdirty") * page / mb, 1)
+    figures["jemalloc muzzy"] = round(read("stats.arenas.4096.pmuzzy") * page / mb, 1)
+    figures["jemalloc background threads"] = read("stats.background_thread.num_threads")
+    return figures
 
 
 def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
@@ -326,6 +369,7 @@ def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
         "cache": cache,
         "held": held,
         "heap returns": plugin.heap_return.returns if plugin is not None else 0,
+        "allocator": in_use(),
         "heap": heap(),
     }
 
@@ -420,7 +464,17 @@ if __name__ == "__main__":
         "--tracemalloc", action="store_true", help="trace allocations (`mark`, then `top`)"
     )
     parser.add_argument("--ready-file", type=Path, required=True, help="gets the control port")
+    parser.add_argument(
+        "--allocator",
+        choices=("auto", "jemalloc", "system"),
+        default=os.environ.get("DURABLE_TOOLS_ALLOCATOR", "auto"),
+        help="ours: as `durable-tools worker --allocator` (bare keeps the system's)",
+    )
     parsed = parser.parse_args()
+    if parsed.side == "ours":  # the allocator `durable-tools worker` runs on (allocator.py)
+        from durable_tools.worker.allocator import reexec
+
+        reexec(parsed.allocator)
     if parsed.tracemalloc:
         tracemalloc.start(12)  # frames kept per allocation: enough to see who holds it
     asyncio.run(main(parsed))

@@ -191,6 +191,20 @@ class LiveRuns:
         """How many runs are registered and not collected."""
         return len(self._runs)
 
+    def open(self) -> int:
+        """How many registered runs have not ended nor continued as new.
+
+        A run that ended stays registered until the garbage collector frees
+        it (its objects are mostly cycles), which may be long after; this
+        counts only the runs still serving a conversation.
+        """
+        with self._lock:
+            return sum(
+                1
+                for key in list(self._runs.keys())
+                if key not in self._ended and key not in self._continued
+            )
+
     def holds(self, workflow_id: str) -> bool:
         """Whether a run of `workflow_id` that has not ended is registered."""
         with self._lock:

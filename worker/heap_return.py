@@ -15,15 +15,19 @@ worker, checks every `interval` seconds:
    last conversations before a quiet spell go too, without waiting for
    another activity);
 2. once runs have ended since the last return and the process holds at
-   most half the runs it held at its peak since then (`LIVE_RUNS`), collects
+   most half the open runs it held at its peak since then (`LIVE_RUNS`,
+   runs that ended and wait for collection not counted), collects
    the cyclic garbage the ended runs left (`gc.collect()`: a run's objects
    are mostly cycles, freed only by a collection, and pages freed after the
    trim would stay with the process) and then hands the freed pages back
-   (`malloc_trim(0)`, in a thread: about 1 ms per 100 MB of heap here).
+   (`malloc_trim(0)`, in a thread: about 1 ms per 100 MB of heap here; on
+   jemalloc, `durable_tools.worker.allocator`, a purge of its arenas).
 
 A worker under steady load holds as many runs as before and does not trim;
 one whose traffic fell does, once. Where the C library is not glibc (musl,
-macOS) step 2 does nothing.
+macOS) and jemalloc is not loaded, step 2 does nothing. Neither trim hands
+back a page or an arena that one live object still holds: how much comes
+back after a burst depends on the allocator (`allocator.py`).
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Final
 
 from durable_tools.live_runs import LIVE_RUNS, LiveRuns
+from durable_tools.worker import allocator
 
-__all__ = ["HEAP_RETURN_INTERVAL", "HeapReturn", "malloc_trim"]
+__all__ = ["HEAP_RETURN_INTERVAL", "HeapReturn", "malloc_trim", "return_freed"]
 
 HEAP_RETURN_INTERVAL: Final[float] = 5.0
 """Seconds between two checks (`HeapReturn.run`)."""
@@ -68,6 +73,25 @@ malloc_trim: Final[Callable[[], None] | None] = _glibc_trim()
 """Hands the free pages of every malloc arena back to the system (None: not glibc)."""
 
 
+def _return_freed() -> Callable[[], None] | None:
+    """How this process hands freed pages back, or None where it cannot.
+
+    jemalloc's purge where the process runs on it
+    (`durable_tools.worker.allocator`), else glibc's `malloc_trim`.
+    """
+    if allocator.in_use() == "jemalloc":
+
+        def purge() -> None:
+            allocator.jemalloc_purge()
+
+        return purge
+    return malloc_trim
+
+
+return_freed: Final[Callable[[], None] | None] = _return_freed()
+"""Hands freed pages back to the system by this process's allocator (None: it cannot)."""
+
+
 class HeapReturn:
     """Returns freed memory once a worker's conversations have mostly ended (see the module).
 
@@ -76,7 +100,8 @@ class HeapReturn:
             ended or left (`ActivitiesBase.let_go`); returns how many runs'
             releases it read.
         runs: The registry of runs this process holds (default `LIVE_RUNS`).
-        trim: Hands freed pages back (default `malloc_trim`; None: never).
+        trim: Hands freed pages back (default `return_freed`: jemalloc's
+            purge or glibc's `malloc_trim`; None: never).
         interval: Seconds between two checks (default 5).
         collect: Frees cyclic garbage before each trim (default `gc.collect`).
 
@@ -89,7 +114,7 @@ class HeapReturn:
         let_go: Callable[[], int],
         *,
         runs: LiveRuns = LIVE_RUNS,
-        trim: Callable[[], None] | None = malloc_trim,
+        trim: Callable[[], None] | None = return_freed,
         interval: float = HEAP_RETURN_INTERVAL,
         collect: Callable[[], object] = gc.collect,
     ) -> None:
@@ -102,7 +127,7 @@ class HeapReturn:
     async def check(self) -> bool:
         """One check: let go, and return the heap when due; whether it returned it."""
         self._released += self.let_go()
-        held = len(self.runs)
+        held = self.runs.open()  # ended runs may wait for a collection to leave
         self._peak = max(self._peak, held)
         if self.trim is None or not self._released or held * 2 > self._peak:
             return False

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from durable_tools.worker.allocator import find_jemalloc
 from durable_tools.worker.dev_server import DevServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,6 +262,11 @@ def test_image_command_and_health_check(bare_server: DevServer, tmp_path: Path) 
     _register_search_attributes(bare_server)
     printed = _run_worker(cmd, env, health, health_file)
     assert "decisions checked with key(s) k1" in printed, printed
+    # The image installs libjemalloc2 and the worker starts itself again on it
+    # (allocator.py); here, as there, when the system has it (`make test` installs it).
+    on = "jemalloc" if find_jemalloc() else "system"
+    assert f"memory allocator {on}" in printed, printed
+    assert "libjemalloc2" in (DEPLOY / "Dockerfile").read_text()
 
 
 def test_kubernetes_worker_command_runs_versioned(bare_server: DevServer, tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from durable_tools.live_runs import LiveRuns
-from durable_tools.worker.heap_return import HeapReturn, malloc_trim
+from durable_tools.worker import allocator
+from durable_tools.worker.heap_return import HeapReturn, malloc_trim, return_freed
 
 
 class _Run:
@@ -70,6 +71,21 @@ async def test_memory_goes_back_once_half_the_peak_has_ended() -> None:
     assert counting.order == ["collect", "trim"] * 2
 
 
+async def test_ended_runs_waiting_for_collection_do_not_count_as_held() -> None:
+    """Runs that ended are freed by a later collection; the drain returns memory without one."""
+    runs, held = _runs(6)
+    counting = _Counting()
+    upkeep = HeapReturn(counting.let_go, runs=runs, trim=counting.trim, collect=counting.collect)
+    assert not await upkeep.check()  # peak: 6 open
+    for k in range(6):  # every conversation ends; its run is still referenced (uncollected)
+        runs.ended(f"wf{k}", "r1", continued=k % 2 == 0)
+    counting.released = 6
+    assert len(runs) == 6 and runs.open() == 0
+    assert await upkeep.check()  # 0 of 6 open: collect, then hand pages back
+    assert counting.order == ["collect", "trim"]
+    assert len(held) == 6
+
+
 async def test_a_worker_under_steady_load_never_trims() -> None:
     runs, held = _runs(8)
     counting = _Counting()
@@ -119,3 +135,5 @@ async def test_a_failing_check_is_logged_and_the_upkeep_goes_on(
 def test_glibc_trim_is_found_and_runs() -> None:
     assert malloc_trim is not None
     malloc_trim()
+    # This process runs on the interpreter's allocator: the default hands back by glibc.
+    assert allocator.in_use() == "system" and return_freed is malloc_trim

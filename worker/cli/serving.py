@@ -268,11 +268,27 @@ def worker_command(
             help="A file kept fresh while the worker runs, for `durable-tools health`.",
         ),
     ] = None,
+    allocator: Annotated[
+        str,
+        typer.Option(
+            envvar="DURABLE_TOOLS_ALLOCATOR",
+            help="auto: run on jemalloc when the system has it (it hands memory back after "
+            "bursts); jemalloc: require it; system: the interpreter's own (docs/operations.md).",
+        ),
+    ] = "auto",
 ) -> None:
     """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
     from temporalio.common import WorkerDeploymentVersion
 
     from durable_tools.activities.decision_activities import decision_keys_from_environment
+    from durable_tools.worker import allocator as allocators
+
+    if allocator not in ("auto", "jemalloc", "system"):
+        fail(f"--allocator must be auto, jemalloc or system, not {allocator!r}", EXIT_BAD_INPUT)
+    try:
+        allocators.reexec(allocator)  # pyright: ignore[reportArgumentType]
+    except allocators.AllocatorUnavailable as exc:
+        fail(f"--allocator jemalloc: {exc}", EXIT_BAD_INPUT)
 
     if (deployment is None) != (build_id is None):
         fail("give --deployment and --build-id together (or neither)", EXIT_BAD_INPUT)
@@ -307,7 +323,7 @@ def worker_command(
             f"worker polling task queue [bold]{escape(task_queue)}[/] on {escape(address)} "
             f"(namespace {escape(namespace)}{escape(versioned)}); "
             f"{escape(_describe_served(served, allow_offline_models=offline))}; "
-            f"{escape(checked)}; {escape(sizing(worker))}",
+            f"{escape(checked)}; {escape(sizing(worker))}; {escape(allocators.describe())}",
             soft_wrap=True,
         )
         if storage is not None:

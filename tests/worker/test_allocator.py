@@ -1,0 +1,167 @@
+"""The worker's memory allocator (durable_tools/worker/allocator.py; issue 26, item 4).
+
+`environment` composes the variables a worker's interpreter is started again
+with; `reexec` does it in a real process (same process id, on jemalloc); and
+the property the choice is for, measured in real processes: after a burst of
+small objects of which a few outlive it, jemalloc as configured hands back
+most of the pages, where the interpreter's own allocator keeps them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from durable_tools.worker import allocator
+from durable_tools.worker.cli import app
+
+JEMALLOC = allocator.find_jemalloc()
+needs_jemalloc = pytest.mark.skipif(
+    JEMALLOC is None, reason="no jemalloc library here (apt install libjemalloc2; make test does)"
+)
+
+
+@pytest.fixture
+def found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A system with jemalloc, in a process running on the system's allocator."""
+    monkeypatch.setattr(allocator, "find_jemalloc", lambda: "libjemalloc.so.2")
+    monkeypatch.setattr(allocator, "in_use", lambda: "system")
+
+
+@pytest.mark.usefixtures("found")
+def test_environment_preloads_jemalloc_first_and_keeps_the_rest() -> None:
+    env = allocator.environment("auto", {"LD_PRELOAD": "libmine.so", "PATH": "/bin"})
+    assert env is not None
+    assert env["LD_PRELOAD"] == "libjemalloc.so.2 libmine.so"
+    assert env["PYTHONMALLOC"] == "malloc"
+    assert env["MALLOC_CONF"] == allocator.JEMALLOC_CONF
+    assert env["PATH"] == "/bin"
+    # An operator's own jemalloc configuration wins.
+    mine = allocator.environment("jemalloc", {"MALLOC_CONF": "narenas:2"})
+    assert mine is not None and mine["MALLOC_CONF"] == "narenas:2"
+    assert mine["LD_PRELOAD"] == "libjemalloc.so.2"
+    # Started again once: never again (no loop when the preload did not take).
+    assert allocator.environment("auto", env) is None
+    assert allocator.environment("jemalloc", env) is None
+
+
+@pytest.mark.usefixtures("found")
+def test_system_keeps_the_interpreters_allocator() -> None:
+    assert allocator.environment("system", {}) is None
+    with pytest.raises(ValueError, match="auto, jemalloc or system"):
+        allocator.environment("tcmalloc", {})  # pyright: ignore[reportArgumentType]
+
+
+def test_without_the_library_auto_goes_on_and_jemalloc_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(allocator, "find_jemalloc", lambda: None)
+    monkeypatch.setattr(allocator, "in_use", lambda: "system")
+    assert allocator.environment("auto", {}) is None
+    with pytest.raises(allocator.AllocatorUnavailable, match="libjemalloc2"):
+        allocator.environment("jemalloc", {})
+
+
+def test_already_on_jemalloc_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allocator, "find_jemalloc", lambda: "libjemalloc.so.2")
+    monkeypatch.setattr(allocator, "in_use", lambda: "jemalloc")
+    assert allocator.environment("jemalloc", {}) is None
+
+
+def test_cli_refuses_an_unknown_allocator_in_one_line() -> None:
+    result = CliRunner().invoke(app, ["worker", "--allocator", "tcmalloc"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: --allocator must be auto, jemalloc or system, not 'tcmalloc'"
+    ]
+
+
+_REEXEC = textwrap.dedent(
+    """
+    import os, sys
+    from durable_tools.worker import allocator
+    print("image", os.getpid(), allocator.in_use(), flush=True)
+    allocator.reexec(sys.argv[1])
+    print("running", os.getpid(), allocator.in_use(), os.environ.get("PYTHONMALLOC"))
+    """
+)
+
+
+def _python(code: str, *args: str, env: dict[str, str] | None = None) -> str:
+    ran = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout
+
+
+@needs_jemalloc
+def test_reexec_runs_the_same_process_on_jemalloc() -> None:
+    lines = _python(_REEXEC, "auto").splitlines()
+    first, second, last = (line.split() for line in lines)
+    assert first[2] == "system" and second[2] == "jemalloc", lines
+    assert first[1] == second[1] == last[1], lines  # one process id throughout
+    assert last[2:] == ["jemalloc", "malloc"], lines
+    assert allocator.in_use() == "system"  # this process was never touched
+
+
+def test_reexec_system_stays() -> None:
+    lines = _python(_REEXEC, "system").splitlines()
+    assert [line.split()[0] for line in lines] == ["image", "running"], lines
+    assert lines[1].split()[2] == "system", lines
+
+
+_BURST = textwrap.dedent(
+    """
+    import gc, json, sys
+    from durable_tools.worker import allocator
+    from durable_tools.worker.heap_return import return_freed
+
+    def rss_mb():
+        with open("/proc/self/status") as status:
+            line = next(x for x in status if x.startswith("VmRSS:"))
+        return int(line.split()[1]) / 1024
+
+    gc.collect()
+    start = rss_mb()
+    burst = [bytes(range(i % 200, i % 200 + 56)) * 8 for i in range(400_000)]  # ~200 MB
+    survivors = burst[::250]  # a few outlive the burst, spread through it
+    peak = rss_mb()
+    del burst
+    gc.collect()
+    return_freed()
+    print(json.dumps({"allocator": allocator.in_use(), "start": start, "peak": peak,
+                      "after": rss_mb(), "survivors": len(survivors)}))
+    """
+)
+
+
+@needs_jemalloc
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_after_a_burst_jemalloc_hands_back_what_the_system_allocator_keeps() -> None:
+    """The measurement `allocator.py` chose jemalloc's configuration by, in miniature."""
+    runs = {}
+    for choice in ("system", "auto"):
+        code = "import sys\nfrom durable_tools.worker import allocator\n"
+        code += f"allocator.reexec({choice!r})\n" + _BURST
+        runs[choice] = json.loads(_python(code).splitlines()[-1])
+    system, jemalloc = runs["system"], runs["auto"]
+    assert (system["allocator"], jemalloc["allocator"]) == ("system", "jemalloc")
+
+    def kept(run: dict[str, float]) -> float:
+        """The share of what the burst took that stayed after it."""
+        return (run["after"] - run["start"]) / (run["peak"] - run["start"])
+
+    assert jemalloc["peak"] - jemalloc["start"] > 100  # the burst really took memory
+    assert kept(jemalloc) < 0.35, runs
+    assert kept(system) > 2 * kept(jemalloc), runs  # what the choice is for

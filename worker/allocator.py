@@ -1,0 +1,198 @@
+"""The worker process's memory allocator: jemalloc where the system has it.
+
+A worker that served a burst of conversations keeps memory after they end:
+not its objects (none of them is left, `heap_return.py`) but the pages that
+a few objects allocated during the burst and outliving it keep, one small
+object holding a whole page or arena. CPython's small-object allocator
+(pymalloc) frees an arena (1 MiB) only when every block in it is free, and
+glibc's malloc hands back only whole free pages, so after 500 conversations
+at once on one worker its RSS stayed at 1.6x to 1.7x its start, and bare
+Temporal's worker at 1.5x (issue 26, item 4). Measured after the same burst
+(`bench/scale.py --sizes 500`, one worker, after the drain and a
+collection, RSS / RSS at start): pymalloc on glibc 1.63x to 1.69x
+(`MALLOC_ARENA_MAX=2`: 1.69x); every object on glibc's malloc
+(`PYTHONMALLOC=malloc`) 1.73x; on mimalloc 2.0 1.93x and 3.4 1.68x (1.34x
+with no purge delay); on jemalloc 5.3 with its defaults 1.91x, purging at
+once 1.36x, and with one arena, no thread caches and purging at once
+(`JEMALLOC_CONF` here) 1.15x.
+
+So `durable-tools worker` runs on jemalloc with that configuration when the
+system has the library (Debian and Ubuntu: `libjemalloc2`; the image built
+from `deploy/Dockerfile` does): the command starts the interpreter again
+with `LD_PRELOAD` naming it, `PYTHONMALLOC=malloc` (every object through
+it) and `MALLOC_CONF` (`reexec`, once, before the worker starts; the
+process id stays the same). Without the library it runs on the system's
+allocator and says so in its startup line. `DURABLE_TOOLS_ALLOCATOR=system`
+(or `--allocator system`) keeps the system's; `jemalloc` requires it.
+
+A `MALLOC_CONF` already in the environment is kept, and an `LD_PRELOAD`
+already naming a jemalloc is left alone. A worker run from Python
+(`run_worker`) uses the interpreter it is in: start it with the variables
+`environment` returns to get the same.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, cast
+
+__all__ = [
+    "ALLOCATOR_ENV",
+    "JEMALLOC_CONF",
+    "AllocatorChoice",
+    "AllocatorUnavailable",
+    "describe",
+    "environment",
+    "find_jemalloc",
+    "in_use",
+    "jemalloc_purge",
+    "reexec",
+]
+
+ALLOCATOR_ENV: Final = "DURABLE_TOOLS_ALLOCATOR"
+"""The environment variable choosing the allocator: `auto` (default), `jemalloc`, `system`."""
+
+JEMALLOC_CONF: Final = (
+    "background_thread:true,narenas:1,tcache:false,dirty_decay_ms:1000,muzzy_decay_ms:0"
+)
+"""jemalloc's configuration for a worker (`MALLOC_CONF`; see the module for the measurements).
+
+One arena (threads share its slabs instead of each pinning its own), no
+per-thread caches (an object a thread keeps cached keeps its slab: with
+small caches, 1.34x), and freed pages go back to the system within about a
+second (`dirty_decay_ms`), by jemalloc's own thread (`background_thread`:
+without it decay happens only as the worker allocates, so an idle worker
+never gets there), straight to the system (`muzzy_decay_ms:0`: `MADV_FREE`d
+pages count in RSS until the kernel wants them).
+"""
+
+_REEXECED: Final = "DURABLE_TOOLS_ALLOCATOR_REEXEC"
+"""Set in the environment of the interpreter `reexec` starts, so it never starts another."""
+
+AllocatorChoice = Literal["auto", "jemalloc", "system"]
+
+
+class AllocatorUnavailable(RuntimeError):
+    """`jemalloc` was asked for and the system has no jemalloc library."""
+
+
+def find_jemalloc() -> str | None:
+    """The jemalloc shared library the dynamic loader would find, or None.
+
+    Returns:
+        Its name for `LD_PRELOAD` (e.g. `libjemalloc.so.2`, found through
+        the loader's cache as `ctypes.util.find_library` does), or None
+        where there is none or the platform is not Linux.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.util.find_library("jemalloc")
+
+
+_Mallctl = Callable[[bytes, object, object, object, int], int]
+"""`int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen)`."""
+
+
+def _mallctl() -> _Mallctl | None:
+    """The `mallctl` of jemalloc in this process (preloaded or linked), or None."""
+    try:
+        mallctl: Any = ctypes.CDLL(None).mallctl
+    except (AttributeError, OSError):
+        return None
+    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p]
+    mallctl.argtypes += [ctypes.c_void_p, ctypes.c_size_t]
+    mallctl.restype = ctypes.c_int
+    return cast("_Mallctl", mallctl)
+
+
+def in_use() -> Literal["jemalloc", "system"]:
+    """Which allocator this process's `malloc` is: `jemalloc` when its `mallctl` is loaded."""
+    return "jemalloc" if _mallctl() is not None else "system"
+
+
+def describe() -> str:
+    """One line for a worker's startup line, e.g. `memory allocator jemalloc`.
+
+    Names what every object goes through: `jemalloc`, or `system` with
+    pymalloc for small objects unless `PYTHONMALLOC` says otherwise.
+    """
+    if in_use() == "jemalloc":
+        return "memory allocator jemalloc"
+    return "memory allocator system (install libjemalloc2 to return more after bursts)"
+
+
+def jemalloc_purge() -> bool:
+    """Hands every jemalloc arena's unused dirty pages back now (`arena.<all>.purge`).
+
+    Returns:
+        False where jemalloc is not this process's allocator (nothing done).
+    """
+    mallctl = _mallctl()
+    if mallctl is None:
+        return False
+    all_arenas = 4096  # MALLCTL_ARENAS_ALL in jemalloc 5
+    return mallctl(f"arena.{all_arenas}.purge".encode(), None, None, None, 0) == 0
+
+
+def environment(
+    choice: AllocatorChoice = "auto", base: Mapping[str, str] | None = None
+) -> dict[str, str] | None:
+    """The environment to start a worker's interpreter with, or None to keep this one.
+
+    Args:
+        choice: `auto` (jemalloc when found), `jemalloc` (required), or
+            `system` (never changes anything).
+        base: The environment to extend (default `os.environ`).
+
+    Returns:
+        `base` with `LD_PRELOAD` (the library first, what was there after),
+        `PYTHONMALLOC=malloc` and `MALLOC_CONF` (`JEMALLOC_CONF` unless
+        one is set); None when `choice` is `system`, when this process
+        already runs on jemalloc or was already started again, or when
+        `auto` finds no library.
+
+    Raises:
+        AllocatorUnavailable: `choice` is `jemalloc` and there is no library.
+        ValueError: `choice` is none of the three.
+    """
+    if choice not in ("auto", "jemalloc", "system"):
+        raise ValueError(f"allocator must be auto, jemalloc or system, not {choice!r}")
+    env = dict(os.environ if base is None else base)
+    if choice == "system" or in_use() == "jemalloc" or env.get(_REEXECED):
+        return None
+    library = find_jemalloc()
+    if library is None:
+        if choice == "jemalloc":
+            raise AllocatorUnavailable(
+                "no jemalloc library on this system (Debian and Ubuntu: apt install libjemalloc2)"
+            )
+        return None
+    preload = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = f"{library} {preload}".strip()
+    env["PYTHONMALLOC"] = "malloc"
+    env.setdefault("MALLOC_CONF", JEMALLOC_CONF)
+    env[_REEXECED] = "1"
+    return env
+
+
+def reexec(choice: AllocatorChoice = "auto") -> None:
+    """Start this command again on jemalloc (`environment`), or return to go on as is.
+
+    Replaces the process image (`os.execve`, same process id, same
+    arguments as `sys.orig_argv`); call it before starting threads or
+    opening connections. Returns when there is nothing to change.
+
+    Raises:
+        AllocatorUnavailable: `choice` is `jemalloc` and there is no library.
+        ValueError: `choice` is none of `auto`, `jemalloc`, `system`.
+    """
+    env = environment(choice)
+    if env is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)  # noqa: S606
