@@ -45,9 +45,11 @@ __all__ = [
     "JEMALLOC_CONF",
     "AllocatorChoice",
     "AllocatorUnavailable",
+    "cache_this_thread",
     "describe",
     "environment",
     "find_jemalloc",
+    "flush_this_thread",
     "in_use",
     "jemalloc_purge",
     "reexec",
@@ -136,6 +138,38 @@ def jemalloc_purge() -> bool:
         return False
     all_arenas = 4096  # MALLCTL_ARENAS_ALL in jemalloc 5
     return mallctl(f"arena.{all_arenas}.purge".encode(), None, None, None, 0) == 0
+
+
+def _thread_cache(name: str, value: bool | None = None) -> bool:
+    mallctl = _mallctl()
+    if mallctl is None:
+        return False
+    new = ctypes.byref(ctypes.c_bool(value)) if value is not None else None
+    return mallctl(name.encode(), None, None, new, 1 if value is not None else 0) == 0
+
+
+def cache_this_thread() -> bool:
+    """Gives the calling thread a jemalloc thread cache (`thread.tcache.enabled`).
+
+    `JEMALLOC_CONF` turns thread caches off: each idle thread's cache keeps
+    the slabs its objects are in. The thread that runs the worker's event
+    loop (its activities, the SDK's polls and completions) allocates most
+    and is never idle for long, so it keeps one, emptied by
+    `flush_this_thread` when memory is handed back (`HeapReturn`).
+
+    Returns:
+        False where jemalloc is not this process's allocator (nothing done).
+    """
+    return _thread_cache("thread.tcache.enabled", True)
+
+
+def flush_this_thread() -> bool:
+    """Empties the calling thread's jemalloc thread cache (`thread.tcache.flush`).
+
+    Returns:
+        False where jemalloc is not this process's allocator (nothing done).
+    """
+    return _thread_cache("thread.tcache.flush")
 
 
 def environment(

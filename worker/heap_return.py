@@ -132,13 +132,20 @@ class HeapReturn:
         if self.trim is None or not self._released or held * 2 > self._peak:
             return False
         self.collect()  # on the loop: a collection needs the GIL throughout anyway
+        allocator.flush_this_thread()  # the loop thread's jemalloc cache (none elsewhere)
         await asyncio.to_thread(self.trim)
         self.returns += 1
         self._peak, self._released = held, 0
         return True
 
     async def run(self) -> None:
-        """Check every `interval` seconds until cancelled (a failed check is logged, not raised)."""
+        """Check every `interval` seconds until cancelled (a failed check is logged, not raised).
+
+        On jemalloc, first gives the thread it runs on (the worker's event
+        loop) a thread cache (`allocator.cache_this_thread`), emptied at
+        each return.
+        """
+        allocator.cache_this_thread()
         while True:
             await asyncio.sleep(self.interval)
             try:

@@ -87,7 +87,8 @@ _REEXEC = textwrap.dedent(
     from durable_tools.worker import allocator
     print("image", os.getpid(), allocator.in_use(), flush=True)
     allocator.reexec(sys.argv[1])
-    print("running", os.getpid(), allocator.in_use(), os.environ.get("PYTHONMALLOC"))
+    cached = allocator.cache_this_thread(), allocator.flush_this_thread()
+    print("running", os.getpid(), allocator.in_use(), os.environ.get("PYTHONMALLOC"), *cached)
     """
 )
 
@@ -111,14 +112,14 @@ def test_reexec_runs_the_same_process_on_jemalloc() -> None:
     first, second, last = (line.split() for line in lines)
     assert first[2] == "system" and second[2] == "jemalloc", lines
     assert first[1] == second[1] == last[1], lines  # one process id throughout
-    assert last[2:] == ["jemalloc", "malloc"], lines
+    assert last[2:] == ["jemalloc", "malloc", "True", "True"], lines  # a thread cache: mallctl
     assert allocator.in_use() == "system"  # this process was never touched
 
 
 def test_reexec_system_stays() -> None:
     lines = _python(_REEXEC, "system").splitlines()
     assert [line.split()[0] for line in lines] == ["image", "running"], lines
-    assert lines[1].split()[2] == "system", lines
+    assert lines[1].split()[2:] == ["system", "None", "False", "False"], lines
 
 
 _BURST = textwrap.dedent(
@@ -132,6 +133,7 @@ _BURST = textwrap.dedent(
             line = next(x for x in status if x.startswith("VmRSS:"))
         return int(line.split()[1]) / 1024
 
+    allocator.cache_this_thread()  # as the worker's loop thread (HeapReturn.run)
     gc.collect()
     start = rss_mb()
     burst = [bytes(range(i % 200, i % 200 + 56)) * 8 for i in range(400_000)]  # ~200 MB
@@ -139,6 +141,7 @@ _BURST = textwrap.dedent(
     peak = rss_mb()
     del burst
     gc.collect()
+    allocator.flush_this_thread()  # as HeapReturn.check
     return_freed()
     print(json.dumps({"allocator": allocator.in_use(), "start": start, "peak": peak,
                       "after": rss_mb(), "survivors": len(survivors)}))
