@@ -21,7 +21,8 @@ system has the library (Debian and Ubuntu: `libjemalloc2`; the image built
 from `deploy/Dockerfile` does): the command starts the interpreter again
 with `LD_PRELOAD` naming it, `PYTHONMALLOC=malloc` (every object through
 it) and `MALLOC_CONF` (`reexec`, once, before the worker starts; the
-process id stays the same). Without the library it runs on the system's
+process id stays the same; only when the process is the command itself,
+`as_command`). Without the library it runs on the system's
 allocator and says so in its startup line. `DURABLE_TOOLS_ALLOCATOR=system`
 (or `--allocator system`) keeps the system's; `jemalloc` requires it.
 
@@ -45,12 +46,14 @@ __all__ = [
     "JEMALLOC_CONF",
     "AllocatorChoice",
     "AllocatorUnavailable",
+    "as_command",
     "cache_this_thread",
     "describe",
     "environment",
     "find_jemalloc",
     "flush_this_thread",
     "in_use",
+    "is_command",
     "jemalloc_purge",
     "reexec",
 ]
@@ -76,6 +79,24 @@ _REEXECED: Final = "DURABLE_TOOLS_ALLOCATOR_REEXEC"
 """Set in the environment of the interpreter `reexec` starts, so it never starts another."""
 
 AllocatorChoice = Literal["auto", "jemalloc", "system"]
+
+_as_command: list[bool] = [False]
+"""Whether this process is the `durable-tools` command (`as_command`), not a host calling it."""
+
+
+def as_command() -> None:
+    """Marks this process as the `durable-tools` command, which `reexec` may start again.
+
+    Called by the console script and `python -m durable_tools.worker.cli`
+    before the CLI runs. A process that calls the CLI's functions itself
+    (an application, a test with typer's `CliRunner`) is never replaced.
+    """
+    _as_command[0] = True
+
+
+def is_command() -> bool:
+    """Whether `as_command` marked this process."""
+    return _as_command[0]
 
 
 class AllocatorUnavailable(RuntimeError):

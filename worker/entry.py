@@ -21,8 +21,10 @@ def main() -> None:
     if missing is not None:
         print(f"error: {missing}", file=sys.stderr)
         raise SystemExit(2)
+    from durable_tools.worker import allocator
     from durable_tools.worker.cli import app
 
+    allocator.as_command()  # `worker` may start this process again on jemalloc
     app()
 
 

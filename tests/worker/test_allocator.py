@@ -81,11 +81,32 @@ def test_cli_refuses_an_unknown_allocator_in_one_line() -> None:
     ]
 
 
+def test_the_cli_called_in_process_never_replaces_its_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host (here pytest, through CliRunner) is not started again, whatever it asks."""
+    monkeypatch.setattr(allocator, "find_jemalloc", lambda: "libjemalloc.so.2")
+    monkeypatch.setattr(allocator, "in_use", lambda: "system")
+
+    def execve(*args: object) -> None:
+        raise AssertionError(f"the test process would have been replaced: {args}")
+
+    monkeypatch.setattr(allocator.os, "execve", execve)
+    assert not allocator.is_command()
+    result = CliRunner().invoke(
+        app, ["worker", "--app", "examples.support:app", "--address", "127.0.0.1:1"]
+    )
+    assert "replaced" not in result.output, result.output
+    assert result.exit_code not in (0, None), result.output  # it went on, to fail to connect
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+
+
 _REEXEC = textwrap.dedent(
     """
     import os, sys
     from durable_tools.worker import allocator
     print("image", os.getpid(), allocator.in_use(), flush=True)
+    allocator.as_command()  # as the console script
     allocator.reexec(sys.argv[1])
     cached = allocator.cache_this_thread(), allocator.flush_this_thread()
     print("running", os.getpid(), allocator.in_use(), os.environ.get("PYTHONMALLOC"), *cached)

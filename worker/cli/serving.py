@@ -286,7 +286,8 @@ def worker_command(
     if allocator not in ("auto", "jemalloc", "system"):
         fail(f"--allocator must be auto, jemalloc or system, not {allocator!r}", EXIT_BAD_INPUT)
     try:
-        allocators.reexec(allocator)  # pyright: ignore[reportArgumentType]
+        if allocators.is_command():  # never replace a process that called the CLI in-process
+            allocators.reexec(allocator)  # pyright: ignore[reportArgumentType]
     except allocators.AllocatorUnavailable as exc:
         fail(f"--allocator jemalloc: {exc}", EXIT_BAD_INPUT)
 
