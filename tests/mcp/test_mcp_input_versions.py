@@ -27,6 +27,7 @@ from workflow_helpers import eventually, outputs_by_id, set_current_version
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions, PendingInteraction
 from durable_tools.mcp import McpServerConfig
+from durable_tools.testing import settled
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 KEY = "a-key-both-versions-servers-share-0123456789"
@@ -126,7 +127,12 @@ async def test_roots_answered_beside_a_question_move_with_it(
     async def asked() -> PendingInteraction:
         async def probe() -> PendingInteraction | None:
             pending = await conversations.pending(workflow_id)
-            return next(iter(pending.interactions), None)
+            question = next(iter(pending.interactions), None)
+            # Only once the workflow task that recorded it has completed: the
+            # query is answered from the worker's state, which may hold a task
+            # the server times out under load and runs again (a new
+            # requested_at, 80 ms later, in one loaded run).
+            return question if await settled(client.get_workflow_handle(workflow_id)) else None
 
         return await eventually(probe, what="the question", timeout=30)
 

@@ -145,7 +145,7 @@ def test_reexec_system_stays() -> None:
 
 _BURST = textwrap.dedent(
     """
-    import gc, json, sys
+    import gc, json, sys, time
     from durable_tools.worker import allocator
     from durable_tools.worker.heap_return import return_freed
 
@@ -164,8 +164,18 @@ _BURST = textwrap.dedent(
     gc.collect()
     allocator.flush_this_thread()  # as HeapReturn.check
     return_freed()
+    # The purge can find jemalloc's background thread at work (a loaded run
+    # kept everything): wait past its decay (dirty_decay_ms 1000, JEMALLOC_CONF)
+    # until RSS stops falling, at most five decays.
+    after, deadline = rss_mb(), time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = rss_mb()
+        if now >= after and time.monotonic() > deadline - 3.75:
+            break
+        after = min(after, now)
     print(json.dumps({"allocator": allocator.in_use(), "start": start, "peak": peak,
-                      "after": rss_mb(), "survivors": len(survivors)}))
+                      "after": after, "survivors": len(survivors)}))
     """
 )
 
