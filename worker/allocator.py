@@ -44,6 +44,7 @@ from typing import Any, Final, Literal, cast
 __all__ = [
     "ALLOCATOR_ENV",
     "JEMALLOC_CONF",
+    "CHOICES",
     "AllocatorChoice",
     "AllocatorUnavailable",
     "as_command",
@@ -79,6 +80,9 @@ _REEXECED: Final = "DURABLE_TOOLS_ALLOCATOR_REEXEC"
 """Set in the environment of the interpreter `reexec` starts, so it never starts another."""
 
 AllocatorChoice = Literal["auto", "jemalloc", "system"]
+
+CHOICES: Final[tuple[AllocatorChoice, ...]] = ("auto", "jemalloc", "system")
+"""The values `--allocator` and `ALLOCATOR_ENV` take."""
 
 _as_command: list[bool] = [False]
 """Whether this process is the `durable-tools` command (`as_command`), not a host calling it."""
@@ -214,7 +218,7 @@ def environment(
         AllocatorUnavailable: `choice` is `jemalloc` and there is no library.
         ValueError: `choice` is none of the three.
     """
-    if choice not in ("auto", "jemalloc", "system"):
+    if choice not in CHOICES:
         raise ValueError(f"allocator must be auto, jemalloc or system, not {choice!r}")
     env = dict(os.environ if base is None else base)
     if choice == "system" or in_use() == "jemalloc" or env.get(_REEXECED):

@@ -283,7 +283,7 @@ def worker_command(
     from durable_tools.activities.decision_activities import decision_keys_from_environment
     from durable_tools.worker import allocator as allocators
 
-    if allocator not in ("auto", "jemalloc", "system"):
+    if allocator not in allocators.CHOICES:
         fail(f"--allocator must be auto, jemalloc or system, not {allocator!r}", EXIT_BAD_INPUT)
     try:
         if allocators.is_command():  # never replace a process that called the CLI in-process
