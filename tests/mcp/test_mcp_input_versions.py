@@ -57,7 +57,7 @@ async def test_a_question_of_an_mcp_call_moves_to_the_new_version(
     async def asked(round_: int) -> PendingInteraction:
         async def probe() -> PendingInteraction | None:
             pending = await conversations.pending(workflow_id)
-            return next(
+            found = next(
                 (
                     i
                     for i in pending.interactions
@@ -65,6 +65,8 @@ async def test_a_question_of_an_mcp_call_moves_to_the_new_version(
                 ),
                 None,
             )
+            # Read only from a committed workflow task (see `asked` below).
+            return found if await settled(client.get_workflow_handle(workflow_id)) else None
 
         return await eventually(probe, what=f"the question of round {round_}", timeout=30)
 

@@ -28,7 +28,7 @@ from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
 from durable_tools.mcp import McpServerConfig
 from durable_tools.models.base import ModelRequest
-from durable_tools.testing import ScriptedModel
+from durable_tools.testing import ScriptedModel, settled
 from durable_tools.transcript import AssistantMessage
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
@@ -66,7 +66,12 @@ async def test_a_sampling_approval_moves_to_the_new_version(
     async def approval() -> PendingApproval:
         async def probe() -> PendingApproval | None:
             pending = await conversations.pending(workflow_id)
-            return next((a for a in pending.approvals if a.input_request is not None), None)
+            found = next((a for a in pending.approvals if a.input_request is not None), None)
+            # Only once the workflow task that recorded it has completed: the
+            # query is answered from the worker's state, which may hold a task
+            # the server times out under load and runs again (a new
+            # requested_at, 53 ms later, in one loaded CI run).
+            return found if await settled(client.get_workflow_handle(workflow_id)) else None
 
         return await eventually(probe, what="the sampling approval", timeout=30)
 
