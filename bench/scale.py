@@ -22,7 +22,8 @@ Each phase:
 3. waits up to `--drain` seconds for the rest to close, for ours until its
    workers handed freed memory back (`HeapReturn`, within 15 s of the
    drain), runs `gc.collect()` in the workers and reads their RSS (VmRSS)
-   and peak (VmHWM) from /proc/<pid>/status;
+   and peak (VmHWM) from /proc/<pid>/status (on jemalloc, once it handed
+   back what the collection freed, within five decay times; at start too);
 4. reads every conversation's history: each tool call the model made has
    exactly one tool activity that answered it (none: lost; more: duplicated);
    history bytes per tool turn; a sample kept for replay.
@@ -59,6 +60,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -77,6 +79,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions
+from durable_tools.worker.allocator import JEMALLOC_CONF
 from durable_tools.worker.dev_server import DEFAULT_DYNAMIC_CONFIG, DevServer
 from durable_tools.worker.heap_return import HEAP_RETURN_INTERVAL
 from durable_tools.workflows.agent_workflow import AgentWorkflow
@@ -261,6 +264,29 @@ async def _heap_returned(workers: Sequence[WorkerProcess]) -> None:
             await asyncio.sleep(0.2)
 
 
+_DECAY_SECONDS = int(re.findall(r"dirty_decay_ms:(\d+)", JEMALLOC_CONF)[0]) / 1000
+"""How long jemalloc as the worker configures it keeps freed pages before handing them back."""
+
+
+async def _collected(workers: Sequence[WorkerProcess], command: str) -> list[dict[str, Any]]:
+    """Send `command` (`gc` or `mark`: a collection) to each worker; return once its heap settled.
+
+    A worker on jemalloc hands the pages the collection freed back within
+    its decay time (`allocator.JEMALLOC_CONF`, by its background thread):
+    RSS is read once its dirty pages are down to 1 MB, or after five decay
+    times. The system's allocator keeps them: nothing to wait for.
+    """
+    answers = list(await asyncio.gather(*(w.ask(command) for w in workers)))
+    deadline = time.monotonic() + 5 * _DECAY_SECONDS
+    for k, worker in enumerate(workers):
+        while answers[k].get("heap", {}).get("jemalloc dirty", 0) > 1:
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+            answers[k] = await worker.ask("stats")
+    return answers
+
+
 async def run_phase(
     client: Client, server: DevServer, side: str, n: int, args: Any, *, fanout: int = 0
 ) -> Phase:
@@ -281,7 +307,7 @@ async def run_phase(
         for workflow_id, run_id in warm_runs.items():
             await client.get_workflow_handle(workflow_id, run_id=run_id).result()
         mark = "mark" if args.tracemalloc else "gc"  # mark: gc, then a snapshot to compare
-        warmed = await asyncio.gather(*(w.ask(mark) for w in workers))
+        warmed = await _collected(workers, mark)
         phase.heap_start = warmed[0].get("heap", {})
         phase.rss_start = max(_memory(w.pid)[0] for w in workers)
         _, warm_closed = await _closed(client, queue)
@@ -339,7 +365,7 @@ async def run_phase(
             phase.drain_seconds = time.monotonic() - drain_start
         if side == "ours":  # its worker hands freed memory back once traffic falls
             await _heap_returned(workers)
-        stats = await asyncio.gather(*(w.ask("gc") for w in workers))
+        stats = await _collected(workers, "gc")
         memory = [_memory(w.pid) for w in workers]
         phase.rss_after = max(rss for rss, _ in memory)
         phase.rss_peak = max(peak for _, peak in memory)

@@ -29,7 +29,10 @@ Debug aids for memory after a burst (issue 26, item 4; environment variables):
 - `SCALE_WORKER_CACHE_STRINGS=keys` (or `none`): pydantic's `cache_strings`
   for every model (its cache of decoded JSON strings keeps values otherwise);
 - `SCALE_WORKER_CLEAR_TYPE_CACHE=1`: empties CPython's type attribute cache
-  (which holds the names it looked up) before each `gc`.
+  (which holds the names it looked up) before each `gc`;
+- `SCALE_WORKER_PLAIN_EXECUTOR=1`: ours runs workflow tasks on a plain
+  `ThreadPoolExecutor` (the SDK's), not the plugin's
+  `allocator.ThreadCacheExecutor`, to measure what the thread caches do.
 
 Usage (by `scale.py`):
     python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
@@ -54,6 +57,7 @@ import tempfile
 import time
 import tracemalloc
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -393,11 +397,13 @@ async def main(args: argparse.Namespace) -> None:
             search_attributes=False,
         )
         client = await Client.connect(args.address, plugins=[plugin])
+        plain = os.environ.get("SCALE_WORKER_PLAIN_EXECUTOR")  # see the module
         worker = Worker(
             client,
             task_queue=args.task_queue,
             interceptors=[_Counting()],
             max_cached_workflows=args.max_cached,
+            workflow_task_executor=ThreadPoolExecutor(max_workers=500) if plain else None,
         )
     else:
         client = await Client.connect(args.address, data_converter=pydantic_data_converter)

@@ -41,6 +41,7 @@ from durable_tools.models.base import Model
 from durable_tools.redact import Redactor, key_forms, register_secrets, secret_env_values
 from durable_tools.references import guarded
 from durable_tools.toolkit import Toolkit, compose
+from durable_tools.worker import allocator
 from durable_tools.worker.app import App, AppOptions, DepsFactory, app_of
 from durable_tools.worker.heap_return import HeapReturn
 from durable_tools.worker.log_redaction import install_log_redaction
@@ -68,6 +69,9 @@ _SANDBOXED_SUBPACKAGES = frozenset({"workflows", "worker"})
 """`durable_tools` subpackages the strict sandbox re-imports per run: the
 workflow code itself (so the sandbox's determinism checks apply to it) and
 the worker, which workflow code never imports."""
+
+_SDK_WORKFLOW_THREADS = 500
+"""temporalio's workflow task executor size without `max_concurrent_workflow_tasks`."""
 
 
 def _durable_tools_passthrough(
@@ -265,6 +269,8 @@ class DurableToolsPlugin(SimplePlugin):
         self.agent_activities.notify = self.webhooks.routes()
         self.heap_return = HeapReturn(self.agent_activities.let_go)
         """Started beside the worker by `run_worker` (`durable_tools.worker.heap_return`)."""
+        self._executors: set[allocator.ThreadCacheExecutor] = set()
+        """Workflow task executors `configure_worker` made, shut down by `run_worker`."""
         # After the activities' `ExpectedFailureFilter`, which reads `exc_info`.
         install_log_redaction()
         super().__init__(  # pyright: ignore[reportUnknownMemberType]
@@ -317,6 +323,15 @@ class DurableToolsPlugin(SimplePlugin):
         config["patch_activation_callback"] = _patch_activation(
             given, search_attributes=self.search_attributes
         )
+        if config.get("workflow_task_executor") is None and allocator.in_use() == "jemalloc":  # pyright: ignore[reportUnknownMemberType]
+            # Workflow activations allocate through a thread cache, emptied
+            # after each (allocator.ThreadCacheExecutor); the SDK's own size.
+            tasks = config.get("max_concurrent_workflow_tasks")  # pyright: ignore[reportUnknownMemberType]
+            executor = allocator.ThreadCacheExecutor(
+                max_workers=tasks or _SDK_WORKFLOW_THREADS, thread_name_prefix="workflow-task"
+            )
+            self._executors.add(executor)
+            config["workflow_task_executor"] = executor
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
@@ -352,13 +367,26 @@ class DurableToolsPlugin(SimplePlugin):
             # memory goes back to the system once traffic falls (heap_return.py).
             async with self.heap_return.running():
                 await super().run_worker(worker, next)  # the run context, then the worker
+            self._stop_executor(worker)
         except BaseException:
             if not worker.is_running and not worker.is_shutdown:
                 # Refused before the worker started: mark it shut down, as
                 # temporalio's Worker._run does when its own validation fails,
                 # or `async with Worker(...)` waits in `shutdown()` forever.
                 worker._shutdown_complete_event.set()  # pyright: ignore[reportPrivateUsage]
+            self._stop_executor(worker)
             raise
+
+    def _stop_executor(self, worker: Worker) -> None:
+        """Shut down the workflow task executor `configure_worker` made for `worker`, if any.
+
+        As the SDK does with the executor it makes itself; without waiting:
+        a deadlocked workflow's thread may never return.
+        """
+        executor = worker.config(active_config=True).get("workflow_task_executor")  # pyright: ignore[reportUnknownMemberType]
+        if isinstance(executor, allocator.ThreadCacheExecutor) and executor in self._executors:
+            self._executors.discard(executor)
+            executor.shutdown(wait=False)
 
     @contextlib.asynccontextmanager
     async def _run_context(self) -> AsyncGenerator[None]:

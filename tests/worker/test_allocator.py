@@ -15,6 +15,8 @@ import sys
 import textwrap
 
 import pytest
+from agent_support import MODELS, TOOLKITS
+from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
 from durable_tools.worker import allocator
@@ -199,3 +201,94 @@ def test_after_a_burst_jemalloc_hands_back_what_the_system_allocator_keeps() -> 
     assert jemalloc["peak"] - jemalloc["start"] > 100  # the burst really took memory
     assert kept(jemalloc) < 0.35, runs
     assert kept(system) > 2 * kept(jemalloc), runs  # what the choice is for
+
+
+_POOL = textwrap.dedent(
+    """
+    import ctypes, json, sys
+    from durable_tools.worker import allocator
+
+    allocator.reexec(sys.argv[1])
+    mallctl = ctypes.CDLL(None).mallctl if allocator.in_use() == "jemalloc" else None
+
+    def cached_bytes():
+        # Bytes in every thread's cache, all arenas (jemalloc's own count).
+        if mallctl is None:
+            return None
+        epoch, value = ctypes.c_uint64(1), ctypes.c_size_t(0)
+        size = ctypes.c_size_t(ctypes.sizeof(value))
+        mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(8))
+        mallctl(b"stats.arenas.4096.tcache_bytes", ctypes.byref(value), ctypes.byref(size),
+                None, ctypes.c_size_t(0))
+        return value.value
+
+    def activation(n):
+        # Like a workflow activation: many short-lived objects.
+        kept = [bytes(range(i % 200, i % 200 + 40)) for i in range(n)]
+        del kept[::2]
+        del kept
+        return cached_bytes()
+
+    with allocator.ThreadCacheExecutor(max_workers=4) as pool:
+        during = [f.result() for f in [pool.submit(activation, 20_000) for _ in range(8)]]
+        after = cached_bytes()
+    print(json.dumps({"allocator": allocator.in_use(), "during": during, "after": after}))
+    """
+)
+
+
+@needs_jemalloc
+def test_workflow_threads_cache_while_they_work_and_keep_nothing_after() -> None:
+    """`ThreadCacheExecutor`: each task allocates through a thread cache, emptied when it ends."""
+    run = json.loads(_python(_POOL, "auto").splitlines()[-1])
+    assert run["allocator"] == "jemalloc", run
+    assert all(cached > 0 for cached in run["during"]), run  # the task's thread had a cache
+    assert run["after"] == 0, run  # the pool's idle threads hold nothing
+
+
+def test_the_thread_cache_pool_is_a_plain_pool_on_the_system_allocator() -> None:
+    run = json.loads(_python(_POOL, "system").splitlines()[-1])
+    assert run == {"allocator": "system", "during": [None] * 8, "after": None}
+
+
+def test_the_plugin_runs_workflow_tasks_on_the_thread_cache_pool_on_jemalloc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sized as the SDK sizes its own executor; an application's own executor is kept."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from durable_tools.worker.plugin import DurableToolsPlugin
+
+    plugin = DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS)
+    assert "workflow_task_executor" not in plugin.configure_worker({"task_queue": "q"})
+    monkeypatch.setattr(allocator, "in_use", lambda: "jemalloc")
+    sized = plugin.configure_worker({"task_queue": "q", "max_concurrent_workflow_tasks": 7})
+    default = plugin.configure_worker({"task_queue": "q"})
+    pools = [sized.get("workflow_task_executor"), default.get("workflow_task_executor")]
+    assert all(isinstance(p, allocator.ThreadCacheExecutor) for p in pools), pools
+    assert [p._max_workers for p in pools] == [7, 500]  # pyright: ignore[reportOptionalMemberAccess,reportAttributeAccessIssue]
+    with ThreadPoolExecutor(max_workers=3) as mine:
+        given = plugin.configure_worker({"task_queue": "q", "workflow_task_executor": mine})
+        assert given.get("workflow_task_executor") is mine
+
+
+async def test_the_plugin_stops_the_pool_it_made_with_the_worker(
+    dev_env: WorkflowEnvironment, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from durable_tools.worker.plugin import DurableToolsPlugin
+
+    monkeypatch.setattr(allocator, "in_use", lambda: "jemalloc")
+    plugin = DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS, search_attributes=False)
+    client = await Client.connect(
+        dev_env.client.service_client.config.target_host, plugins=[plugin]
+    )
+    worker = Worker(client, task_queue=task_queue)
+    pool = worker.config(active_config=True).get("workflow_task_executor")
+    assert isinstance(pool, allocator.ThreadCacheExecutor)
+    async with worker:
+        assert not pool._shutdown  # pyright: ignore[reportPrivateUsage]
+    assert pool._shutdown  # pyright: ignore[reportPrivateUsage]
+    assert not plugin._executors  # pyright: ignore[reportPrivateUsage]
