@@ -268,6 +268,21 @@ _DECAY_SECONDS = int(re.findall(r"dirty_decay_ms:(\d+)", JEMALLOC_CONF)[0]) / 10
 """How long jemalloc as the worker configures it keeps freed pages before handing them back."""
 
 
+async def _server_quiet(pid: int, *, limit: float = 10.0) -> None:
+    """Wait until the server uses under 5% of a core over half a second, at most `limit` s.
+
+    What the warm-up left the server to do (closing its runs, their
+    visibility records) would otherwise count in the measured window of
+    whichever side came next.
+    """
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        before = _cpu(pid)
+        await asyncio.sleep(0.5)
+        if _cpu(pid) - before < 0.025:
+            return
+
+
 async def _collected(workers: Sequence[WorkerProcess], command: str) -> list[dict[str, Any]]:
     """Send `command` (`gc` or `mark`: a collection) to each worker; return once its heap settled.
 
@@ -317,6 +332,7 @@ async def run_phase(
 
         prefix = f"{queue}-c"
         ids = [f"{prefix}{k}" for k in range(n)]
+        await _server_quiet(server_pid)
         cpu = sum(_cpu(w.pid) for w in workers)
         server_cpu, started, wall = _cpu(server_pid), time.monotonic(), time.time()
         starting = asyncio.create_task(
