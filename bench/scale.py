@@ -195,6 +195,7 @@ class Phase:
     fallback: Counter[str] = field(default_factory=Counter[str])  # queries that waited, skipped
     cache: Counter[str] = field(default_factory=Counter[str])
     allocator: str = ""  # the first worker's malloc: jemalloc or system (allocator.py)
+    held: dict[str, int] = field(default_factory=dict[str, int])  # ours: kept for conversations
     heap_start: dict[str, float] = field(default_factory=dict[str, float])  # first worker's
     heap_after: dict[str, float] = field(default_factory=dict[str, float])
     grown: list[str] = field(default_factory=list[str])  # `--tracemalloc`: sites that grew
@@ -392,6 +393,7 @@ async def run_phase(
         phase.queries = _sum(stats, "queries")
         phase.fallback = _sum(stats, "fallback")
         phase.cache = _sum(stats, "cache")
+        phase.held = stats[0].get("held") or {}
         phase.heap_after = stats[0].get("heap", {})
         phase.allocator = stats[0].get("allocator", "")
         if args.tracemalloc:

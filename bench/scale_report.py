@@ -139,6 +139,7 @@ def print_details(phase: Phase) -> None:
     if phase.side == "ours":
         shown = {k: v for k, v in phase.cache.items() if v}
         print(f"      transcript cache: {shown}")
+        print(f"      kept for conversations after the drain (first worker): {phase.held}")
     if phase.heap_after:
         shown = ", ".join(
             f"{k} {phase.heap_start.get(k, float('nan')):,} -> {v:,}"
