@@ -129,9 +129,16 @@ _Mallctl = Callable[[bytes, object, object, object, int], int]
 
 @functools.cache
 def _mallctl() -> _Mallctl | None:
-    """The `mallctl` of jemalloc in this process (preloaded or linked), or None (looked up once)."""
+    """The `mallctl` of jemalloc in this process (preloaded or linked), or None (looked up once).
+
+    Called through `ctypes.PyDLL`, which keeps the GIL: a call takes
+    microseconds, and `ctypes.CDLL` would release the GIL around it, so a
+    workflow thread (`ThreadCacheExecutor`, two calls per activation) would
+    then wait to get it back from a busy event loop, up to the interpreter's
+    switch interval (5 ms) each time.
+    """
     try:
-        mallctl: Any = ctypes.CDLL(None).mallctl
+        mallctl: Any = ctypes.PyDLL(None).mallctl
     except (AttributeError, OSError):
         return None
     mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p]
