@@ -196,6 +196,7 @@ class Phase:
     cache: Counter[str] = field(default_factory=Counter[str])
     allocator: str = ""  # the first worker's malloc: jemalloc or system (allocator.py)
     held: dict[str, int] = field(default_factory=dict[str, int])  # ours: kept for conversations
+    gc: dict[str, float] = field(default_factory=dict[str, float])  # first worker: collections
     heap_start: dict[str, float] = field(default_factory=dict[str, float])  # first worker's
     heap_after: dict[str, float] = field(default_factory=dict[str, float])
     grown: list[str] = field(default_factory=list[str])  # `--tracemalloc`: sites that grew
@@ -394,6 +395,7 @@ async def run_phase(
         phase.fallback = _sum(stats, "fallback")
         phase.cache = _sum(stats, "cache")
         phase.held = stats[0].get("held") or {}
+        phase.gc = stats[0].get("gc") or {}
         phase.heap_after = stats[0].get("heap", {})
         phase.allocator = stats[0].get("allocator", "")
         if args.tracemalloc:

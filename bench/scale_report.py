@@ -131,6 +131,8 @@ def print_details(phase: Phase) -> None:
             f"({c.events / c.completed_turns:.1f} events)"
         )
     print(f"      activity failures: {dict(phase.failures) or 'none'}")
+    if phase.gc:  # since the worker started: warm-up and the phase
+        print(f"      garbage collections, count and seconds (first worker): {phase.gc}")
     sent = sum(phase.queries.values())
     per_call = f", {sent / phase.calls:.3f} per tool call" if phase.calls and sent else ""
     print(f"      queries the activities sent: {dict(phase.queries) or 'none'}{per_call}")

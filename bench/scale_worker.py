@@ -32,7 +32,11 @@ Debug aids for memory after a burst (issue 26, item 4; environment variables):
   (which holds the names it looked up) before each `gc`;
 - `SCALE_WORKER_PLAIN_EXECUTOR=1`: ours runs workflow tasks on a plain
   `ThreadPoolExecutor` (the SDK's), not the plugin's
-  `allocator.ThreadCacheExecutor`, to measure what the thread caches do.
+  `allocator.ThreadCacheExecutor`, to measure what the thread caches do;
+- `SCALE_WORKER_GC_FREEZE=1`, `SCALE_WORKER_GC_THRESHOLD=N`: before the
+  worker starts, `gc.freeze()` (what was imported is never scanned again)
+  and `gc.set_threshold(N, 10, 10)`, to measure what the collector costs
+  (the details print each generation's collections and seconds).
 
 Usage (by `scale.py`):
     python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
@@ -56,7 +60,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections import Counter
+from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
@@ -99,6 +103,22 @@ FAILURES: Counter[str] = Counter()
 """Activity attempts that raised, by `activity type: error type`."""
 WARNINGS: Counter[str] = Counter()
 """Warning (and worse) log records of the SDK, by the start of their message."""
+GC_SECONDS: defaultdict[str, float] = defaultdict(float)
+"""Collections by generation (`gen0`...) and the seconds they took (`gen0 s`...): `gc.callbacks`."""
+_gc_started = [0.0]
+
+
+def _time_collections(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _gc_started[0] = time.perf_counter()
+        return
+    generation = f"gen{info['generation']}"
+    GC_SECONDS[generation] += 1
+    GC_SECONDS[f"{generation} s"] += time.perf_counter() - _gc_started[0]
+
+
+gc.callbacks.append(_time_collections)
+
 LAST_EXECUTION = [0.0]
 """When `echo` last ran (`time.time()`)."""
 
@@ -373,6 +393,7 @@ def stats(plugin: DurableToolsPlugin | None) -> dict[str, Any]:
         "cache": cache,
         "held": held,
         "heap returns": plugin.heap_return.returns if plugin is not None else 0,
+        "gc": {k: round(v, 3) for k, v in GC_SECONDS.items()},
         "allocator": in_use(),
         "heap": heap(),
     }
@@ -446,6 +467,11 @@ async def main(args: argparse.Namespace) -> None:
     server = await asyncio.start_server(control, "127.0.0.1", 0)
     executions = args.ready_file.with_suffix(".executions").open("a", buffering=1)
     EXECUTION_LOG.append(executions)
+    if os.environ.get("SCALE_WORKER_GC_FREEZE"):  # experiment
+        gc.collect()
+        gc.freeze()
+    if os.environ.get("SCALE_WORKER_GC_THRESHOLD"):  # experiment
+        gc.set_threshold(int(os.environ["SCALE_WORKER_GC_THRESHOLD"]), 10, 10)
     async with server, worker:
         port = server.sockets[0].getsockname()[1]
         partial = args.ready_file.with_suffix(".partial")
