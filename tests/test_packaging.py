@@ -26,6 +26,14 @@ from durable_tools.worker.dev_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Each step below has its own subprocess bound: building the wheel 600 s, a
+# venv 120 s, a pip install 600 s, a command 60 to 300 s. A test (with the
+# module's fixtures it sets up first) chains at most the wheel, a venv, an
+# install and 450 s of commands: 1,770 s. pytest-timeout's default (120 s,
+# pyproject.toml) would cut a step first on a loaded machine (a fresh-clone
+# run found the venv's install still going at 120 s).
+pytestmark = pytest.mark.timeout(600 + 120 + 600 + 450)
+
 # Temporal's Python tutorial (hello world) lays an application out like this.
 TUTORIAL_FILES = {
     "workflows.py": """

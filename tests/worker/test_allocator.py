@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from typing import Any, cast
 
 import pytest
 from agent_support import MODELS, TOOLKITS
@@ -252,23 +253,30 @@ def test_the_thread_cache_pool_is_a_plain_pool_on_the_system_allocator() -> None
 
 
 def test_the_plugin_runs_workflow_tasks_on_the_thread_cache_pool_on_jemalloc(
-    monkeypatch: pytest.MonkeyPatch,
+    dev_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Sized as the SDK sizes its own executor; an application's own executor is kept."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from temporalio.worker import WorkerConfig
+
     from durable_tools.worker.plugin import DurableToolsPlugin
 
+    def config(**given: Any) -> WorkerConfig:
+        # As `Worker` passes it: with its client (the plugin's interceptors,
+        # tracing when set up, read the client's own).
+        return cast("WorkerConfig", {"client": dev_env.client, "task_queue": "q", **given})
+
     plugin = DurableToolsPlugin(toolkits=TOOLKITS, models=MODELS)
-    assert "workflow_task_executor" not in plugin.configure_worker({"task_queue": "q"})
+    assert "workflow_task_executor" not in plugin.configure_worker(config())
     monkeypatch.setattr(allocator, "in_use", lambda: "jemalloc")
-    sized = plugin.configure_worker({"task_queue": "q", "max_concurrent_workflow_tasks": 7})
-    default = plugin.configure_worker({"task_queue": "q"})
+    sized = plugin.configure_worker(config(max_concurrent_workflow_tasks=7))
+    default = plugin.configure_worker(config())
     pools = [sized.get("workflow_task_executor"), default.get("workflow_task_executor")]
     assert all(isinstance(p, allocator.ThreadCacheExecutor) for p in pools), pools
     assert [p._max_workers for p in pools] == [7, 500]  # pyright: ignore[reportOptionalMemberAccess,reportAttributeAccessIssue]
     with ThreadPoolExecutor(max_workers=3) as mine:
-        given = plugin.configure_worker({"task_queue": "q", "workflow_task_executor": mine})
+        given = plugin.configure_worker(config(workflow_task_executor=mine))
         assert given.get("workflow_task_executor") is mine
 
 
