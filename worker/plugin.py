@@ -367,15 +367,15 @@ class DurableToolsPlugin(SimplePlugin):
             # memory goes back to the system once traffic falls (heap_return.py).
             async with self.heap_return.running():
                 await super().run_worker(worker, next)  # the run context, then the worker
-            self._stop_executor(worker)
         except BaseException:
             if not worker.is_running and not worker.is_shutdown:
                 # Refused before the worker started: mark it shut down, as
                 # temporalio's Worker._run does when its own validation fails,
                 # or `async with Worker(...)` waits in `shutdown()` forever.
                 worker._shutdown_complete_event.set()  # pyright: ignore[reportPrivateUsage]
-            self._stop_executor(worker)
             raise
+        finally:
+            self._stop_executor(worker)
 
     def _stop_executor(self, worker: Worker) -> None:
         """Shut down the workflow task executor `configure_worker` made for `worker`, if any.
