@@ -11,8 +11,10 @@ not the bench client's. It serves one side:
   `echo` activity that counts the same way.
 
 Ours runs on the allocator `durable-tools worker` picks (`--allocator`,
-default `auto`: jemalloc where the system has it, `allocator.py`); bare on
-the interpreter's own, as a plain Temporal worker does. Both use the SDK's
+default `auto`: jemalloc where the system has it, `allocator.py`) and with
+the garbage collector tuned as it tunes it (`collector.py`); bare on the
+interpreter's own allocator and collector settings, as a plain Temporal
+worker does. Both use the SDK's
 default worker limits and the same interceptor, which
 counts activity attempts that raised, by type. Once polling, it writes to
 `--ready-file` the port of a TCP server on 127.0.0.1 that answers one JSON line per
@@ -33,10 +35,12 @@ Debug aids for memory after a burst (issue 26, item 4; environment variables):
 - `SCALE_WORKER_PLAIN_EXECUTOR=1`: ours runs workflow tasks on a plain
   `ThreadPoolExecutor` (the SDK's), not the plugin's
   `allocator.ThreadCacheExecutor`, to measure what the thread caches do;
-- `SCALE_WORKER_GC_FREEZE=1`, `SCALE_WORKER_GC_THRESHOLD=N`: before the
-  worker starts, `gc.freeze()` (what was imported is never scanned again)
-  and `gc.set_threshold(N, 10, 10)`, to measure what the collector costs
-  (the details print each generation's collections and seconds).
+- `SCALE_WORKER_COLLECTOR=default`: ours keeps the interpreter's collector
+  settings instead of tuning them as `durable-tools worker` does
+  (`collector.tune`); `SCALE_WORKER_GC_THRESHOLD=N[,N1[,N2]]`: then either
+  side's `gc.set_threshold(N, N1, N2)` (N1, N2 default 10), to measure what
+  the collector costs (the details print each generation's collections and
+  seconds).
 
 Usage (by `scale.py`):
     python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
@@ -63,8 +67,9 @@ import tracemalloc
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
+from durable_tools.worker import collector
 from durable_tools.worker.allocator import in_use
 
 if os.environ.get("SCALE_WORKER_CACHE_STRINGS"):  # an experiment: see the module
@@ -165,20 +170,31 @@ class Finishing(Looping):
         """Turns 1..turns: `echo`; then `finish`."""
         if request.turn - 1 < self.turns:
             return await super().__call__(request)
-        return AssistantMessage(
-            tool_calls=(ToolCall(call_id="end", name="finish", arguments='{"output": "done"}'),)
-        )
+        return self.END
+
+    END: ClassVar[AssistantMessage] = AssistantMessage(
+        tool_calls=(ToolCall(call_id="end", name="finish", arguments='{"output": "done"}'),)
+    )
+    """The last turn's answer: one `finish` call."""
 
 
 class FanOut:
-    """Calls `echo` `calls` times in turn 1, then answers "done" (the fan-out turn)."""
+    """Calls `echo` `calls` times in turn 1, then answers "done" (the fan-out turn).
 
-    def __init__(self, calls: int, size: int) -> None:
-        self.calls, self.size = calls, size
+    With `finish` (ours), turn 2 calls `finish` instead, as `Finishing` does:
+    a "done" would keep ours' conversation open until its idle timeout, and
+    the fan-out's window (start to result) would count that wait and its
+    timer, which bare's workflow, returning there, does not have.
+    """
+
+    def __init__(self, calls: int, size: int, *, finish: bool = False) -> None:
+        self.calls, self.size, self.finish = calls, size, finish
 
     async def __call__(self, request: ModelRequest) -> AssistantMessage:
-        """Turn 1: the calls; then "done"."""
+        """Turn 1: the calls; then "done" (or `finish`)."""
         if request.turn > 1:
+            if self.finish:
+                return Finishing.END
             return AssistantMessage(text="done")
         return AssistantMessage(
             tool_calls=tuple(
@@ -407,7 +423,11 @@ async def main(args: argparse.Namespace) -> None:
     # its model answers "done" (a `finish` call would be an activity it has
     # no worker for, and its phase would never end).
     ending = Finishing if args.side == "ours" else Looping
-    model = FanOut(args.fanout, args.size) if args.fanout else ending(args.turns, args.size)
+    model = (
+        FanOut(args.fanout, args.size, finish=args.side == "ours")
+        if args.fanout
+        else ending(args.turns, args.size)
+    )
     plugin: DurableToolsPlugin | None = None
     if args.side == "ours":
         plugin = DurableToolsPlugin(
@@ -467,11 +487,11 @@ async def main(args: argparse.Namespace) -> None:
     server = await asyncio.start_server(control, "127.0.0.1", 0)
     executions = args.ready_file.with_suffix(".executions").open("a", buffering=1)
     EXECUTION_LOG.append(executions)
-    if os.environ.get("SCALE_WORKER_GC_FREEZE"):  # experiment
-        gc.collect()
-        gc.freeze()
+    if args.side == "ours":  # as `durable-tools worker` does before it polls
+        collector.tune(os.environ.get("SCALE_WORKER_COLLECTOR", "tuned"))  # pyright: ignore[reportArgumentType]
     if os.environ.get("SCALE_WORKER_GC_THRESHOLD"):  # experiment
-        gc.set_threshold(int(os.environ["SCALE_WORKER_GC_THRESHOLD"]), 10, 10)
+        thresholds = [int(t) for t in os.environ["SCALE_WORKER_GC_THRESHOLD"].split(",")]
+        gc.set_threshold(*(thresholds + [10, 10])[:3])
     async with server, worker:
         port = server.sockets[0].getsockname()[1]
         partial = args.ready_file.with_suffix(".partial")
