@@ -293,12 +293,29 @@ def payloads_of(message: Message, *, skip: str = "") -> list[Payload]:
     return found
 
 
+ROUTING_PROPAGATION_SECONDS = 2 * 60 + 5
+"""How long the server may take to hand a new current version to the task queues.
+
+Its worker-deployment workflow does it with an activity of 1 minute's
+start-to-close timeout, retried without limit (temporalio/temporal,
+service/worker/workerdeployment/util.go, `propagationActivityOptions`); on
+a loaded 2-core machine one took more than 30 s. Two attempts, and the
+retry's 100 ms backoff.
+"""
+
+VERSIONED_TEST_TIMEOUT = 120 + 2 * ROUTING_PROPAGATION_SECONDS
+"""pytest-timeout for a test that sets the current version (twice at most, each
+possibly waiting `ROUTING_PROPAGATION_SECONDS`), beside pyproject's 120 s."""
+
+
 async def set_current_version(env: WorkflowEnvironment, deployment: str, build_id: str) -> None:
     """Make `deployment:build_id` the current Worker Deployment Version (the Temporal CLI).
 
     The version exists once a worker of it has polled: tried until it does
     (30 s). Returns once the server says the routing change reached the
-    deployment's task queues (`routing_config_update_state`), within 30 s.
+    deployment's task queues (`routing_config_update_state`), within
+    `ROUTING_PROPAGATION_SECONDS`; a test calling it is bounded by
+    `VERSIONED_TEST_TIMEOUT`.
     """
     from durable_tools.worker.dev_server import find_temporal_cli
 
@@ -337,4 +354,9 @@ async def set_current_version(env: WorkflowEnvironment, deployment: str, build_i
             RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_UNSPECIFIED,  # older servers
         )
 
-    await eventually(propagated, what=f"{deployment}:{build_id} routed", timeout=30, interval=0.1)
+    await eventually(
+        propagated,
+        what=f"{deployment}:{build_id} routed",
+        timeout=ROUTING_PROPAGATION_SECONDS,
+        interval=0.1,
+    )

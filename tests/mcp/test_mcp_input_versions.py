@@ -18,16 +18,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agent_support import AGENT, turns
 from mcp_support import replay_each_run, runs_by_build, versioned_mcp_worker
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import eventually, outputs_by_id, set_current_version
+from workflow_helpers import VERSIONED_TEST_TIMEOUT, eventually, outputs_by_id, set_current_version
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions, PendingInteraction
 from durable_tools.mcp import McpServerConfig
 from durable_tools.testing import settled
+
+# Each test sets the current version up to twice (workflow_helpers.set_current_version).
+pytestmark = pytest.mark.timeout(VERSIONED_TEST_TIMEOUT)
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 KEY = "a-key-both-versions-servers-share-0123456789"

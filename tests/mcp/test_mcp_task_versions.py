@@ -22,11 +22,14 @@ from agent_support import AGENT, turns
 from mcp_support import http_test_server, replay_each_run, runs_by_build, versioned_mcp_worker
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import eventually, outputs_by_id, set_current_version
+from workflow_helpers import VERSIONED_TEST_TIMEOUT, eventually, outputs_by_id, set_current_version
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions, PendingInteraction
 from durable_tools.mcp import McpServerConfig
+
+# Each test sets the current version up to twice (workflow_helpers.set_current_version).
+pytestmark = pytest.mark.timeout(VERSIONED_TEST_TIMEOUT)
 
 
 def _server(url: str) -> McpServerConfig:

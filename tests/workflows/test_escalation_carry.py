@@ -14,13 +14,14 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from agent_support import AGENT, MODELS, TOOLKITS, turns
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-from workflow_helpers import eventually, set_current_version
+from workflow_helpers import VERSIONED_TEST_TIMEOUT, eventually, set_current_version
 
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.client import Conversations
@@ -29,6 +30,9 @@ from durable_tools.policies import Policy
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow
+
+# Each test sets the current version up to twice (workflow_helpers.set_current_version).
+pytestmark = pytest.mark.timeout(VERSIONED_TEST_TIMEOUT)
 
 POLICY = Policy.from_text("""
 name: refunds

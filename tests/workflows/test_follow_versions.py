@@ -17,6 +17,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from agent_support import AGENT, MODELS, turns
 from follow_support import (
     CLI,
@@ -34,11 +35,20 @@ from follow_support import (
 from temporalio.api.enums.v1 import EventType
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import eventually, outputs_by_id, quiet, set_current_version
+from workflow_helpers import (
+    VERSIONED_TEST_TIMEOUT,
+    eventually,
+    outputs_by_id,
+    quiet,
+    set_current_version,
+)
 
 from durable_tools.client import Conversations
 from durable_tools.conversation import ConversationOptions
 from durable_tools.testing import ScriptedModel
+
+# Each test sets the current version up to twice (workflow_helpers.set_current_version).
+pytestmark = pytest.mark.timeout(VERSIONED_TEST_TIMEOUT)
 
 
 async def test_retry_after_a_model_failure_runs_on_the_version_that_fixes_it(

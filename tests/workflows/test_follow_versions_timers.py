@@ -12,6 +12,7 @@ import uuid
 from datetime import UTC, timedelta
 from typing import Any
 
+import pytest
 from agent_support import AGENT, MODELS, directed, turns
 from follow_support import (
     carried_input,
@@ -29,7 +30,7 @@ from follow_support import (
 )
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
-from workflow_helpers import eventually, outputs_by_id, set_current_version
+from workflow_helpers import VERSIONED_TEST_TIMEOUT, eventually, outputs_by_id, set_current_version
 
 from durable_tools.approvals import Decision
 from durable_tools.client import Conversations
@@ -38,6 +39,9 @@ from durable_tools.models.base import ModelRequest
 from durable_tools.testing import ScriptedModel
 from durable_tools.transcript import AssistantMessage
 from durable_tools.workflows.agent_workflow import AgentWorkflow
+
+# Each test sets the current version up to twice (workflow_helpers.set_current_version).
+pytestmark = pytest.mark.timeout(VERSIONED_TEST_TIMEOUT)
 
 
 async def test_a_sleep_that_moves_ends_at_its_original_wake_time(

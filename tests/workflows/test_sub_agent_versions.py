@@ -14,6 +14,7 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
 from agent_support import MODELS, TOOLKITS, turns
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -21,7 +22,7 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
-from workflow_helpers import eventually, outputs_by_id, set_current_version
+from workflow_helpers import VERSIONED_TEST_TIMEOUT, eventually, outputs_by_id, set_current_version
 
 from durable_tools.activities.agent_activities import AgentActivities
 from durable_tools.agent_tools import sub_agent_workflow_id
@@ -31,6 +32,9 @@ from durable_tools.conversation import AgentConfig, ConversationOptions
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow
+
+# Each test sets the current version up to twice (workflow_helpers.set_current_version).
+pytestmark = pytest.mark.timeout(VERSIONED_TEST_TIMEOUT)
 
 DESK = AgentConfig(name="desk", model="metered", toolkit="desk")
 RESEARCHER = AgentConfig(name="researcher", model="metered", toolkit="tests")

@@ -20,6 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agent_support import AGENT, MODELS, TOOLKITS, turns
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
@@ -27,7 +28,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-from workflow_helpers import eventually, outputs_by_id, set_current_version
+from workflow_helpers import VERSIONED_TEST_TIMEOUT, eventually, outputs_by_id, set_current_version
 
 from durable_tools import Toolkit, tool
 from durable_tools._wire import ConversationInput
@@ -37,6 +38,9 @@ from durable_tools.conversation import ConversationOptions, ConversationResult
 from durable_tools.worker.plugin import sandbox_runner
 from durable_tools.worker.runner import deployment_config
 from durable_tools.workflows.agent_workflow import AgentWorkflow
+
+# Each test sets the current version up to twice (workflow_helpers.set_current_version).
+pytestmark = pytest.mark.timeout(VERSIONED_TEST_TIMEOUT)
 
 V2_MARKER = "loop v2: before the model turn"
 
