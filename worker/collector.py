@@ -55,7 +55,7 @@ COLLECTOR_ENV: Final = "DURABLE_TOOLS_COLLECTOR"
 CollectorChoice = Literal["tuned", "default"]
 CHOICES: Final[tuple[CollectorChoice, ...]] = ("tuned", "default")
 
-THRESHOLDS: Final = (10_000, 20, 20)
+THRESHOLDS: Final = (7_000, 10, 1)
 """`gc.set_threshold` of a tuned worker (see the module for the measurements)."""
 
 
@@ -81,7 +81,7 @@ def tune(choice: CollectorChoice = "tuned") -> str:
 def describe() -> str:
     """The collector's settings for a startup line.
 
-    E.g. `garbage collector thresholds 10000/20/20, 86,969 startup objects
+    E.g. `garbage collector thresholds 7000/10/1, 86,969 startup objects
     frozen`, or `garbage collector thresholds 700/10/10` when untouched.
     """
     line = "garbage collector thresholds " + "/".join(str(t) for t in gc.get_threshold())

@@ -54,7 +54,7 @@ def test_tuned_freezes_what_startup_built_and_raises_the_thresholds() -> None:
     # The worker's imports (the SDK, pydantic, the loop) are tens of thousands of containers.
     assert frozen > 10_000, frozen
     assert found["line"] == (
-        f"garbage collector thresholds 10000/20/20, {frozen:,} startup objects frozen"
+        f"garbage collector thresholds 7000/10/1, {frozen:,} startup objects frozen"
     )
 
 
