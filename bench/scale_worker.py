@@ -11,10 +11,8 @@ not the bench client's. It serves one side:
   `echo` activity that counts the same way.
 
 Ours runs on the allocator `durable-tools worker` picks (`--allocator`,
-default `auto`: jemalloc where the system has it, `allocator.py`) and with
-the garbage collector tuned as it tunes it (`collector.py`); bare on the
-interpreter's own allocator and collector settings, as a plain Temporal
-worker does. Both use the SDK's
+default `auto`: jemalloc where the system has it, `allocator.py`); bare on
+the interpreter's own, as a plain Temporal worker does. Both use the SDK's
 default worker limits and the same interceptor, which
 counts activity attempts that raised, by type. Once polling, it writes to
 `--ready-file` the port of a TCP server on 127.0.0.1 that answers one JSON line per
@@ -35,12 +33,11 @@ Debug aids for memory after a burst (issue 26, item 4; environment variables):
 - `SCALE_WORKER_PLAIN_EXECUTOR=1`: ours runs workflow tasks on a plain
   `ThreadPoolExecutor` (the SDK's), not the plugin's
   `allocator.ThreadCacheExecutor`, to measure what the thread caches do;
-- `SCALE_WORKER_COLLECTOR=default`: ours keeps the interpreter's collector
-  settings instead of tuning them as `durable-tools worker` does
-  (`collector.tune`); `SCALE_WORKER_GC_THRESHOLD=N[,N1[,N2]]`: then either
-  side's `gc.set_threshold(N, N1, N2)` (N1, N2 default 10), to measure what
-  the collector costs (the details print each generation's collections and
-  seconds).
+- `SCALE_WORKER_GC_FREEZE=1`, `SCALE_WORKER_GC_THRESHOLD=N[,N1[,N2]]`: before
+  the worker starts, `gc.freeze()` (what was imported is never scanned
+  again) and `gc.set_threshold(N, N1, N2)` (N1, N2 default 10), to measure
+  what the collector costs (the details print each generation's collections
+  and seconds; docs/operations.md, "The garbage collector").
 
 Usage (by `scale.py`):
     python bench/scale_worker.py --address 127.0.0.1:7233 --task-queue q --side ours \
@@ -69,7 +66,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
-from durable_tools.worker import collector
 from durable_tools.worker.allocator import in_use
 
 if os.environ.get("SCALE_WORKER_CACHE_STRINGS"):  # an experiment: see the module
@@ -487,8 +483,9 @@ async def main(args: argparse.Namespace) -> None:
     server = await asyncio.start_server(control, "127.0.0.1", 0)
     executions = args.ready_file.with_suffix(".executions").open("a", buffering=1)
     EXECUTION_LOG.append(executions)
-    if args.side == "ours":  # as `durable-tools worker` does before it polls
-        collector.tune(os.environ.get("SCALE_WORKER_COLLECTOR", "tuned"))  # pyright: ignore[reportArgumentType]
+    if os.environ.get("SCALE_WORKER_GC_FREEZE"):  # experiment
+        gc.collect()
+        gc.freeze()
     if os.environ.get("SCALE_WORKER_GC_THRESHOLD"):  # experiment
         thresholds = [int(t) for t in os.environ["SCALE_WORKER_GC_THRESHOLD"].split(",")]
         gc.set_threshold(*(thresholds + [10, 10])[:3])

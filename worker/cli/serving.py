@@ -276,24 +276,13 @@ def worker_command(
             "bursts); jemalloc: require it; system: the interpreter's own (docs/operations.md).",
         ),
     ] = "auto",
-    collector: Annotated[
-        str,
-        typer.Option(
-            envvar="DURABLE_TOOLS_COLLECTOR",
-            help="tuned: freeze what startup built and collect garbage less often (less CPU "
-            "per tool call); default: the interpreter's settings (docs/operations.md).",
-        ),
-    ] = "tuned",
 ) -> None:
     """Run a worker for toolkits (and an app) until SIGTERM or Ctrl-C (graceful shutdown)."""
     from temporalio.common import WorkerDeploymentVersion
 
     from durable_tools.activities.decision_activities import decision_keys_from_environment
     from durable_tools.worker import allocator as allocators
-    from durable_tools.worker import collector as collectors
 
-    if collector not in collectors.CHOICES:
-        fail(f"--collector must be tuned or default, not {collector!r}", EXIT_BAD_INPUT)
     if allocator not in allocators.CHOICES:
         fail(f"--allocator must be auto, jemalloc or system, not {allocator!r}", EXIT_BAD_INPUT)
     try:
@@ -331,16 +320,11 @@ def worker_command(
         from durable_tools.worker.runner import sizing
 
         versioned = f", version {version.deployment_name}:{version.build_id}" if version else ""
-        # Before the first poll: what startup built is never walked again. A
-        # host that called the CLI in process keeps its own settings.
-        chosen = collector if allocators.is_command() else "default"
-        collected = collectors.tune(chosen)  # pyright: ignore[reportArgumentType]
         out.print(
             f"worker polling task queue [bold]{escape(task_queue)}[/] on {escape(address)} "
             f"(namespace {escape(namespace)}{escape(versioned)}); "
             f"{escape(_describe_served(served, allow_offline_models=offline))}; "
-            f"{escape(checked)}; {escape(sizing(worker))}; {escape(allocators.describe())}; "
-            f"{escape(collected)}",
+            f"{escape(checked)}; {escape(sizing(worker))}; {escape(allocators.describe())}",
             soft_wrap=True,
         )
         if storage is not None:
