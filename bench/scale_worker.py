@@ -418,9 +418,10 @@ async def main(args: argparse.Namespace) -> None:
     # Bare's workflow returns after the model's last turn, whatever it says:
     # its model answers "done" (a `finish` call would be an activity it has
     # no worker for, and its phase would never end).
-    ending = Finishing if args.side == "ours" else Looping
+    finishing = args.side == "ours"
+    ending = Finishing if finishing else Looping
     model = (
-        FanOut(args.fanout, args.size, finish=args.side == "ours")
+        FanOut(args.fanout, args.size, finish=finishing)
         if args.fanout
         else ending(args.turns, args.size)
     )
