@@ -26,6 +26,9 @@ Debug aids for memory after a burst (issue 26, item 4; environment variables):
   pymalloc pools in use; at each later one appends to FILE (one JSON line)
   the objects by type and what lives in the pools carved since, by arena
   (`heap_probe.py`; with `--tracemalloc`, where each block was allocated);
+- `SCALE_WORKER_CENSUS=FILE`: at each `gc` or `mark`, appends to FILE (one
+  JSON line) the objects by type and jemalloc's small size classes in use
+  (regions and slabs: what the pages that stay active after a burst hold);
 - `SCALE_WORKER_CACHE_STRINGS=keys` (or `none`): pydantic's `cache_strings`
   for every model (its cache of decoded JSON strings keeps values otherwise);
 - `SCALE_WORKER_CLEAR_TYPE_CACHE=1`: empties CPython's type attribute cache
@@ -235,6 +238,11 @@ POOL_SCAN = PoolScan()
 
 def _probe_heap() -> None:
     """Mark, or append what survived since the mark (`HEAP_PROBE`)."""
+    census = os.environ.get("SCALE_WORKER_CENSUS")
+    if census:
+        line = {"objects": object_counts(300), "bins": _jemalloc_bins()}
+        with open(census, "a") as out:  # noqa: PTH123 (a bench's probe)
+            out.write(json.dumps(line) + "\n")
     if not HEAP_PROBE:
         return
     if POOL_SCAN.marked is None:
@@ -243,6 +251,38 @@ def _probe_heap() -> None:
     line = {"objects": object_counts(), "pools": POOL_SCAN.survivors()}
     with open(HEAP_PROBE, "a") as out:  # noqa: PTH123 (a bench's probe)
         out.write(json.dumps(line) + "\n")
+
+
+def _jemalloc_bins() -> list[dict[str, int]]:
+    """jemalloc's small size classes in use: regions, slabs (`malloc_stats_print`, JSON)."""
+    try:
+        stats_print = ctypes.CDLL(None).malloc_stats_print
+    except (OSError, AttributeError):
+        return []
+    chunks: list[bytes] = []
+    write = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)(
+        lambda _, text: chunks.append(text)
+    )
+    stats_print.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p]
+    stats_print(ctypes.cast(write, ctypes.c_void_p), None, b"Jdxleh")
+    try:
+        document = json.loads(b"".join(chunks))
+    except ValueError:
+        return []
+    bins_info = document["jemalloc"].get("arenas", {}).get("bin", [])
+    arenas = document["jemalloc"]["stats.arenas"]
+    merged = (arenas.get("merged") or next(iter(arenas.values())))["bins"]
+    return [
+        {
+            "size": info["size"],
+            "nregs": info["nregs"],
+            "slab_size": info["slab_size"],
+            "curregs": used["curregs"],
+            "curslabs": used["curslabs"],
+        }
+        for info, used in zip(bins_info, merged, strict=False)
+        if used["curslabs"]
+    ]
 
 
 def _grown(since: tracemalloc.Snapshot, limit: int = 15) -> list[str]:

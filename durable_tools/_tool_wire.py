@@ -80,7 +80,8 @@ class ToolActivityInput(BaseModel):
         resume: Answers to what the call's previous activity asked, with its
             exact `requestState` (`ToolContext.resume`). Left out otherwise.
 
-    Exactly one of `call` and `reference` is set. The call's `tool(arg=…)`
+    Exactly one of `call` and `reference` is set (the other is left out
+    when recorded). The call's `tool(arg=…)`
     summary is the activity's summary (user metadata), not part of its input
     (inputs recorded for a while held a copy as `summary`: ignored when read).
     """
@@ -96,8 +97,9 @@ class ToolActivityInput(BaseModel):
     @model_serializer(mode="wrap")
     def _without_resume(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         dumped: dict[str, Any] = handler(self)
-        if dumped.get("resume") is None:
-            dumped.pop("resume", None)
+        for name in ("call", "reference", "resume"):  # the one not set; `resume` mostly
+            if dumped.get(name) is None:
+                dumped.pop(name, None)
         return dumped
 
 

@@ -14,6 +14,8 @@ import json
 import uuid
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -21,12 +23,20 @@ from temporalio.worker import Worker
 from workflow_helpers import payloads_of
 
 from durable_tools import Toolkit, tool
-from durable_tools._wire import ModelTurn, PlannedCall
+from durable_tools._wire import (
+    CallReference,
+    DeltaEntry,
+    ModelTurn,
+    ModelTurnRequest,
+    PlannedCall,
+    ToolActivityInput,
+    TranscriptDelta,
+)
 from durable_tools.client import Conversations
 from durable_tools.conversation import AgentConfig, ConversationOptions, PendingApproval
 from durable_tools.results import ToolCall
 from durable_tools.testing import ScriptedModel, call
-from durable_tools.transcript import AssistantMessage, ToolCallOutput
+from durable_tools.transcript import AssistantMessage, ToolCallOutput, UserMessage
 from durable_tools.worker.plugin import DurableToolsPlugin
 
 MARKER = "needle-7f3a"
@@ -176,3 +186,90 @@ def test_a_recorded_turn_names_each_call_once() -> None:
     legacy["plans"][0]["call"] = first.model_dump(mode="json")
     legacy["plans"][0].pop("call_id")
     assert ModelTurn.model_validate(legacy) == turn
+
+
+_RETRY_FIELDS = ("max_attempts", "initial_interval", "backoff_coefficient", "maximum_interval")
+_RETRY_DEFAULTS = {"max_attempts": 1, "initial_interval": 1.0, "backoff_coefficient": 2.0,
+                   "maximum_interval": 60.0}  # fmt: skip
+
+
+@given(
+    max_attempts=st.sampled_from([1, 2, 10]),
+    initial_interval=st.sampled_from([1.0, 0.5, 2.0]),
+    backoff_coefficient=st.sampled_from([2.0, 1.0, 1.5]),
+    maximum_interval=st.sampled_from([60.0, 1.0, 600.0]),
+    timeout=st.sampled_from([None, 60.0, 1.0]),
+)
+def test_a_recorded_plan_leaves_out_its_defaults_and_decodes_back(
+    max_attempts: int,
+    initial_interval: float,
+    backoff_coefficient: float,
+    maximum_interval: float,
+    timeout: float | None,
+) -> None:
+    """Issue 26, item 2: a field with its default is not recorded; it decodes back."""
+    values: dict[str, Any] = {
+        "max_attempts": max_attempts,
+        "initial_interval": initial_interval,
+        "backoff_coefficient": backoff_coefficient,
+        "maximum_interval": maximum_interval,
+    }
+    planned = ToolCall(call_id="a", name="shout", arguments='{"text": "x"}')
+    plan = PlannedCall(
+        call=planned, kind="local", arguments_hash="h", summary="s", timeout=timeout, **values
+    )
+    turn = ModelTurn(message=AssistantMessage(tool_calls=(planned,)), plans=[plan])
+    recorded = json.loads(turn.model_dump_json())
+    written = recorded["plans"][0]
+    for name, value in values.items():
+        assert (name in written) == (value != _RETRY_DEFAULTS[name]), name
+    assert ("timeout" in written) == (timeout is not None)
+    for name in ("descriptors", "summary", "messages_supersede", "cost_usd", "budget"):
+        assert name not in recorded  # `None`: left out
+    assert ModelTurn.model_validate(recorded) == turn
+    # A turn recorded before (every retry field written out) decodes the same.
+    written.update({name: _RETRY_DEFAULTS[name] for name in _RETRY_FIELDS if name not in written})
+    assert ModelTurn.model_validate(recorded) == turn
+
+
+def test_activity_inputs_leave_out_their_nones_and_decode_back() -> None:
+    """Issue 26, item 2: what is `None` in a model or tool activity's input is not recorded."""
+    delta = TranscriptDelta(
+        start=0,
+        start_digest="d0",
+        entries=[
+            DeltaEntry(item=UserMessage(text="hi")),
+            DeltaEntry(turn=1),
+            DeltaEntry(call_id="c1"),
+        ],
+        digest="d1",
+    )
+    request = ModelTurnRequest(
+        workflow_id="w", run_id="r", turn=2, upto=3, agent_name="default", delta=delta
+    )
+    recorded = json.loads(request.model_dump_json())
+    assert set(recorded) == {"workflow_id", "run_id", "turn", "upto", "known_digest",
+                             "agent_name", "delta"}  # fmt: skip
+    assert [set(entry) for entry in recorded["delta"]["entries"]] == [
+        {"item"}, {"turn"}, {"call_id"}
+    ]  # fmt: skip
+    assert ModelTurnRequest.model_validate(recorded) == request
+    # Recorded before, with every `None` written out: the same request.
+    legacy = request.model_dump(mode="json", round_trip=True, exclude={"delta"})
+    legacy.update(agent=None, transcript=None, team=None, policy=None, policy_ref=None)
+    legacy["delta"] = {**recorded["delta"], "entries": [
+        {"item": None, "turn": None, "call_id": None, **entry}
+        for entry in recorded["delta"]["entries"]
+    ]}  # fmt: skip
+    assert ModelTurnRequest.model_validate(legacy) == request
+
+    tool_input = ToolActivityInput(
+        toolkit="k",
+        workflow_id="w",
+        idempotency_key="w/c1",
+        reference=CallReference(call_id="c1", name="shout", digest="h"),
+    )
+    written = json.loads(tool_input.model_dump_json())
+    assert "call" not in written and "resume" not in written
+    assert written["max_result_bytes"] == tool_input.max_result_bytes  # a limit: always written
+    assert ToolActivityInput.model_validate({**written, "call": None}) == tool_input
