@@ -408,7 +408,7 @@ async def run_phase(
 
 async def main(args: Any) -> None:
     """Start a dev server, run each phase, print the report."""
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]  # "": the fan-out alone
     results: list[tuple[Phase, Phase | None]] = []
     fan: tuple[list[Phase], list[Phase]] | None = None  # (ours, bare) by round
     replayed: tuple[float, float | None] | None = None
@@ -464,7 +464,7 @@ def report(
         print(f" N = {ours.n:,}")
         print_rows(rows_of(ours, bare, args.turns))
     print(" all sizes")
-    first_ours, first_bare = results[0]
+    first_ours, first_bare = results[0] if results else (None, None)
     rows: list[Row] = []
     if fan is not None:
         ours_fan, bare_fan = (
@@ -480,7 +480,7 @@ def report(
                 "{:.2f}",
             )
         )
-    if replayed is not None:
+    if replayed is not None and first_ours is not None:
         rows.append(
             Row(
                 f"replay events per CPU second (N={first_ours.n} sample)",
@@ -490,17 +490,18 @@ def report(
                 "{:,.0f}",
             )
         )
-    oc = first_ours.checked
-    bc = first_bare.checked if first_bare else None
-    rows.append(
-        Row(
-            f"history bytes per plain tool turn (N={first_ours.n})",
-            oc.bytes / oc.completed_turns if oc.completed_turns else None,
-            bc.bytes / bc.completed_turns if bc and bc.completed_turns else None,
-            "<= 1.5",
-            "{:,.0f}",
+    if first_ours is not None:
+        oc = first_ours.checked
+        bc = first_bare.checked if first_bare else None
+        rows.append(
+            Row(
+                f"history bytes per plain tool turn (N={first_ours.n})",
+                oc.bytes / oc.completed_turns if oc.completed_turns else None,
+                bc.bytes / bc.completed_turns if bc and bc.completed_turns else None,
+                "<= 1.5",
+                "{:,.0f}",
+            )
         )
-    )
     print_rows(rows)
     print("\ndetails")
     for ours, bare in results:
@@ -515,7 +516,9 @@ def report(
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--sizes", default="20,100", help="numbers of conversations, comma-separated"
+        "--sizes",
+        default="20,100",
+        help='numbers of conversations, comma-separated ("": the fan-out alone)',
     )
     parser.add_argument("--turns", type=int, default=5, help="tool turns per conversation")
     parser.add_argument("--size", type=int, default=5000, help="bytes of each tool output")

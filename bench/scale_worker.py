@@ -69,8 +69,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
-from durable_tools.worker.allocator import in_use
-
 if os.environ.get("SCALE_WORKER_CACHE_STRINGS"):  # an experiment: see the module
     from pydantic import BaseModel as _BaseModel
 
@@ -95,6 +93,7 @@ from durable_tools import AssistantMessage, ToolCall, ToolContext, Toolkit, fini
 from durable_tools.activities.activity_base import FALLBACK_QUERIES, QUERIES_SENT
 from durable_tools.live_runs import LIVE_RUNS
 from durable_tools.models.base import ModelRequest
+from durable_tools.worker.allocator import in_use  # noqa: E402 (after the experiment's switch)
 from durable_tools.worker.app import App
 from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
 
@@ -240,7 +239,7 @@ def _probe_heap() -> None:
     """Mark, or append what survived since the mark (`HEAP_PROBE`)."""
     census = os.environ.get("SCALE_WORKER_CENSUS")
     if census:
-        line = {"objects": object_counts(300), "bins": _jemalloc_bins()}
+        line = {"objects": object_counts(300), "bins": _jemalloc_bins(), "strings": _strings()}
         with open(census, "a") as out:  # noqa: PTH123 (a bench's probe)
             out.write(json.dumps(line) + "\n")
     if not HEAP_PROBE:
@@ -251,6 +250,36 @@ def _probe_heap() -> None:
     line = {"objects": object_counts(), "pools": POOL_SCAN.survivors()}
     with open(HEAP_PROBE, "a") as out:  # noqa: PTH123 (a bench's probe)
         out.write(json.dumps(line) + "\n")
+
+
+def _strings() -> dict[str, Any]:
+    """Strings the collector's objects refer to, by length (to 64), with uuid-like samples."""
+    seen: set[int] = set()
+    lengths: Counter[int] = Counter()
+    samples: list[str] = []
+    for holder in gc.get_objects():
+        for value in gc.get_referents(holder):
+            if type(value) is str and id(value) not in seen and len(value) <= 64:
+                seen.add(id(value))
+                lengths[len(value)] += 1
+                if len(value) == 36 and value.count("-") == 4 and len(samples) < 5:
+                    samples.append(value)
+    holders = sorted(
+        (
+            (sum(1 for v in gc.get_referents(o) if type(v) is str), type(o).__name__, id(o))
+            for o in gc.get_objects()
+            if isinstance(o, (dict, list, tuple, set))
+        ),
+        reverse=True,
+    )[:25]
+    import linecache  # noqa: PLC0415 (a probe)
+
+    return {
+        "by length": dict(sorted(lengths.items())),
+        "uuid-like": samples,
+        "holders": [list(h) for h in holders],
+        "linecache": sorted(linecache.cache),
+    }
 
 
 def _jemalloc_bins() -> list[dict[str, int]]:

@@ -260,7 +260,7 @@ def turn_span(agent: str, model: str, turn: int) -> Generator[Span]:
         except GeneratorExit:
             raise  # abandoned by a dropped instance: the span did not end here
         except BaseException as exc:
-            if not isinstance(exc, asyncio.CancelledError):
+            if not isinstance(exc, asyncio.CancelledError) and not _replaying():
                 record_failure(span, exc)
             span.end()
             raise
@@ -273,6 +273,14 @@ def record_failure(span: Span, exc: BaseException) -> None:
     What `span.record_exception(exc)` and the SDK's `set_status_on_exception`
     write, with `exception.message`, `exception.stacktrace` and the status
     description (`Type: message`) passed through `worker_redactor().scrub`.
+
+    Workflow code calls it only outside replay: a replayed span never ends
+    (the replay-safe provider's rule), and an evicted run counts as replaying
+    while its coroutines unwind, so recording there would only format a
+    traceback. Formatting one reads every frame's source file into
+    `linecache` for good; done during a burst of evictions, those lines sit
+    among the burst's short-lived objects and keep their pages after it
+    (docs/operations.md, "Memory after a burst").
     """
     redact = worker_redactor().scrub
     message = redact(str(exc))
@@ -291,7 +299,8 @@ def _recorded(span: Span) -> Generator[Span]:
     except GeneratorExit:
         raise
     except BaseException as exc:
-        record_failure(span, exc)
+        if not _replaying():
+            record_failure(span, exc)
         raise
 
 

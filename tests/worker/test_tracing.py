@@ -9,6 +9,7 @@ finishes the conversation.
 from __future__ import annotations
 
 import json
+import linecache
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -178,6 +179,25 @@ async def test_uncached_replays_export_each_span_once_in_one_trace(
     monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "ledger.jsonl"))
     workflow_id = await run_across_restart(dev_env, task_queue, cached=False, queries=False)
     assert_one_trace_of_exact_spans(conversation_spans(RAW, workflow_id))
+
+
+async def test_evicted_runs_format_no_traceback(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26, item 4: a run evicted mid-turn (here at every task) records no failure.
+
+    Its coroutines unwind while it counts as replaying; a turn's span does
+    not end then, so recording the exception would only format a traceback,
+    which reads the workflow's source files into `linecache` for good.
+    """
+    tracer_provider()
+    monkeypatch.setenv(LEDGER_ENV, str(tmp_path / "ledger.jsonl"))
+    workflow_sources = str(Path(telemetry.__file__).parent / "workflows")
+    for name in [n for n in linecache.cache if n.startswith(workflow_sources)]:
+        del linecache.cache[name]
+    await run_across_restart(dev_env, task_queue, cached=False, queries=False)
+    assert not [n for n in linecache.cache if n.startswith(workflow_sources)]
+    assert str(Path(telemetry.__file__)) not in linecache.cache
 
 
 async def test_restarted_worker_with_queries_exports_each_span_once(
