@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from durable_tools.input_requests import InputRequired, InputResume
 from durable_tools.results import ToolCall, ToolResult
@@ -21,11 +21,26 @@ __all__ = [
     "LOCAL_RESULT_BYTES",
     "MAX_LOCAL_CALLS_PER_TURN",
     "PAYLOAD_BUDGET_BYTES",
+    "RECORD_CONFIG",
     "TOOL_ACTIVITY_PREFIX",
     "CallReference",
     "ToolActivityInput",
     "ToolActivityResult",
 ]
+
+RECORD_CONFIG: Final = ConfigDict(cache_strings="keys")
+"""Configuration of the records decoded at every turn (activity inputs and
+results, the workflow's input): pydantic keeps the keys of their JSON in its
+string cache, not the values.
+
+The cache (pydantic-core's, process-wide: 16,384 strings of up to 64
+characters, never emptied) otherwise fills with the run ids, workflow ids,
+idempotency keys and digests of the conversations a worker served; the ones
+decoded during a burst outlive it and hold their allocator pages (measured
+with `bench/scale.py`, `SCALE_WORKER_CENSUS`: docs/operations.md, "Memory
+after a burst"). The mode of the outermost type decides for the whole
+payload, nested models included.
+"""
 
 TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
 """Tool activities are named `tool.<tool name>`."""
@@ -86,6 +101,8 @@ class ToolActivityInput(BaseModel):
     (inputs recorded for a while held a copy as `summary`: ignored when read).
     """
 
+    model_config = RECORD_CONFIG
+
     toolkit: str
     call: ToolCall | None = None
     workflow_id: str
@@ -115,6 +132,8 @@ class ToolActivityResult(BaseModel):
         task: The task the call runs as (MCP Tasks): the loop polls it.
             Left out otherwise.
     """
+
+    model_config = RECORD_CONFIG
 
     result: ToolResult | None = None
     attempt: int = 1

@@ -30,6 +30,7 @@ from durable_tools._tool_wire import (
     LOCAL_RESULT_BYTES,
     MAX_LOCAL_CALLS_PER_TURN,
     PAYLOAD_BUDGET_BYTES,
+    RECORD_CONFIG,
     TOOL_ACTIVITY_PREFIX,
     CallReference,
     ToolActivityInput,
@@ -74,6 +75,7 @@ __all__ = [
     "LOCAL_RESULT_BYTES",
     "MAX_LOCAL_CALLS_PER_TURN",
     "PAYLOAD_BUDGET_BYTES",
+    "RECORD_CONFIG",
     "CallReference",
     "CarriedCall",
     "CarriedState",
@@ -262,6 +264,8 @@ class ModelTurnRequest(BaseModel):
     queried by these names); `agent_name` otherwise.
     """
 
+    model_config = RECORD_CONFIG
+
     workflow_id: str
     run_id: str
     turn: int
@@ -338,6 +342,8 @@ class ModelTurn(BaseModel):
             price table (`durable_tools.budgets`); `None`: not priced.
         budget: The resolved agent's `Agent.budget` (`None`: none).
     """
+
+    model_config = RECORD_CONFIG
 
     message: AssistantMessage
     plans: list[PlannedCall] = Field(default_factory=list[PlannedCall])
@@ -578,6 +584,8 @@ class ConversationInput(BaseModel):
         options: Limits and deadlines.
         state: Carried state after continue-as-new (`None` on the first run).
     """
+
+    model_config = RECORD_CONFIG
 
     agents: dict[str, AgentConfig]
     agent: str

@@ -137,3 +137,35 @@ def test_glibc_trim_is_found_and_runs() -> None:
     malloc_trim()
     # This process runs on the interpreter's allocator: the default hands back by glibc.
     assert allocator.in_use() == "system" and return_freed is malloc_trim
+
+
+def test_decoded_records_leave_their_ids_out_of_pydantics_string_cache() -> None:
+    """Issue 26, item 4: a turn's ids are not kept by pydantic-core's process-wide cache.
+
+    Decoded twice through the plugin's payload converter, a model request
+    gives two copies of its run id (nothing kept it between the two); a
+    model with pydantic's defaults gives the cached one both times.
+    """
+    from pydantic import BaseModel
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    from durable_tools._wire import ModelTurnRequest, ToolActivityInput
+
+    class Defaults(BaseModel):
+        run_id: str
+
+    converter = pydantic_data_converter.payload_converter
+    run_id = "01a21dd4-36c7-7f1b-b4bf-13d5fd98d1df"
+    for model, value in (
+        (ModelTurnRequest, ModelTurnRequest(workflow_id="w", run_id=run_id, turn=1, upto=1)),
+        (Defaults, Defaults(run_id=run_id)),
+    ):
+        payload = converter.to_payload(value)
+        first, second = (converter.from_payload(payload, model) for _ in range(2))
+        assert first.run_id == second.run_id == run_id
+        assert (first.run_id is second.run_id) == (model is Defaults), model.__name__
+    payload = converter.to_payload(
+        ToolActivityInput(toolkit="k", workflow_id="w", idempotency_key=f"{run_id}/c1")
+    )
+    first, second = (converter.from_payload(payload, ToolActivityInput) for _ in range(2))
+    assert first.idempotency_key is not second.idempotency_key
