@@ -10,6 +10,7 @@ most of the pages, where the interpreter's own allocator keeps them.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -202,6 +203,53 @@ def test_after_a_burst_jemalloc_hands_back_what_the_system_allocator_keeps() -> 
     assert jemalloc["peak"] - jemalloc["start"] > 100  # the burst really took memory
     assert kept(jemalloc) < 0.35, runs
     assert kept(system) > 2 * kept(jemalloc), runs  # what the choice is for
+
+
+_SURVIVORS = textwrap.dedent(
+    """
+    import ctypes, gc, json, os, sys
+    from durable_tools.worker import allocator
+
+    allocator.reexec("auto")
+    mallctl = ctypes.CDLL(None).mallctl
+
+    def active():
+        # Bytes in pages jemalloc counts as in use (a slab with one live region is).
+        epoch, value = ctypes.c_uint64(1), ctypes.c_size_t(0)
+        size = ctypes.c_size_t(ctypes.sizeof(value))
+        mallctl(b"epoch", None, None, ctypes.byref(epoch), ctypes.c_size_t(8))
+        mallctl(b"stats.active", ctypes.byref(value), ctypes.byref(size), None, ctypes.c_size_t(0))
+        return value.value
+
+    gc.collect()
+    start = active()
+    # 80-byte regions (a 47-byte `bytes`): jemalloc's own slab for them is 5
+    # pages of 256; one in 256 outlives the burst, as a burst's survivors do.
+    burst = [bytes(range(i % 200, i % 200 + 47)) for i in range(256 * 2_000)]
+    survivors = burst[::256]
+    del burst
+    gc.collect()
+    print(json.dumps({"kept": active() - start, "survivors": len(survivors),
+                      "conf": os.environ.get("MALLOC_CONF")}))
+    """
+)
+
+
+@needs_jemalloc
+def test_a_bursts_survivors_keep_a_page_each_not_a_slab() -> None:
+    """`JEMALLOC_CONF`'s one-page slabs: what 2,000 survivors keep, against jemalloc's slabs."""
+    own_slabs = allocator.JEMALLOC_CONF.replace(",slab_sizes:1-4096:1", "")
+    assert own_slabs != allocator.JEMALLOC_CONF
+    runs = {}
+    for name, conf in (("worker", None), ("own slabs", own_slabs)):
+        env = {k: v for k, v in os.environ.items() if k != "MALLOC_CONF"}
+        if conf is not None:
+            env["MALLOC_CONF"] = conf  # kept by `allocator.environment`
+        runs[name] = json.loads(_python(_SURVIVORS, env=env).splitlines()[-1])
+    assert runs["worker"]["conf"] == allocator.JEMALLOC_CONF, runs
+    # 2,000 survivors: about a page each (8 MB) against a 5-page slab each (40 MB).
+    assert runs["worker"]["kept"] < 12 << 20, runs
+    assert runs["own slabs"]["kept"] > 3 * runs["worker"]["kept"], runs
 
 
 _POOL = textwrap.dedent(
