@@ -256,8 +256,6 @@ class ModelTurnRequest(BaseModel):
             document by version (`activities/policy_versions.py`). `None`:
             none installed.
 
-    A field whose value is `None` is left out when recorded.
-
     `agent` is set in a run's first request and after a handoff (the worker
     keeps it by `agent_name`), in requests recorded before configurations were
     read by name, and for loops embedded in another workflow (which cannot be
@@ -279,14 +277,6 @@ class ModelTurnRequest(BaseModel):
     policy: InstalledPolicy | None = None
     policy_ref: PolicyRef | None = None
 
-    @model_serializer(mode="wrap")
-    def _nones_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Each `None` decodes back from its absence: fewer bytes in every turn.
-        return _without_nones(handler(self), _REQUEST_OPTIONAL)
-
-
-_REQUEST_OPTIONAL: Final = ("agent", "transcript", "delta", "team", "policy", "policy_ref")
-"""`ModelTurnRequest` fields left out of a recorded request when `None` (their default)."""
 
 
 _PLAN_DEFAULTS: Final[dict[str, Any]] = {
