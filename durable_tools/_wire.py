@@ -278,7 +278,6 @@ class ModelTurnRequest(BaseModel):
     policy_ref: PolicyRef | None = None
 
 
-
 _PLAN_DEFAULTS: Final[dict[str, Any]] = {
     name: field.get_default(call_default_factory=True)
     for name, field in PlannedCall.model_fields.items()
