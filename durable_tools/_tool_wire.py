@@ -9,6 +9,7 @@ may be added, never renamed, as long as recorded histories still decode.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
@@ -41,6 +42,19 @@ with `bench/scale.py`, `SCALE_WORKER_CENSUS`: docs/operations.md, "Memory
 after a burst"). The mode of the outermost type decides for the whole
 payload, nested models included.
 """
+
+
+def without_nones(dumped: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """`dumped` without those of `names` whose value is `None` (each decodes back to `None`).
+
+    For a record's `model_serializer`: a field left out when `None` must
+    default to `None` in every version that reads the record.
+    """
+    for name in names:
+        if name in dumped and dumped[name] is None:
+            del dumped[name]
+    return dumped
+
 
 TOOL_ACTIVITY_PREFIX: Final[str] = "tool."
 """Tool activities are named `tool.<tool name>`."""
@@ -113,11 +127,8 @@ class ToolActivityInput(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_resume(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        dumped: dict[str, Any] = handler(self)
-        for name in ("call", "reference", "resume"):  # the one not set; `resume` mostly
-            if dumped.get(name) is None:
-                dumped.pop(name, None)
-        return dumped
+        # The one of `call` and `reference` not set; `resume` mostly.
+        return without_nones(handler(self), ("call", "reference", "resume"))
 
 
 class ToolActivityResult(BaseModel):
@@ -142,8 +153,4 @@ class ToolActivityResult(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        dumped: dict[str, Any] = handler(self)
-        for name in ("input_required", "task"):
-            if dumped.get(name) is None:
-                dumped.pop(name, None)
-        return dumped
+        return without_nones(handler(self), ("input_required", "task"))

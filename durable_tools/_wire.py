@@ -26,6 +26,7 @@ from pydantic import (
 )
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 
+from durable_tools._delta_wire import DeltaEntry, TranscriptDelta
 from durable_tools._tool_wire import (
     LOCAL_RESULT_BYTES,
     MAX_LOCAL_CALLS_PER_TURN,
@@ -35,6 +36,7 @@ from durable_tools._tool_wire import (
     CallReference,
     ToolActivityInput,
     ToolActivityResult,
+    without_nones,
 )
 from durable_tools.approvals import Decision
 from durable_tools.arguments import summarize_call
@@ -176,51 +178,6 @@ class PlannedCall(BaseModel):
     notify: dict[str, list[str]] | None = None
 
 
-class DeltaEntry(BaseModel):
-    """One item of a `TranscriptDelta`: the item itself, or where the worker finds it.
-
-    Exactly one field is set (the others are left out when recorded).
-
-    Attributes:
-        item: The item, for what no activity returned (user messages,
-            outputs the workflow made: denials, expiries, signal tools).
-        turn: The assistant message the model activity returned for this
-            model turn (from 1).
-        call_id: The output of this call, as its tool activity returned it.
-    """
-
-    item: TranscriptItem | None = None
-    turn: int | None = None
-    call_id: str | None = None
-
-    @model_serializer(mode="wrap")
-    def _set_field_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # The two `None`s decode back from their absence.
-        return _without_nones(handler(self), ("item", "turn", "call_id"))
-
-
-class TranscriptDelta(BaseModel):
-    """The items appended since the previous model turn of the run, mostly by reference.
-
-    A worker that holds the run's items `[0, start)` with digest
-    `start_digest` (`durable_tools.transcript_digest`) and remembers what
-    its own activities returned rebuilds items `[start, start + len(entries))`
-    without a query; it uses them only when the whole prefix then has
-    `digest`, and reads with the `transcript_slice` query otherwise.
-
-    Attributes:
-        start: Index of the first item of the delta.
-        start_digest: Digest of items `[0, start)`.
-        entries: One entry per item.
-        digest: Digest of items `[0, start + len(entries))`.
-    """
-
-    start: int
-    start_digest: str
-    entries: list[DeltaEntry]
-    digest: str
-
-
 class ModelTurnRequest(BaseModel):
     """Input of the model activity (small: it never holds the transcript).
 
@@ -295,14 +252,6 @@ def _is_default(value: Any, default: Any) -> bool:
     return value == default and isinstance(value, bool) == isinstance(default, bool)
 
 
-def _without_nones(dumped: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    """`dumped` without those of `names` whose value is `None` (they decode to `None`)."""
-    for name in names:
-        if name in dumped and dumped[name] is None:
-            del dumped[name]
-    return dumped
-
-
 _TURN_OPTIONAL: Final = (
     "descriptors", "summary", "messages_supersede", "cost_usd", "budget"
 )  # fmt: skip
@@ -355,7 +304,7 @@ class ModelTurn(BaseModel):
     def _calls_once(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         # Absent when `None` (descriptors unchanged, no summary, no budget...).
-        _without_nones(data, _TURN_OPTIONAL)
+        without_nones(data, _TURN_OPTIONAL)
         calls = {call.call_id: call for call in self.message.tool_calls}
         plans = cast(list[dict[str, Any]], data.get("plans") or [])
         for plan, planned in zip(plans, self.plans, strict=True):
@@ -443,11 +392,7 @@ class CarriedCall(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_input(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        dumped: dict[str, Any] = handler(self)
-        for name in ("input_progress", "task_progress"):
-            if dumped.get(name) is None:
-                dumped.pop(name, None)
-        return dumped
+        return without_nones(handler(self), ("input_progress", "task_progress"))
 
 
 class CarriedTurn(BaseModel):
