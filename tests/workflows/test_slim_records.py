@@ -16,6 +16,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -270,3 +271,25 @@ def test_activity_inputs_leave_out_their_nones_and_decode_back() -> None:
     assert "call" not in written and "resume" not in written
     assert written["max_result_bytes"] == tool_input.max_result_bytes  # a limit: always written
     assert ToolActivityInput.model_validate({**written, "call": None}) == tool_input
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@given(
+    values=st.dictionaries(st.sampled_from(sorted(PlannedCall.model_fields)), _JSON, max_size=6),
+)
+def test_any_plan_that_decodes_records_and_decodes_back_equal(values: dict[str, Any]) -> None:
+    """Hostile plan fields (any JSON, `True` for `1` included): what validates round-trips."""
+    planned = ToolCall(call_id="a", name="shout", arguments="{}")
+    fields = {"call": planned, "kind": "local", "arguments_hash": "h", "summary": "s"}
+    try:
+        plan = PlannedCall.model_validate({**fields, **values})
+        turn = ModelTurn(message=AssistantMessage(tool_calls=(plan.call,)), plans=[plan])
+    except ValidationError:
+        return  # refused whole: nothing recorded
+    assert ModelTurn.model_validate_json(turn.model_dump_json()) == turn
