@@ -6,8 +6,10 @@ conversations of `--turns` tool turns each (the model of
 on one dev server, served by `--workers` worker processes of their own
 (`scale_worker.py`); the same with `bare_loop.py`'s plain workflow doing the
 same model activity and tool activity per turn. For each N, ours and bare run
-one after the other (which goes first alternates from size to size), each
-with new worker processes on a new task queue.
+one after the other (which goes first alternates from pair to pair), each
+with new worker processes on a new task queue; `--sizes 500x3` runs three
+such pairs at 500 and reports the medians of calls/s and CPU per call (one
+pair's CPU ratio moved from 1.02x to 1.18x between quiet runs at 500).
 
 Each phase:
 
@@ -49,7 +51,7 @@ Every figure is from this one run on a shared, noisy machine: compare ratios.
 
 Usage:
     python bench/scale.py --sizes 20,100               # a quick look
-    python bench/scale.py --sizes 100,500,2000 --window 300   # make bench-scale
+    python bench/scale.py --sizes 100x3,500x3,2000 --window 300   # make bench-scale
     python bench/scale.py --sizes 100 --workers 3
     python bench/scale.py --sizes 2000 --max-cached 2000 --skip-bare   # another cache size
 """
@@ -409,8 +411,8 @@ async def run_phase(
 
 async def main(args: Any) -> None:
     """Start a dev server, run each phase, print the report."""
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]  # "": the fan-out alone
-    results: list[tuple[Phase, Phase | None]] = []
+    sizes = _sizes(args.sizes)
+    results: list[tuple[list[Phase], list[Phase]]] = []
     fan: tuple[list[Phase], list[Phase]] | None = None  # (ours, bare) by round
     replayed: tuple[float, float | None] | None = None
     dynamic = dict(DEFAULT_DYNAMIC_CONFIG)
@@ -418,24 +420,27 @@ async def main(args: Any) -> None:
         dynamic["system.enableActivityEagerExecution"] = True
     async with DevServer(headless=True, dynamic_config=dynamic) as server:
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
-        for index, n in enumerate(sizes):
-            bare_first = index % 2 == 1 and not args.skip_bare
-            bare = await run_phase(client, server, "bare", n, args) if bare_first else None
-            ours = await run_phase(client, server, "ours", n, args)
-            if not bare_first and not args.skip_bare:
-                bare = await run_phase(client, server, "bare", n, args)
+        played = 0  # phase pairs so far: which side goes first alternates
+        for index, (n, rounds) in enumerate(sizes):
+            ours: list[Phase] = []
+            bare: list[Phase] = []
+            for _ in range(rounds):
+                sides = ["ours"] if args.skip_bare else ["ours", "bare"]
+                for side in sides if played % 2 == 0 else sides[::-1]:
+                    phase = await run_phase(client, server, side, n, args)
+                    (bare if side == "bare" else ours).append(phase)
+                    print_details(phase)
+                    sys.stdout.flush()
+                played += 1
             results.append((ours, bare))
             if index == 0 and args.replay > 0:
-                ours_rate = await replay_rate(ours.checked.sample, [AgentWorkflow])
+                ours_rate = await replay_rate(ours[0].checked.sample, [AgentWorkflow])
                 bare_rate = (
-                    await replay_rate(bare.checked.sample, [BareConversation]) if bare else None
+                    await replay_rate(bare[0].checked.sample, [BareConversation]) if bare else None
                 )
                 replayed = (ours_rate, bare_rate)
             print(f"N={n} measured (the table again at the end):", flush=True)
             print_rows(rows_of(ours, bare, args.turns))
-            for phase in (ours, bare):
-                if phase is not None:
-                    print_details(phase)
             sys.stdout.flush()
         if args.fanout:
             fan = ([], [])
@@ -447,9 +452,19 @@ async def main(args: Any) -> None:
     report(args, results, fan, replayed)
 
 
+def _sizes(text: str) -> list[tuple[int, int]]:
+    """`--sizes`: "100x3,500x3,2000" -> [(100, 3), (500, 3), (2000, 1)] ("": none)."""
+    sizes: list[tuple[int, int]] = []
+    for item in text.split(","):
+        if item.strip():
+            n, _, rounds = item.strip().partition("x")
+            sizes.append((int(n), int(rounds or 1)))
+    return sizes
+
+
 def report(
     args: Any,
-    results: Sequence[tuple[Phase, Phase | None]],
+    results: Sequence[tuple[Sequence[Phase], Sequence[Phase]]],
     fan: tuple[list[Phase], list[Phase]] | None,
     replayed: tuple[float, float | None] | None,
 ) -> None:
@@ -462,10 +477,11 @@ def report(
     print(f"  {'figure':<50} {'ours':>9} {'bare':>9} {'ratio':>7}  {'goal':<12} verdict")
     print("  " + "-" * 100)
     for ours, bare in results:
-        print(f" N = {ours.n:,}")
+        print(f" N = {ours[0].n:,}")
         print_rows(rows_of(ours, bare, args.turns))
     print(" all sizes")
-    first_ours, first_bare = results[0] if results else (None, None)
+    first_ours = results[0][0][0] if results else None
+    first_bare = results[0][1][0] if results and results[0][1] else None
     rows: list[Row] = []
     if fan is not None:
         ours_fan, bare_fan = (
@@ -506,9 +522,8 @@ def report(
     print_rows(rows)
     print("\ndetails")
     for ours, bare in results:
-        for phase in (ours, bare):
-            if phase is not None:
-                print_details(phase)
+        for phase in [*ours, *bare]:
+            print_details(phase)
     if fan is not None:
         for phase in [*fan[0], *fan[1]]:
             print_details(phase)
@@ -519,7 +534,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--sizes",
         default="20,100",
-        help='numbers of conversations, comma-separated ("": the fan-out alone)',
+        help="numbers of conversations, comma-separated, each with its rounds "
+        '("500x3": three, the medians count; "": the fan-out alone)',
     )
     parser.add_argument("--turns", type=int, default=5, help="tool turns per conversation")
     parser.add_argument("--size", type=int, default=5000, help="bytes of each tool output")

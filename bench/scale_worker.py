@@ -23,12 +23,16 @@ that grew most since). SIGTERM or SIGINT stops it.
 Debug aids for memory after a burst (issue 26, item 4; environment variables):
 
 - `SCALE_WORKER_POOLS=FILE`: at the first `gc` or `mark`, records the
-  pymalloc pools in use; at each later one appends to FILE (one JSON line)
+  pymalloc pools in use; at each later one appends to FILE.ours or FILE.bare (a JSON line)
   the objects by type and what lives in the pools carved since, by arena
   (`heap_probe.py`; with `--tracemalloc`, where each block was allocated);
 - `SCALE_WORKER_CENSUS=FILE`: at each `gc` or `mark`, appends to FILE (one
   JSON line) the objects by type and jemalloc's small size classes in use
   (regions and slabs: what the pages that stay active after a burst hold);
+- `SCALE_WORKER_OBJECTS=FILE`: every 10 s, appends to FILE.ours or FILE.bare (a JSON line)
+  the objects the collector tracks, in all and by type (what a cached
+  conversation costs each collection to walk), then collects and records the
+  cyclic garbage it found, by type.
 - `SCALE_WORKER_CACHE_STRINGS=keys` (or `none`): pydantic's `cache_strings`
   for every model (its cache of decoded JSON strings keeps values otherwise);
 - `SCALE_WORKER_CLEAR_TYPE_CACHE=1`: empties CPython's type attribute cache
@@ -107,17 +111,20 @@ FAILURES: Counter[str] = Counter()
 WARNINGS: Counter[str] = Counter()
 """Warning (and worse) log records of the SDK, by the start of their message."""
 GC_SECONDS: defaultdict[str, float] = defaultdict(float)
-"""Collections by generation (`gen0`...) and the seconds they took (`gen0 s`...): `gc.callbacks`."""
+"""Collections by generation (`gen0`...), the CPU seconds they took (`gen0 s`...: the
+collecting thread's, so a preempted collection does not count the wait) and the
+cyclic garbage they freed (`gen0 freed`...): `gc.callbacks`."""
 _gc_started = [0.0]
 
 
 def _time_collections(phase: str, info: dict[str, int]) -> None:
     if phase == "start":
-        _gc_started[0] = time.perf_counter()
+        _gc_started[0] = time.thread_time()
         return
     generation = f"gen{info['generation']}"
     GC_SECONDS[generation] += 1
-    GC_SECONDS[f"{generation} s"] += time.perf_counter() - _gc_started[0]
+    GC_SECONDS[f"{generation} s"] += time.thread_time() - _gc_started[0]
+    GC_SECONDS[f"{generation} freed"] += info["collected"]
 
 
 gc.callbacks.append(_time_collections)
@@ -250,6 +257,23 @@ def _probe_heap() -> None:
     line = {"objects": object_counts(), "pools": POOL_SCAN.survivors()}
     with open(HEAP_PROBE, "a") as out:  # noqa: PTH123 (a bench's probe)
         out.write(json.dumps(line) + "\n")
+
+
+async def _sample_objects(path: Path, every: float = 10.0) -> None:
+    """Append the collector's tracked objects, by type, every `every` seconds."""
+    start = time.monotonic()
+    while True:
+        await asyncio.sleep(every)
+        line: dict[str, Any] = {"t": round(time.monotonic() - start)}
+        line["tracked"] = len(gc.get_objects())
+        line["by type"] = object_counts(60)
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection now would free: cyclic garbage
+        gc.collect()
+        line["garbage"] = dict(Counter(type(o).__name__ for o in gc.garbage).most_common(60))
+        gc.garbage.clear()
+        gc.set_debug(0)
+        with path.open("a") as out:
+            out.write(json.dumps(line) + "\n")
 
 
 def _strings() -> dict[str, Any]:
@@ -442,7 +466,7 @@ def _jemalloc() -> dict[str, float]:
     mb, page = 1024 * 1024, 4096
     figures = {
         f"jemalloc {k}": round(read(f"stats.{k}") / mb, 1)
-        for k in ("allocated", "active", "resident", "retained")
+        for k in ("allocated", "active", "metadata", "resident", "mapped", "retained")
     }
     figures["jemalloc dirty"] = round(read("stats.arenas.4096.pdirty") * page / mb, 1)
     figures["jemalloc muzzy"] = round(read("stats.arenas.4096.pmuzzy") * page / mb, 1)
@@ -559,6 +583,10 @@ async def main(args: argparse.Namespace) -> None:
     if os.environ.get("SCALE_WORKER_GC_THRESHOLD"):  # experiment
         thresholds = [int(t) for t in os.environ["SCALE_WORKER_GC_THRESHOLD"].split(",")]
         gc.set_threshold(*(thresholds + [10, 10])[:3])
+    samplers: list[asyncio.Task[None]] = []  # kept: the loop holds tasks weakly
+    if os.environ.get("SCALE_WORKER_OBJECTS"):  # a debug aid: see the module
+        path = Path(f"{os.environ['SCALE_WORKER_OBJECTS']}.{args.side}")
+        samplers.append(asyncio.create_task(_sample_objects(path)))
     async with server, worker:
         port = server.sockets[0].getsockname()[1]
         partial = args.ready_file.with_suffix(".partial")
