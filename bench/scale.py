@@ -422,16 +422,8 @@ async def main(args: Any) -> None:
         client = await Client.connect(server.address, data_converter=pydantic_data_converter)
         played = 0  # phase pairs so far: which side goes first alternates
         for index, (n, rounds) in enumerate(sizes):
-            ours: list[Phase] = []
-            bare: list[Phase] = []
-            for _ in range(rounds):
-                sides = ["ours"] if args.skip_bare else ["ours", "bare"]
-                for side in sides if played % 2 == 0 else sides[::-1]:
-                    phase = await run_phase(client, server, side, n, args)
-                    (bare if side == "bare" else ours).append(phase)
-                    print_details(phase)
-                    sys.stdout.flush()
-                played += 1
+            ours, bare = await _interleaved(client, server, n, rounds, args, first=played)
+            played += rounds
             results.append((ours, bare))
             if index == 0 and args.replay > 0:
                 ours_rate = await replay_rate(ours[0].checked.sample, [AgentWorkflow])
@@ -443,13 +435,34 @@ async def main(args: Any) -> None:
             print_rows(rows_of(ours, bare, args.turns))
             sys.stdout.flush()
         if args.fanout:
-            fan = ([], [])
-            for r in range(args.fanout_rounds):  # interleaved, which goes first alternating
-                sides = ["ours"] if args.skip_bare else ["ours", "bare"]
-                for side in sides if r % 2 == 0 else sides[::-1]:
-                    phase = await run_phase(client, server, side, 1, args, fanout=args.fanout)
-                    fan[side == "bare"].append(phase)
+            fan = await _interleaved(
+                client, server, 1, args.fanout_rounds, args, first=0, fanout=args.fanout
+            )
     report(args, results, fan, replayed)
+
+
+async def _interleaved(
+    client: Client,
+    server: DevServer,
+    n: int,
+    rounds: int,
+    args: Any,
+    *,
+    first: int,
+    fanout: int = 0,
+) -> tuple[list[Phase], list[Phase]]:
+    """`rounds` pairs of phases, ours and bare, which goes first alternating from pair `first`."""
+    ours: list[Phase] = []
+    bare: list[Phase] = []
+    sides = ["ours"] if args.skip_bare else ["ours", "bare"]
+    for r in range(first, first + rounds):
+        for side in sides if r % 2 == 0 else sides[::-1]:
+            phase = await run_phase(client, server, side, n, args, fanout=fanout)
+            (bare if side == "bare" else ours).append(phase)
+            if not fanout:
+                print_details(phase)
+                sys.stdout.flush()
+    return ours, bare
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:

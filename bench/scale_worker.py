@@ -23,7 +23,7 @@ that grew most since). SIGTERM or SIGINT stops it.
 Debug aids for memory after a burst (issue 26, item 4; environment variables):
 
 - `SCALE_WORKER_POOLS=FILE`: at the first `gc` or `mark`, records the
-  pymalloc pools in use; at each later one appends to FILE.ours or FILE.bare (a JSON line)
+  pymalloc pools in use; at each later one appends to FILE (one JSON line)
   the objects by type and what lives in the pools carved since, by arena
   (`heap_probe.py`; with `--tracemalloc`, where each block was allocated);
 - `SCALE_WORKER_CENSUS=FILE`: at each `gc` or `mark`, appends to FILE (one
@@ -32,7 +32,7 @@ Debug aids for memory after a burst (issue 26, item 4; environment variables):
 - `SCALE_WORKER_OBJECTS=FILE`: every 10 s, appends to FILE.ours or FILE.bare (a JSON line)
   the objects the collector tracks, in all and by type (what a cached
   conversation costs each collection to walk), then collects and records the
-  cyclic garbage it found, by type.
+  cyclic garbage it found, by type (its collections count in the `gc` figures).
 - `SCALE_WORKER_CACHE_STRINGS=keys` (or `none`): pydantic's `cache_strings`
   for every model (its cache of decoded JSON strings keeps values otherwise);
 - `SCALE_WORKER_CLEAR_TYPE_CACHE=1`: empties CPython's type attribute cache
