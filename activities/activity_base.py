@@ -15,7 +15,7 @@ import weakref
 from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -49,6 +49,7 @@ from durable_tools.budgets import ModelPrice
 from durable_tools.context import ContextStrategyFunction
 from durable_tools.conversation import AgentConfig
 from durable_tools.descriptor import ToolDescriptor
+from durable_tools.executor import PreparedCall
 from durable_tools.live_runs import LIVE_RUNS, LiveRun, Reads
 from durable_tools.models.base import Model
 from durable_tools.policies import Policy
@@ -69,6 +70,25 @@ _AGENTS_PER_CONVERSATION = 4
 
 _CALLS_PER_CONVERSATION = 16
 """Planned calls kept per conversation on average (each goes when its activity returns)."""
+
+
+class PlannedHere(NamedTuple):
+    """A call the model activity planned on this worker, for its tool activity here.
+
+    Attributes:
+        call: The call as planned.
+        digest: Its `call_digest` (the plan's `arguments_hash`).
+        validated: Its tool and validated input (`prepare_call`), for the
+            first attempt of its tool activity only (then cleared: a retry
+            validates again, with an input no earlier attempt held); None
+            where planning let application code see the input (a
+            `needs_approval` function) or the tool is not local.
+    """
+
+    call: ToolCall
+    digest: str
+    validated: PreparedCall | None = None
+
 
 QUERIES_SENT: Final[Counter[str]] = Counter()
 """Queries this process's activities sent, by query name, since it started (never reset).
@@ -203,7 +223,7 @@ class ActivitiesBase:
         self._agent_configs: ByConversation[tuple[str, str], AgentConfig] = ByConversation(
             max_conversations=conversations, max_entries=conversations * _AGENTS_PER_CONVERSATION
         )
-        self._planned: ByConversation[str, tuple[ToolCall, str]] = ByConversation(
+        self._planned: ByConversation[str, PlannedHere] = ByConversation(
             max_conversations=conversations, max_entries=conversations * _CALLS_PER_CONVERSATION
         )
         self.produced = ProducedItems()

@@ -32,6 +32,7 @@ from durable_tools.activities.activity_base import (
     MODEL_TURN_ACTIVITY,
     TRANSCRIPT_QUERY,
     ActivitiesBase,
+    PlannedHere,
     heartbeating,
     remember,
 )
@@ -54,6 +55,7 @@ from durable_tools.conversation import (
 from durable_tools.descriptor import ToolDescriptor, descriptors_digest
 from durable_tools.errors import ConfigurationError
 from durable_tools.events import MAX_EVENT_TEXT, TEXT_DELTA_INTERVAL
+from durable_tools.executor import PreparedCall
 from durable_tools.models.base import Model, ModelRequest
 from durable_tools.models.errors import CONTEXT_LENGTH_EXCEEDED, bounded_failure
 from durable_tools.models.registry import resolve_model
@@ -464,11 +466,13 @@ class ModelActivity(ActivitiesBase):
         if message.tool_calls:
             ids = (request.workflow_id, request.run_id)
             installed = await self.installed_policy(*ids, request.policy_ref, request.policy)
+        validated: dict[str, PreparedCall] = {}
         plans = plan_calls(
             toolkit,
             message.tool_calls,
             transcript,
             message=message,
+            validated=validated,
             max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
             redact=self.redact,
             policies=self._call_policies(agent, request, transcript, installed=installed)
@@ -492,8 +496,12 @@ class ModelActivity(ActivitiesBase):
             ]
         for plan in plans:
             if plan.kind == "local":  # read back by its tool activity (`ToolActivity._call`)
+                # The call itself, so a failure of its plan never runs it validated.
+                kept = validated.get(plan.call.call_id) if plan.failure is None else None
                 self._planned.put(
-                    request.workflow_id, plan.call.call_id, (plan.call, plan.arguments_hash)
+                    request.workflow_id,
+                    plan.call.call_id,
+                    PlannedHere(plan.call, plan.arguments_hash, kept),
                 )
         self.produced.remember(request.workflow_id, DeltaEntry(turn=request.turn), message)
         turn = ModelTurn(

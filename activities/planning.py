@@ -23,7 +23,7 @@ from durable_tools.arguments import (
     ArgumentsError,
     summarize_call,
 )
-from durable_tools.executor import prepare_call
+from durable_tools.executor import PreparedCall, prepare_call
 from durable_tools.policy_verdict import Effect, PolicyDisagreement, PolicyVerdict, rule_label
 from durable_tools.results import Failure, ToolCall, failed
 from durable_tools.schema import SchemaViolation
@@ -46,6 +46,7 @@ def plan_calls(
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     redact: Callable[[str], str] | None = None,
     policies: CallPolicies | None = None,
+    validated: dict[str, PreparedCall] | None = None,
 ) -> list[PlannedCall]:
     """Plan each call of a turn: kind, early failure, approval, options.
 
@@ -66,6 +67,10 @@ def plan_calls(
             tool's own `needs_approval`). A local tool's call gets the
             first verdict (`PlannedCall.policy`): `run`, `approve` (its
             approvers and quorum) or `deny` (a `Failure` of kind `denied`).
+        validated: Filled, by call id, with each local call's tool and
+            validated input (`prepare_call`) that no application code saw
+            (its tool's `needs_approval` is a bool), so its tool activity on
+            this worker need not validate it again (default: not kept).
 
     Returns:
         One `PlannedCall` per call, in order. Calls of tools declared
@@ -82,7 +87,10 @@ def plan_calls(
             made.append((*transcript, message) if message is not None else tuple(transcript))
         return made[0]
 
-    plans = [_plan(toolkit, call, history, max_argument_bytes, redact, policies) for call in calls]
+    plans = [
+        _plan(toolkit, call, history, max_argument_bytes, redact, policies, validated)
+        for call in calls
+    ]
     local = [i for i, plan in enumerate(plans) if plan.local]
     for n, i in enumerate(local):
         # A local activity cannot heartbeat: the loss of its worker is
@@ -125,6 +133,7 @@ def _plan(
     max_argument_bytes: int,
     redact: Callable[[str], str] | None,
     policies: CallPolicies | None,
+    validated: dict[str, PreparedCall] | None = None,
 ) -> PlannedCall:
     base: dict[str, Any] = {
         "call": call,
@@ -210,6 +219,8 @@ def _plan(
     # the tool is idempotent or chose its own retries (Tool.retry_policy_for).
     retry = tool.retry_policy_for(gated=gated)
     at_most_once = tool.at_most_once_for(gated=gated)
+    if validated is not None and isinstance(tool.needs_approval, bool):
+        validated[call.call_id] = prepared
     return PlannedCall(
         **base,
         kind="local",

@@ -31,16 +31,18 @@ from durable_tools.activities.activity_base import (
     TOOL_ACTIVITY_PREFIX,
     TOOL_CALL_QUERY,
     ActivitiesBase,
+    PlannedHere,
     heartbeating,
 )
 from durable_tools.activities.activity_events import ActivityEvents
 from durable_tools.activities.tool_run import AttemptTimedOut, run_attempt
 from durable_tools.arguments import DEFAULT_MAX_ARGUMENT_BYTES
 from durable_tools.events import MAX_EVENT_TEXT, PROGRESS_INTERVAL, STARTED_DELAY
-from durable_tools.executor import encode_result, prepare_call
+from durable_tools.executor import PreparedCall, encode_result, prepare_call
 from durable_tools.input_requests import NeedsInput
 from durable_tools.results import Failure, Ok, ToolCall, failed
 from durable_tools.tool_tasks import NeedsTask
+from durable_tools.toolkit import Toolkit
 from durable_tools.tools import ToolContext, ToolFailure
 from durable_tools.transcript import to_tool_call_output
 
@@ -95,18 +97,20 @@ async def _read_open_call(workflow_id: str, call_id: str) -> ToolCall | None:
 class ToolActivity(ActivitiesBase):
     """The `tool.<name>` activity of `AgentActivities`."""
 
-    async def _call(self, request: ToolActivityInput) -> ToolCall:
-        """The call to run: in the request, else planned on this worker or read by query.
+    def _known_call(self, request: ToolActivityInput) -> ToolCall | None:
+        """The call to run when this worker has it at hand: in the request, or planned here.
 
         Arguments this worker planned are used only when they have the
         reference's digest (the `arguments_hash` the workflow recorded: the
-        plan may come from an attempt whose result was not recorded); else
-        the workflow's open call is read with the `tool_call` query.
+        plan may come from an attempt whose result was not recorded).
+
+        Returns:
+            The call, or None when it must be read from the workflow (`_call`).
 
         Raises:
             ApplicationError: Non-retryable, when the request names neither a
-                call nor a reference, or the conversation has no such open call
-                with that digest.
+                call nor a reference, or names a reference in a local activity
+                (which cannot query its own workflow).
         """
         if request.call is not None:
             return request.call
@@ -126,7 +130,38 @@ class ToolActivity(ActivitiesBase):
             )
         planned = self._planned.get(request.workflow_id, reference.call_id)
         if planned is not None and _matches(planned, reference):
-            return planned[0]
+            return planned.call
+        return None
+
+    def _validated(self, workflow_id: str, call: ToolCall, toolkit: Toolkit) -> PreparedCall | None:
+        """What planning validated for `call` on this worker, once (`PlannedHere.validated`).
+
+        Only for the very call planned here (the same object, so its digest
+        matched) and the same tool object; cleared when read, so a retry
+        validates again.
+        """
+        planned = self._planned.get(workflow_id, call.call_id)
+        if planned is None or planned.call is not call or planned.validated is None:
+            return None
+        self._planned.put(workflow_id, call.call_id, planned._replace(validated=None))
+        prepared = planned.validated
+        return prepared if prepared.tool is toolkit.tools.get(call.name) else None
+
+    async def _call(self, request: ToolActivityInput) -> ToolCall:
+        """The call to run: `_known_call`, else the workflow's open call.
+
+        The open call is read from the run this worker holds, else with the
+        `tool_call` query.
+
+        Raises:
+            ApplicationError: Non-retryable, as `_known_call`, or when the
+                conversation has no such open call with that digest.
+        """
+        known = self._known_call(request)
+        if known is not None:
+            return known
+        reference = request.reference
+        assert reference is not None  # `_known_call` raised otherwise
         run_id = activity.info().workflow_run_id
         live = self.live_run(request.workflow_id, run_id)
         found = live.live_open_call(reference.call_id) if live is not None else None
@@ -168,8 +203,10 @@ class ToolActivity(ActivitiesBase):
         # replays to answer it): heartbeat meanwhile, with the details this
         # attempt started with, or a slow query outlives the heartbeat timeout
         # and the attempt (the call's only one, when approved) is cancelled.
-        async with heartbeating(list(info.heartbeat_details)):
-            call = await self._call(request)
+        call = self._known_call(request)  # mostly: no wait, so no heartbeat timer either
+        if call is None:
+            async with heartbeating(list(info.heartbeat_details)):
+                call = await self._call(request)
         if request.call is None:
             request = request.model_copy(update={"call": call})
         started = time.monotonic()
@@ -249,10 +286,9 @@ class ToolActivity(ActivitiesBase):
     ) -> ToolActivityResult:
         call = request.call
         assert call is not None  # resolved by `tool_call`
-        prepared = prepare_call(
-            self._toolkit(request.toolkit),
-            call,
-            max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES,
+        toolkit = self._toolkit(request.toolkit)
+        prepared = self._validated(request.workflow_id, call, toolkit) or prepare_call(
+            toolkit, call, max_argument_bytes=self.max_payload_bytes or DEFAULT_MAX_ARGUMENT_BYTES
         )
         if isinstance(prepared, Failure):
             return ToolActivityResult(
@@ -318,11 +354,11 @@ class ToolActivity(ActivitiesBase):
         return ToolActivityResult(result=result, attempt=attempt)
 
 
-def _matches(planned: tuple[ToolCall, str], reference: CallReference) -> bool:
+def _matches(planned: PlannedHere, reference: CallReference) -> bool:
     """Whether a planned call (and its `call_digest`) is the referenced call."""
-    call, digest = planned
+    call = planned.call
     return (
         call.call_id == reference.call_id
         and call.name == reference.name
-        and digest == reference.digest
+        and planned.digest == reference.digest
     )

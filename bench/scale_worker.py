@@ -41,8 +41,10 @@ Debug aids for memory after a burst (issue 26, item 4; environment variables):
   `ThreadPoolExecutor` (the SDK's), not the plugin's
   `allocator.ThreadCacheExecutor`, to measure what the thread caches do;
 - `SCALE_WORKER_GC_FREEZE=1`, `SCALE_WORKER_GC_THRESHOLD=N[,N1[,N2]]`: before
-  the worker starts, `gc.freeze()` (what was imported is never scanned
-  again) and `gc.set_threshold(N, N1, N2)` (N1, N2 default 10), to measure
+  the worker starts, bare's `gc.freeze()` (what was imported is never scanned
+  again; ours always freezes, as the `durable-tools worker` command does:
+  `heap_return.freeze_startup_objects`) and `gc.set_threshold(N, N1, N2)`
+  (N1, N2 default 10), to measure
   what the collector costs (the details print each generation's collections
   and seconds; docs/operations.md, "The garbage collector").
 
@@ -99,6 +101,7 @@ from durable_tools.live_runs import LIVE_RUNS
 from durable_tools.models.base import ModelRequest
 from durable_tools.worker.allocator import in_use  # noqa: E402 (after the experiment's switch)
 from durable_tools.worker.app import App
+from durable_tools.worker.heap_return import freeze_startup_objects
 from durable_tools.worker.plugin import DurableToolsPlugin, sandbox_runner
 
 EXECUTION_LOG: list[TextIO] = []
@@ -577,7 +580,9 @@ async def main(args: argparse.Namespace) -> None:
     server = await asyncio.start_server(control, "127.0.0.1", 0)
     executions = args.ready_file.with_suffix(".executions").open("a", buffering=1)
     EXECUTION_LOG.append(executions)
-    if os.environ.get("SCALE_WORKER_GC_FREEZE"):  # experiment
+    if args.side == "ours":  # as the `durable-tools worker` command does once ready
+        freeze_startup_objects()
+    elif os.environ.get("SCALE_WORKER_GC_FREEZE"):  # experiment
         gc.collect()
         gc.freeze()
     if os.environ.get("SCALE_WORKER_GC_THRESHOLD"):  # experiment

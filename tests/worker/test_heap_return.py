@@ -10,13 +10,20 @@ check never stops it. bench/soak.py measures what it gives back.
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
+import weakref
 
 import pytest
 
 from durable_tools.live_runs import LiveRuns
 from durable_tools.worker import allocator
-from durable_tools.worker.heap_return import HeapReturn, malloc_trim, return_freed
+from durable_tools.worker.heap_return import (
+    HeapReturn,
+    freeze_startup_objects,
+    malloc_trim,
+    return_freed,
+)
 
 
 class _Run:
@@ -169,3 +176,24 @@ def test_decoded_records_leave_their_ids_out_of_pydantics_string_cache() -> None
     )
     first, second = (converter.from_payload(payload, ToolActivityInput) for _ in range(2))
     assert first.idempotency_key is not second.idempotency_key
+
+
+def test_startup_objects_are_frozen_after_a_collection() -> None:
+    class Node:
+        pass
+
+    kept = Node()
+    cycle = Node()
+    cycle.self = cycle  # pyright: ignore[reportAttributeAccessIssue]
+    garbage = weakref.ref(cycle)
+    del cycle
+    try:
+        frozen = freeze_startup_objects()
+        assert frozen == gc.get_freeze_count() > 0
+        assert garbage() is None  # collected first, so never frozen
+        # What lived on is in the permanent generation: no collection scans it.
+        assert not any(obj is kept for obj in gc.get_objects())
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    assert any(obj is kept for obj in gc.get_objects())

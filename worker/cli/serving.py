@@ -282,6 +282,7 @@ def worker_command(
 
     from durable_tools.activities.decision_activities import decision_keys_from_environment
     from durable_tools.worker import allocator as allocators
+    from durable_tools.worker.heap_return import freeze_startup_objects
 
     if allocator not in allocators.CHOICES:
         fail(f"--allocator must be auto, jemalloc or system, not {allocator!r}", EXIT_BAD_INPUT)
@@ -329,6 +330,8 @@ def worker_command(
         )
         if storage is not None:
             out.print(f"external storage: {escape(storage.describe())}", soft_wrap=True)
+        if allocators.is_command():  # a process that is only this worker (heap_return.py)
+            freeze_startup_objects()
 
     async def main() -> None:
         await _run_served(
