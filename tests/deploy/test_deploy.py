@@ -267,6 +267,8 @@ def test_image_command_and_health_check(bare_server: DevServer, tmp_path: Path) 
     on = "jemalloc" if find_jemalloc() else "system"
     assert f"memory allocator {on}" in printed, printed
     assert "libjemalloc2" in (DEPLOY / "Dockerfile").read_text()
+    # The process is only this worker: what it started with is frozen (heap_return.py).
+    assert re.search(r"garbage collector: [1-9][\d,]* startup objects frozen", printed), printed
 
 
 def test_kubernetes_worker_command_runs_versioned(bare_server: DevServer, tmp_path: Path) -> None:

@@ -331,7 +331,8 @@ def worker_command(
         if storage is not None:
             out.print(f"external storage: {escape(storage.describe())}", soft_wrap=True)
         if allocators.is_command():  # a process that is only this worker (heap_return.py)
-            freeze_startup_objects()
+            frozen = freeze_startup_objects()
+            out.print(f"garbage collector: {frozen:,} startup objects frozen", soft_wrap=True)
 
     async def main() -> None:
         await _run_served(
