@@ -89,7 +89,7 @@ bench-long: $(STAMP)
 # minutes on 2 cores; the 2,000 are measured for --window seconds, then
 # drained). `--workers 3` for three worker processes per side.
 bench-scale: $(STAMP) jemalloc
-	$(PY) bench/scale.py --sizes 100x3,500x3,2000 --window 300
+	$(PY) bench/scale.py --sizes 100x5,500x3,2000 --window 300
 
 # Issue 26, item 4: a worker's RSS over 20,000 conversations, one after another.
 bench-soak: $(STAMP) jemalloc

@@ -51,7 +51,7 @@ Every figure is from this one run on a shared, noisy machine: compare ratios.
 
 Usage:
     python bench/scale.py --sizes 20,100               # a quick look
-    python bench/scale.py --sizes 100x3,500x3,2000 --window 300   # make bench-scale
+    python bench/scale.py --sizes 100x5,500x3,2000 --window 300   # make bench-scale
     python bench/scale.py --sizes 100 --workers 3
     python bench/scale.py --sizes 2000 --max-cached 2000 --skip-bare   # another cache size
 """
