@@ -105,7 +105,7 @@ class ToolActivity(ActivitiesBase):
         plan may come from an attempt whose result was not recorded).
 
         Returns:
-            The call, or None when it must be read from the workflow (`_call`).
+            The call, or None when it must be read from the workflow (`_read_call`).
 
         Raises:
             ApplicationError: Non-retryable, when the request names neither a
@@ -147,29 +147,23 @@ class ToolActivity(ActivitiesBase):
         prepared = planned.validated
         return prepared if prepared.tool is toolkit.tools.get(call.name) else None
 
-    async def _call(self, request: ToolActivityInput) -> ToolCall:
-        """The call to run: `_known_call`, else the workflow's open call.
+    async def _read_call(self, workflow_id: str, reference: CallReference) -> ToolCall:
+        """The workflow's open call `reference`, where `_known_call` had none.
 
-        The open call is read from the run this worker holds, else with the
-        `tool_call` query.
+        Read from the run this worker holds, else with the `tool_call` query.
 
         Raises:
-            ApplicationError: Non-retryable, as `_known_call`, or when the
-                conversation has no such open call with that digest.
+            ApplicationError: Non-retryable, when the conversation has no
+                such open call of that name.
         """
-        known = self._known_call(request)
-        if known is not None:
-            return known
-        reference = request.reference
-        assert reference is not None  # `_known_call` raised otherwise
         run_id = activity.info().workflow_run_id
-        live = self.live_run(request.workflow_id, run_id)
+        live = self.live_run(workflow_id, run_id)
         found = live.live_open_call(reference.call_id) if live is not None else None
         if found is not None:
             self.reads.local += 1
         else:
             self.reads.queries += 1
-            found = await _read_open_call(request.workflow_id, reference.call_id)
+            found = await _read_open_call(workflow_id, reference.call_id)
         # The workflow's own open call is the record (histories planned before
         # `call_digest` hold another hash): its id and name must match.
         if found is None or (found.call_id, found.name) != (reference.call_id, reference.name):
@@ -205,8 +199,9 @@ class ToolActivity(ActivitiesBase):
         # and the attempt (the call's only one, when approved) is cancelled.
         call = self._known_call(request)  # mostly: no wait, so no heartbeat timer either
         if call is None:
+            assert request.reference is not None  # `_known_call` raised otherwise
             async with heartbeating(list(info.heartbeat_details)):
-                call = await self._call(request)
+                call = await self._read_call(request.workflow_id, request.reference)
         if request.call is None:
             request = request.model_copy(update={"call": call})
         started = time.monotonic()

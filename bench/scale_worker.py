@@ -580,11 +580,9 @@ async def main(args: argparse.Namespace) -> None:
     server = await asyncio.start_server(control, "127.0.0.1", 0)
     executions = args.ready_file.with_suffix(".executions").open("a", buffering=1)
     EXECUTION_LOG.append(executions)
-    if args.side == "ours":  # as the `durable-tools worker` command does once ready
+    # Ours as the `durable-tools worker` command does once ready; bare as an experiment.
+    if args.side == "ours" or os.environ.get("SCALE_WORKER_GC_FREEZE"):
         freeze_startup_objects()
-    elif os.environ.get("SCALE_WORKER_GC_FREEZE"):  # experiment
-        gc.collect()
-        gc.freeze()
     if os.environ.get("SCALE_WORKER_GC_THRESHOLD"):  # experiment
         thresholds = [int(t) for t in os.environ["SCALE_WORKER_GC_THRESHOLD"].split(",")]
         gc.set_threshold(*(thresholds + [10, 10])[:3])
