@@ -149,7 +149,8 @@ def print_details(phase: Phase) -> None:
     server = phase.server_cpu / phase.calls * 1000 if phase.calls else float("nan")
     print(
         f"      worker CPU {phase.worker_cpu:.1f} s, server CPU {phase.server_cpu:.1f} s "
-        f"({server:.2f} ms/call); RSS ready {phase.rss_ready:.0f} MB, start {phase.rss_start:.0f}, "
+        f"({server:.2f} ms/call), other processes {phase.other_cpu:.1f} s; "
+        f"RSS ready {phase.rss_ready:.0f} MB, start {phase.rss_start:.0f}, "
         f"peak {phase.rss_peak:.0f}, after drain + gc {phase.rss_after:.0f}; "
         f"allocator {phase.allocator or 'unknown'}"
     )

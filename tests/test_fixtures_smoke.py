@@ -12,8 +12,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.common import SearchAttributeKey
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-
-WAIT_SECONDS = 20
+from workflow_helpers import WAIT_SECONDS
 
 # The attributes conftest registers (not imported: with several rootless
 # conftest.py files, the module named `conftest` is whichever loaded last).

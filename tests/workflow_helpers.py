@@ -50,7 +50,19 @@ from durable_tools.transcript import AssistantMessage, ToolCallOutput, Transcrip
 from durable_tools.webhooks import Webhook
 from durable_tools.worker.plugin import DurableToolsPlugin
 
-WAIT_SECONDS = 20.0
+STICKY_SCHEDULE_TO_START_SECONDS = 10.0
+"""`Worker(sticky_queue_schedule_to_start_timeout=...)`'s default (temporalio 1.35)."""
+WORKFLOW_TASK_TIMEOUT_SECONDS = 10.0
+"""A workflow execution's task timeout when its start sets none (the server's default)."""
+WAIT_SECONDS = STICKY_SCHEDULE_TO_START_SECONDS + WORKFLOW_TASK_TIMEOUT_SECONDS
+"""How long a step the tests wait for may take: one workflow task at most 2 tries late.
+
+A step that needs one workflow task may find it on the sticky queue of a
+worker that is gone or too busy (the server moves it to the task queue once
+the sticky schedule-to-start timeout passes), then lose that task once more
+to a workflow task timeout; the activities the tests wait for take well
+under a second, and a test that waits for longer work adds its length.
+"""
 
 T = TypeVar("T")
 
