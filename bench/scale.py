@@ -41,7 +41,13 @@ with `temporalio.worker.Replayer`: events per CPU second.
 Each measured span starts once the machine is quiet (the server under 5%
 of a core, every other process together under 10%, for half a second; at
 most 30 s), and the details print how much CPU other processes took
-during it: a shared machine's other load moves both sides' figures.
+during it: a shared machine's other load moves both sides' figures. They
+also print the server's own counts of what the span cost it, from its
+Prometheus endpoint (`DevServer.metrics_url`): workflow tasks completed,
+activity tasks started from a poll, execution writes and history reads.
+A turn of parallel calls takes as many workflow tasks as the worker's
+answers split its completions into (11 to 21 for the same 100 calls),
+and the server's CPU per call follows that count.
 
 The workers report activity attempts that raised, by type, the SDK's warning
 log records, and the queries the activities sent (`QUERIES_SENT`): an
@@ -72,6 +78,7 @@ import re
 import statistics
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -107,6 +114,41 @@ def _machine_cpu() -> float:
     fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
     return (user + nice + system + irq + softirq + steal) / _TICK
+
+
+_SERVER_REQUESTS = {
+    ("service_latency_count", "history", "RespondWorkflowTaskCompleted"): "workflow tasks",
+    ("service_latency_count", "history", "RecordActivityTaskStarted"): "activity tasks polled",
+    ("persistence_requests", "history", "UpdateWorkflowExecution"): "execution writes",
+    ("persistence_requests", "history", "ReadHistoryBranch"): "history reads",
+}
+"""The server's counters a phase reports: (metric, service, operation) -> name.
+
+`service_latency_count` counts requests answered (`service_requests` also
+counts refused ones).
+"""
+_METRIC_LINE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
+_METRICS_LAG = 1.5
+"""Seconds a request takes to show in the server's metrics (about 1, measured)."""
+
+
+async def _server_requests(url: str) -> Counter[str]:
+    """The server's `_SERVER_REQUESTS` counters now, from its Prometheus endpoint."""
+
+    def get() -> str:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.read().decode()
+
+    counts: Counter[str] = Counter()
+    for line in (await asyncio.to_thread(get)).splitlines():
+        found = _METRIC_LINE.match(line)
+        if found is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', found[2]))
+        key = (found[1], labels.get("service_name", ""), labels.get("operation", ""))
+        if key in _SERVER_REQUESTS:
+            counts[_SERVER_REQUESTS[key]] += int(float(found[3]))
+    return counts
 
 
 def _memory(pid: int) -> tuple[float, float]:
@@ -199,6 +241,7 @@ class Phase:
     worker_cpu: float = 0.0
     server_cpu: float = 0.0
     other_cpu: float = 0.0  # the rest of the machine in the span: other processes' load
+    requests: Counter[str] = field(default_factory=Counter[str])  # the server's, in the span
     rss_ready: float = 0.0  # MB, the largest of the workers
     rss_start: float = 0.0
     rss_peak: float = 0.0
@@ -356,6 +399,7 @@ async def run_phase(
         prefix = f"{queue}-c"
         ids = [f"{prefix}{k}" for k in range(n)]
         await _quiet(server_pid)
+        requests = await _server_requests(server.metrics_url)
         cpu = sum(_cpu(w.pid) for w in workers)
         machine_cpu, own_cpu = _machine_cpu(), _cpu(os.getpid())
         server_cpu, started, wall = _cpu(server_pid), time.monotonic(), time.time()
@@ -382,6 +426,9 @@ async def run_phase(
         phase.other_cpu = (_machine_cpu() - machine_cpu) - (
             phase.worker_cpu + phase.server_cpu + _cpu(os.getpid()) - own_cpu
         )
+        await asyncio.sleep(_METRICS_LAG)  # at 2,000 the counts take in 1.5 s more
+        phase.requests = await _server_requests(server.metrics_url)
+        phase.requests.subtract(requests)
         done, closed = await _closed(client, queue)
         if n <= 20:  # visibility lags a little behind the results
             for _ in range(50):
@@ -527,7 +574,11 @@ def print_fanout(args: Any, fan: tuple[list[Phase], list[Phase]]) -> None:
     for side, phases in zip(("ours", "bare"), fan, strict=True):
         rounds = ", ".join(f"{p.server_cpu / p.calls * 1000:.1f}" for p in phases if p.calls)
         others = ", ".join(f"{p.other_cpu:.2f}" for p in phases)
-        print(f"  fan-out {side}: server ms per call by round {rounds}; other load (s) {others}")
+        tasks = ", ".join(str(p.requests["workflow tasks"]) for p in phases)
+        print(
+            f"  fan-out {side}: server ms per call by round {rounds}; workflow tasks {tasks}; "
+            f"other load (s) {others}"
+        )
     print_rows([_fanout_row(args, fan)])
 
 

@@ -159,6 +159,8 @@ def print_details(phase: Phase) -> None:
             f"      history {c.bytes / c.completed_turns:,.0f} B per tool turn "
             f"({c.events / c.completed_turns:.1f} events)"
         )
+    if phase.requests:
+        print(f"      server requests in the span: {dict(phase.requests)}")
     print(f"      activity failures: {dict(phase.failures) or 'none'}")
     if phase.gc:  # since the worker started: warm-up and the phase
         print(f"      garbage collections, count and seconds (first worker): {phase.gc}")

@@ -142,6 +142,8 @@ class DevServer:
         port: Frontend gRPC port (default: a free port).
         ui_port: Web UI port (default: a free port); ignored when `headless`.
         headless: Run without the Web UI (default False).
+        metrics_port: Port of the server's Prometheus endpoint, `metrics_url`
+            (default: a free port; the CLI serves one either way).
         db_filename: SQLite file for persistence across restarts (default:
             in memory; everything is lost when the server stops).
         namespaces: Namespaces to create besides `default`.
@@ -168,6 +170,7 @@ class DevServer:
         port: int | None = None,
         ui_port: int | None = None,
         headless: bool = False,
+        metrics_port: int | None = None,
         db_filename: str | os.PathLike[str] | None = None,
         namespaces: Sequence[str] = (),
         search_attributes: Mapping[str, str] = SEARCH_ATTRIBUTES,
@@ -181,6 +184,7 @@ class DevServer:
         self.port = port or free_port(ip)
         self.headless = headless
         self.ui_port = None if headless else (ui_port or free_port(ip))
+        self.metrics_port = metrics_port or free_port(ip)
         self.db_filename = None if db_filename is None else str(db_filename)
         self.namespaces = tuple(namespaces)
         self.search_attributes = dict(search_attributes)
@@ -204,6 +208,11 @@ class DevServer:
         return None if self.ui_port is None else f"http://{self.ip}:{self.ui_port}"
 
     @property
+    def metrics_url(self) -> str:
+        """The server's Prometheus metrics (`service_requests`, `persistence_requests`, ...)."""
+        return f"http://{self.ip}:{self.metrics_port}/metrics"
+
+    @property
     def log_path(self) -> Path | None:
         """The file the server writes its output to (set once started)."""
         return self._log_path
@@ -220,6 +229,8 @@ class DevServer:
             str(self.port),
             "--log-level",
             "warn",
+            "--metrics-port",
+            str(self.metrics_port),
         ]
         if self.ui_port is None:
             args.append("--headless")
@@ -246,7 +257,8 @@ class DevServer:
         """
         if self._process is not None:
             raise DevServerError("the dev server is already started")
-        for what, port in (("frontend", self.port), ("Web UI", self.ui_port)):
+        ports = (("frontend", self.port), ("Web UI", self.ui_port), ("metrics", self.metrics_port))
+        for what, port in ports:
             if port is not None and port_in_use(self.ip, port):
                 raise DevServerError(
                     f"the {what} port {self.ip}:{port} is in use (another Temporal server?); "
