@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import urllib.request
 
 from temporalio.client import Client
@@ -59,8 +60,6 @@ async def test_metrics_url_serves_counters_that_follow_requests() -> None:
 
 
 async def test_a_metrics_port_in_use_is_refused_before_the_server_starts() -> None:
-    import socket
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
