@@ -261,6 +261,11 @@ class Phase:
     grown: list[str] = field(default_factory=list[str])  # `--tracemalloc`: sites that grew
     checked: Checked = field(default_factory=Checked)
 
+    @property
+    def server_ms_per_call(self) -> float | None:
+        """The server's CPU per tool call in the span, ms (None: no call ran)."""
+        return self.server_cpu / self.calls * 1000 if self.calls else None
+
 
 def _sum(stats: Sequence[dict[str, Any]], key: str) -> Counter[str]:
     total: Counter[str] = Counter()
@@ -557,7 +562,7 @@ def _sizes(text: str) -> list[tuple[int, int]]:
 def _fanout_row(args: Any, fan: tuple[list[Phase], list[Phase]]) -> Row:
     """The fan-out's figure: server CPU per call, the median of the rounds."""
     ours_fan, bare_fan = (
-        [p.server_cpu / p.calls * 1000 for p in phases if p.calls] for phases in fan
+        [ms for p in phases if (ms := p.server_ms_per_call) is not None] for phases in fan
     )
     return Row(
         f"fan-out, 1 turn of {args.fanout} calls: server CPU per call (ms), "
@@ -572,7 +577,7 @@ def _fanout_row(args: Any, fan: tuple[list[Phase], list[Phase]]) -> Row:
 def print_fanout(args: Any, fan: tuple[list[Phase], list[Phase]]) -> None:
     """The fan-out's rounds and figure as soon as they are measured (the table again at the end)."""
     for side, phases in zip(("ours", "bare"), fan, strict=True):
-        rounds = ", ".join(f"{p.server_cpu / p.calls * 1000:.1f}" for p in phases if p.calls)
+        rounds = ", ".join(f"{ms:.1f}" for p in phases if (ms := p.server_ms_per_call) is not None)
         others = ", ".join(f"{p.other_cpu:.2f}" for p in phases)
         tasks = ", ".join(str(p.requests["workflow tasks"]) for p in phases)
         print(
@@ -638,7 +643,7 @@ def report(
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--sizes",
         default="20,100",

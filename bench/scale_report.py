@@ -146,7 +146,8 @@ def print_details(phase: Phase) -> None:
         f"model {c.model_timeouts}; "
         f"tools run more than once {phase.reran}"
     )
-    server = phase.server_cpu / phase.calls * 1000 if phase.calls else float("nan")
+    server = phase.server_ms_per_call
+    server = float("nan") if server is None else server
     print(
         f"      worker CPU {phase.worker_cpu:.1f} s, server CPU {phase.server_cpu:.1f} s "
         f"({server:.2f} ms/call), other processes {phase.other_cpu:.1f} s; "

@@ -1,7 +1,7 @@
 """`DevServer.metrics_url`: the dev server's Prometheus endpoint, where the bench reads it.
 
 `bench/scale.py` counts the server's requests per phase from it (workflow
-tasks completed, mutable state writes, history reads), so the port must be
+tasks completed, execution writes, history reads), so the port must be
 the one the server serves, and the counters must move with the requests a
 client sends.
 """
