@@ -16,8 +16,9 @@ the interpreter's own, as a plain Temporal worker does. Both use the SDK's
 default worker limits and the same interceptor, which
 counts activity attempts that raised, by type. Once polling, it writes to
 `--ready-file` the port of a TCP server on 127.0.0.1 that answers one JSON line per
-command line, `stats` (the counters) or `gc` (`gc.collect()`, then the
-counters); with `--tracemalloc`, `mark` (a snapshot) and `top` (the sites
+command line, `stats` (the counters), `gc` (`gc.collect()`, then the
+counters) or `garbage` (what a collection frees, and the reference cycles
+that kept it: `garbage_cycles.py`); with `--tracemalloc`, `mark` (a snapshot) and `top` (the sites
 that grew most since). SIGTERM or SIGINT stops it.
 
 Debug aids for memory after a burst (issue 26, item 4; environment variables):
@@ -82,6 +83,7 @@ if os.environ.get("SCALE_WORKER_CACHE_STRINGS"):  # an experiment: see the modul
     _BaseModel.model_config["cache_strings"] = os.environ["SCALE_WORKER_CACHE_STRINGS"]  # pyright: ignore[reportGeneralTypeIssues]
 
 from bare_loop import BareActivities, BareConversation, BareEchoArgs
+from garbage_cycles import cyclic_garbage
 from heap_probe import PoolScan, object_counts
 from long_conversation import Looping
 from temporalio import activity
@@ -564,6 +566,8 @@ async def main(args: argparse.Namespace) -> None:
                     marked[:] = [tracemalloc.take_snapshot()]
                 if line == b"top" and marked:
                     answer = {"top": _grown(marked[0])}
+                elif line == b"garbage":  # a debug aid: see garbage_cycles.py
+                    answer = cyclic_garbage()
                 elif line in (b"gc", b"stats", b"mark"):
                     answer = stats(plugin)
                 else:
