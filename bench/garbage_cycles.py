@@ -25,7 +25,7 @@ import types
 from collections import Counter, deque
 from typing import Any, cast
 
-__all__ = ["cyclic_garbage"]
+__all__ = ["collect_garbage", "cyclic_garbage"]
 
 
 def _name(o: object) -> str:
@@ -136,6 +136,17 @@ def _shortest_cycle(start: int, members: set[int], adjacent: list[list[int]]) ->
     return []
 
 
+def collect_garbage() -> list[object]:
+    """Collect; what the collection freed (`gc.DEBUG_SAVEALL`, `gc.garbage` left empty)."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+
+
 def cyclic_garbage(limit: int = 12) -> dict[str, Any]:
     """Collect, keeping what the collection found; describe it (see the module).
 
@@ -144,13 +155,7 @@ def cyclic_garbage(limit: int = 12) -> dict[str, Any]:
         (strongly connected components), and `groups`: for the `limit` most
         frequent kinds of cycle, how many, their size and one cycle's edges.
     """
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        gc.collect()
-        garbage = list(gc.garbage)
-    finally:
-        gc.garbage.clear()
-        gc.set_debug(0)
+    garbage = collect_garbage()
     position = {id(o): k for k, o in enumerate(garbage)}
     adjacent = [
         [position[id(r)] for r in gc.get_referents(o) if id(r) in position] for o in garbage

@@ -83,7 +83,7 @@ if os.environ.get("SCALE_WORKER_CACHE_STRINGS"):  # an experiment: see the modul
     _BaseModel.model_config["cache_strings"] = os.environ["SCALE_WORKER_CACHE_STRINGS"]  # pyright: ignore[reportGeneralTypeIssues]
 
 from bare_loop import BareActivities, BareConversation, BareEchoArgs
-from garbage_cycles import cyclic_garbage
+from garbage_cycles import collect_garbage, cyclic_garbage
 from heap_probe import PoolScan, object_counts
 from long_conversation import Looping
 from temporalio import activity
@@ -272,11 +272,9 @@ async def _sample_objects(path: Path, every: float = 10.0) -> None:
         line: dict[str, Any] = {"t": round(time.monotonic() - start)}
         line["tracked"] = len(gc.get_objects())
         line["by type"] = object_counts(60)
-        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection now would free: cyclic garbage
-        gc.collect()
-        line["garbage"] = dict(Counter(type(o).__name__ for o in gc.garbage).most_common(60))
-        gc.garbage.clear()
-        gc.set_debug(0)
+        garbage = collect_garbage()  # what a collection now frees: cyclic garbage
+        line["garbage"] = dict(Counter(type(o).__name__ for o in garbage).most_common(60))
+        del garbage
         with path.open("a") as out:
             out.write(json.dumps(line) + "\n")
 
