@@ -16,9 +16,10 @@ from typing import Any
 
 from pydantic_core import to_json
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStream
+
+from durable_tools.workflows.event_log import EventStream, event_payload
 
 with workflow.unsafe.imports_passed_through():
     from durable_tools.budgets import BudgetExceeded
@@ -68,9 +69,6 @@ no patch (issue 23, item 2).
 
 _EVENT_FIELDS = frozenset(ConversationEvent.model_fields) - {"kind", "at", "offset"}
 """The fields the loop sets on an event beside its kind and time."""
-
-_JSON_PLAIN = {"encoding": b"json/plain"}
-"""A published event's payload metadata (what `PydanticJSONPlainPayloadConverter` writes)."""
 
 _STREAM_POLL = "__temporal_workflow_stream_poll"  # Workflow Streams' poll update
 
@@ -184,12 +182,9 @@ class Visibility:
         # The event stream (durable_tools.events): handlers registered here.
         # (Only inside a workflow: unit tests build the class directly.)
         self.stream = (
-            WorkflowStream(prior_state=stream_state)
+            EventStream(prior_state=stream_state)
             if workflow.in_workflow() and not embedded
             else None
-        )
-        self._events = (
-            self.stream.topic(EVENTS_TOPIC, type=ConversationEvent) if self.stream else None
         )
         # Readers of the stream, for the `followed` query (see `_count_polls`).
         self._polls = 0
@@ -202,7 +197,8 @@ class Visibility:
 
     def event(self, kind: Any, **fields: Any) -> None:
         """Publish a `ConversationEvent` to the conversation's stream (durable_tools.events)."""
-        if self._events is None or not self._current():
+        stream = self.stream
+        if stream is None or not self._current():
             return  # a dropped instance's `finally` blocks (see `publish`)
         # Encoded here, as `json/plain` (what the pydantic converter writes),
         # from the fields the loop sets, without their None: a tool turn
@@ -216,7 +212,7 @@ class Visibility:
             raise TypeError(f"ConversationEvent has no field {sorted(unknown)}")
         event = {"kind": kind, "at": workflow.now()}
         event.update((name, value) for name, value in fields.items() if value is not None)
-        self._events.publish(Payload(metadata=_JSON_PLAIN, data=to_json(event)))
+        stream.publish_stored(EVENTS_TOPIC, event_payload(to_json(event)))
 
     def _count_polls(self, stream: WorkflowStream) -> None:
         """Wrap the stream's poll update so the `followed` query knows about readers.

@@ -1,0 +1,133 @@
+"""The conversation's event stream, its items kept as their serialized payloads.
+
+Temporal's `WorkflowStream` (`temporalio.contrib.workflow_streams`) keeps
+each item of its log as a `Payload` message for the life of the run (until
+`truncate`, which the loop calls at continue-as-new). A `Payload` built in
+Python holds its own protobuf arena and, for the `encoding` metadata every
+event carries, a map: measured 1.66 KB of memory per event of 124 bytes,
+against about 0.25 KB for the same bytes. A conversation of five tool turns
+publishes about 25 events, so at 1,000 cached conversations that was about
+40 MB of a worker's peak (issue 26, item 4; docs/operations.md, "Memory
+after a burst").
+
+`EventStream` is a `WorkflowStream` whose log holds `StoredPayload`s: the
+payload's wire bytes, which is all the stream does with an item (its size
+for a poll's page, its bytes for a poll, a query and the state carried at
+continue-as-new). Events the loop publishes are encoded straight to those
+bytes (`event_payload`), and items published by signal (activities' events)
+or carried from the previous run are kept the same way once the stream
+decoded them. Nothing here reaches history: the log is memory, rebuilt by
+replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, cast
+
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.workflow_streams import (
+    PublishInput,
+    WorkflowStream,
+    WorkflowStreamItem,
+    WorkflowStreamState,
+)
+
+__all__ = ["EventStream", "StoredPayload", "event_payload"]
+
+_JSON_PLAIN_METADATA: Final[bytes] = Payload(
+    metadata={"encoding": b"json/plain"}
+).SerializeToString()
+"""A `Payload`'s `metadata` field (number 1) holding `encoding: json/plain`, encoded."""
+
+_DATA_TAG: Final[bytes] = b"\x12"
+"""The key of a `Payload`'s `data` field: number 2, length-delimited."""
+
+
+class StoredPayload:
+    """A `Payload` kept as its wire bytes: what the stream's log needs of one.
+
+    `WorkflowStream` asks an item's payload for `ByteSize()` (a poll page's
+    size bound) and `SerializeToString()` (polls, queries, the state carried
+    at continue-as-new); nothing else.
+    """
+
+    __slots__ = ("wire",)
+
+    def __init__(self, wire: bytes) -> None:
+        """Keep `wire`: a serialized `temporal.api.common.v1.Payload`."""
+        self.wire = wire
+
+    def ByteSize(self) -> int:  # noqa: N802 (protobuf's name)
+        """The serialized size in bytes, as `Payload.ByteSize`."""
+        return len(self.wire)
+
+    def SerializeToString(self, **_: Any) -> bytes:  # noqa: N802 (protobuf's name)
+        """The wire bytes, as `Payload.SerializeToString`."""
+        return self.wire
+
+    def to_payload(self) -> Payload:
+        """The `Payload` message these bytes encode (a new one each call)."""
+        return Payload.FromString(self.wire)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def event_payload(data: bytes) -> StoredPayload:
+    """`Payload(metadata={"encoding": b"json/plain"}, data=data)`, encoded without building it.
+
+    Args:
+        data: The JSON document (UTF-8), as the pydantic converter writes it.
+
+    Returns:
+        Its `StoredPayload`: parsing its bytes gives that `Payload`.
+    """
+    if not data:  # proto3 leaves an empty field out
+        return StoredPayload(_JSON_PLAIN_METADATA)
+    return StoredPayload(_JSON_PLAIN_METADATA + _DATA_TAG + _varint(len(data)) + data)
+
+
+def _stored(item: WorkflowStreamItem[Any]) -> WorkflowStreamItem[Payload]:
+    data = item.data
+    if not isinstance(data, StoredPayload):
+        data = StoredPayload(cast("Payload", data).SerializeToString())
+    return WorkflowStreamItem(topic=item.topic, data=cast("Payload", data))
+
+
+class EventStream(WorkflowStream):
+    """A `WorkflowStream` whose log keeps each item as a `StoredPayload` (see the module).
+
+    Built, as its base, directly from the workflow's `__init__` (here, by
+    `Visibility.__init__`, which the workflow's `__init__` calls): the base
+    checks only that its caller is an `__init__`.
+    """
+
+    def __init__(self, prior_state: WorkflowStreamState | None = None) -> None:
+        """Register the stream's handlers and keep the carried items compact."""
+        super().__init__(prior_state)
+        self._log = [_stored(item) for item in self._log]
+
+    def publish_stored(self, topic: str, payload: StoredPayload) -> None:
+        """Append `payload` on `topic` as it is: no converter, no `Payload` built."""
+        self._log.append(WorkflowStreamItem(topic=topic, data=cast("Payload", payload)))
+
+    def _publish_to_topic(self, topic: str, value: Any) -> None:
+        """Append `value` (a `StoredPayload` as is; anything else as the base converts it)."""
+        if isinstance(value, StoredPayload):
+            self.publish_stored(topic, value)
+            return
+        start = len(self._log)
+        super()._publish_to_topic(topic, value)
+        self._log[start:] = [_stored(item) for item in self._log[start:]]
+
+    def _on_publish(self, payload: PublishInput) -> None:
+        """The base's signal handler (deduplicated batches), its items then kept compact."""
+        start = len(self._log)
+        super()._on_publish(payload)
+        self._log[start:] = [_stored(item) for item in self._log[start:]]
