@@ -6,9 +6,10 @@ each item of its log as a `Payload` message for the life of the run (until
 Python holds its own protobuf arena and, for the `encoding` metadata every
 event carries, a map: measured 1.66 KB of memory per event of 124 bytes,
 against about 0.25 KB for the same bytes. A conversation of five tool turns
-publishes about 25 events, so at 1,000 cached conversations that was about
-40 MB of a worker's peak (issue 26, item 4; docs/operations.md, "Memory
-after a burst").
+publishes about 25 events; with them kept as bytes, 2,000 such
+conversations at once on one worker (1,000 cached) peaked at 395 MB where
+they had peaked at 423 MB (issue 26, item 4; docs/operations.md, the fourth
+whole run under "Worker CPU per tool call").
 
 `EventStream` is a `WorkflowStream` whose log holds `StoredPayload`s: the
 payload's wire bytes, which is all the stream does with an item (its size
