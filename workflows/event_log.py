@@ -23,10 +23,18 @@ replay.
 
 from __future__ import annotations
 
+import base64
+import binascii
+from collections.abc import Sequence
 from typing import Any, Final, cast
 
+from google.protobuf.message import DecodeError
+from pydantic import TypeAdapter, ValidationError
+from temporalio import workflow
 from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import (
+    PublishEntry,
     PublishInput,
     WorkflowStream,
     WorkflowStreamItem,
@@ -127,8 +135,57 @@ class EventStream(WorkflowStream):
         super()._publish_to_topic(topic, value)
         self._log[start:] = [_stored(item) for item in self._log[start:]]
 
-    def _on_publish(self, payload: PublishInput) -> None:
-        """The base's signal handler (deduplicated batches), its items then kept compact."""
+    def _on_publish(self, *args: Any) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
+        """The base's signal handler (deduplicated batches), for any input; items kept compact.
+
+        Anyone who may signal the conversation may publish, so the input is
+        checked here (the SDK is given no type to decode it to): a batch
+        that is not a `PublishInput` is dropped, and so is an item whose
+        data is not a base64 `Payload`; the batch's other items are kept.
+        A signal in the run's first activation is handled before
+        `__init__` registered this handler, so the SDK decodes it for the
+        workflow's dynamic signal handler and calls this one with the
+        signal's name and raw values (measured, temporalio 1.35: the
+        base's handler then raised `TypeError` and failed the workflow
+        task); both shapes are read.
+        """
+        batch = _publish_batch(args)
+        if batch is None:
+            workflow.logger.warning("dropped a stream publish signal: its input is not a batch")
+            return
         start = len(self._log)
-        super()._on_publish(payload)
+        super()._on_publish(batch)
         self._log[start:] = [_stored(item) for item in self._log[start:]]
+
+
+_PUBLISH_INPUT: Final = TypeAdapter(PublishInput)
+
+
+def _publish_batch(args: Sequence[Any]) -> PublishInput | None:
+    """The signal's `PublishInput` with only its decodable items, or None when it is none."""
+    if len(args) == 2 and isinstance(args[0], str) and isinstance(args[1], Sequence):
+        raws = cast("Sequence[Any]", args[1])  # the dynamic handler's arguments (see above)
+        if len(raws) != 1 or not isinstance(raws[0], RawValue):
+            return None
+        try:
+            value = workflow.payload_converter().from_payload(raws[0].payload)
+        except Exception:  # noqa: BLE001 (any payload anyone sent)
+            return None
+    elif len(args) == 1:
+        value = args[0]
+    else:
+        return None
+    try:
+        batch = _PUBLISH_INPUT.validate_python(value)
+    except ValidationError:
+        return None
+    batch.items = [item for item in batch.items if _decodable(item)]
+    return batch
+
+
+def _decodable(entry: PublishEntry) -> bool:
+    try:
+        Payload.FromString(base64.b64decode(entry.data, validate=True))
+    except (binascii.Error, ValueError, DecodeError):
+        return False
+    return True
