@@ -34,6 +34,7 @@ WORKFLOW_EXTERNAL = frozenset(
     {
         "__future__",
         "asyncio",
+        "base64",
         "builtins",
         "collections",
         "dataclasses",

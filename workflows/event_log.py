@@ -24,11 +24,9 @@ replay.
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Sequence
 from typing import Any, Final, cast
 
-from google.protobuf.message import DecodeError
 from pydantic import TypeAdapter, ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
@@ -185,7 +183,11 @@ def _publish_batch(args: Sequence[Any]) -> PublishInput | None:
 
 def _decodable(entry: PublishEntry) -> bool:
     try:
-        Payload.FromString(base64.b64decode(entry.data, validate=True))
-    except (binascii.Error, ValueError, DecodeError):
+        wire = base64.b64decode(entry.data, validate=True)
+    except ValueError:  # binascii.Error: not base64
+        return False
+    try:
+        Payload.FromString(wire)
+    except Exception:  # noqa: BLE001 (protobuf's DecodeError: not a Payload)
         return False
     return True
