@@ -147,20 +147,29 @@ class EventStream(WorkflowStream):
         base's handler then raised `TypeError` and failed the workflow
         task); both shapes are read.
         """
-        batch = _publish_batch(args)
-        if batch is None:
+        checked = _publish_batch(args)
+        if checked is None:
             workflow.logger.warning("dropped a stream publish signal: its input is not a batch")
             return
+        batch, wires = checked
         start = len(self._log)
-        super()._on_publish(batch)
-        self._log[start:] = [_stored(item) for item in self._log[start:]]
+        super()._on_publish(batch)  # appends the whole batch, or nothing (a duplicate)
+        self._log[start:] = [
+            WorkflowStreamItem(topic=item.topic, data=cast("Payload", StoredPayload(wire)))
+            for item, wire in zip(self._log[start:], wires, strict=False)  # none: a duplicate
+        ]
 
 
 _PUBLISH_INPUT: Final = TypeAdapter(PublishInput)
 
 
-def _publish_batch(args: Sequence[Any]) -> PublishInput | None:
-    """The signal's `PublishInput` with only its decodable items, or None when it is none."""
+def _publish_batch(args: Sequence[Any]) -> tuple[PublishInput, list[bytes]] | None:
+    """The signal's `PublishInput` with only its decodable items, and their wire bytes.
+
+    Returns:
+        The batch and, item by item, the `Payload` bytes its data encodes;
+        None when the input is no batch.
+    """
     if len(args) == 2 and isinstance(args[0], str) and isinstance(args[1], Sequence):
         raws = cast("Sequence[Any]", args[1])  # the dynamic handler's arguments (see above)
         if len(raws) != 1 or not isinstance(raws[0], RawValue):
@@ -177,17 +186,19 @@ def _publish_batch(args: Sequence[Any]) -> PublishInput | None:
         batch = _PUBLISH_INPUT.validate_python(value)
     except ValidationError:
         return None
-    batch.items = [item for item in batch.items if _decodable(item)]
-    return batch
+    decoded = [(item, _wire(item)) for item in batch.items]
+    batch.items = [item for item, wire in decoded if wire is not None]
+    return batch, [wire for _, wire in decoded if wire is not None]
 
 
-def _decodable(entry: PublishEntry) -> bool:
+def _wire(entry: PublishEntry) -> bytes | None:
+    """The `Payload` bytes `entry.data` encodes in base64, or None when it does not."""
     try:
         wire = base64.b64decode(entry.data, validate=True)
     except ValueError:  # binascii.Error: not base64
-        return False
+        return None
     try:
         Payload.FromString(wire)
     except Exception:  # noqa: BLE001 (protobuf's DecodeError: not a Payload)
-        return False
-    return True
+        return None
+    return wire

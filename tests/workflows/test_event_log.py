@@ -145,7 +145,9 @@ _ENTRY = st.fixed_dictionaries(
     )
 )
 def test_any_publish_input_is_a_batch_of_payloads_or_dropped(value: Any) -> None:
-    batch = event_log._publish_batch([value])  # noqa: SLF001  # pyright: ignore[reportPrivateUsage]
-    if batch is not None:
+    checked = event_log._publish_batch([value])  # noqa: SLF001  # pyright: ignore[reportPrivateUsage]
+    if checked is not None:
+        batch, wires = checked
+        assert len(wires) == len(batch.items)
         for item in batch.items:
             assert isinstance(Payload.FromString(base64.b64decode(item.data)), Payload)
